@@ -1,0 +1,45 @@
+#include "common/status.h"
+
+#include <cstring>
+
+namespace kvrdma {
+
+std::string_view CodeName(Status::Code code) noexcept {
+  switch (code) {
+    case Status::Code::kOk: return "OK";
+    case Status::Code::kNotFound: return "NotFound";
+    case Status::Code::kInvalidArgument: return "InvalidArgument";
+    case Status::Code::kTooLarge: return "TooLarge";
+    case Status::Code::kServerFull: return "ServerFull";
+    case Status::Code::kNoResource: return "NoResource";
+    case Status::Code::kRemoteAccess: return "RemoteAccess";
+    case Status::Code::kConnectionLost: return "ConnectionLost";
+    case Status::Code::kCorruption: return "Corruption";
+    case Status::Code::kTimeout: return "Timeout";
+    case Status::Code::kLocked: return "Locked";
+    case Status::Code::kIOError: return "IOError";
+    case Status::Code::kProtocol: return "Protocol";
+    case Status::Code::kRetry: return "Retry";
+    case Status::Code::kInternal: return "Internal";
+    case Status::Code::kUnavailable: return "Unavailable";
+  }
+  return "Unknown";
+}
+
+Status Status::FromErrno(std::string_view what, int err) {
+  std::string m(what);
+  m += ": ";
+  m += std::strerror(err);
+  return Status(Code::kIOError, m);
+}
+
+std::string Status::ToString() const {
+  std::string s(CodeName(code_));
+  if (!msg_.empty()) {
+    s += ": ";
+    s += msg_;
+  }
+  return s;
+}
+
+}  // namespace kvrdma

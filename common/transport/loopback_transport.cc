@@ -1,0 +1,740 @@
+// The loopback transport (see loopback_transport.h).
+//
+// Locking: one mutex per fabric (mu_) guards every piece of fabric state:
+// regions, queues, connection links, listeners. The NIC thread holds it while
+// it executes a WR, except around fault hooks and between torn-read chunks.
+// Completion queues and listener event queues have their own mutex so that
+// consumers can wait on them; they are leaves (never held while taking mu_).
+#include "common/transport/loopback_transport.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <list>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "common/memory/racy_copy.h"
+
+namespace kvrdma {
+namespace {
+
+constexpr size_t kReqDataMax = 56;     // IB CM REQ private data via rdma_cm
+constexpr size_t kAcceptDataMax = 196;  // REP
+constexpr size_t kRejectDataMax = 148;  // REJ
+
+class Fabric;
+class LoopDevice;
+class LoopConn;
+class LoopListener;
+
+std::vector<uint8_t> Padded(std::span<const uint8_t> d, size_t n) {
+  std::vector<uint8_t> v(n, 0);
+  std::copy(d.begin(), d.end(), v.begin());
+  return v;
+}
+
+class LoopCq final : public CompletionQueue {
+ public:
+  void Push(const Completion& c) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      q_.push_back(c);
+    }
+    cv_.notify_all();
+  }
+  int Poll(std::span<Completion> out) override {
+    std::lock_guard<std::mutex> g(mu_);
+    size_t n = std::min(out.size(), q_.size());
+    for (size_t i = 0; i < n; ++i) {
+      out[i] = q_.front();
+      q_.pop_front();
+    }
+    return static_cast<int>(n);
+  }
+  Status Wait(int timeout_ms) override {
+    std::unique_lock<std::mutex> l(mu_);
+    auto ready = [&] { return !q_.empty(); };
+    if (timeout_ms < 0) {
+      cv_.wait(l, ready);
+    } else if (!cv_.wait_for(l, std::chrono::milliseconds(timeout_ms), ready)) {
+      return Status::Timeout("no completion");
+    }
+    return Status::OK();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Completion> q_;
+};
+
+struct Region {
+  uint64_t base;
+  size_t len;
+  uint32_t access;
+  const LoopDevice* owner;
+};
+
+class LoopMr final : public MemoryRegion {
+ public:
+  LoopMr(std::shared_ptr<LoopDevice> dev, void* addr, size_t len, uint32_t lkey, uint32_t rkey,
+         uint32_t access)
+      : MemoryRegion(addr, len, lkey, rkey, access), dev_(std::move(dev)) {}
+  ~LoopMr() override;
+
+ private:
+  std::shared_ptr<LoopDevice> dev_;
+};
+
+class LoopSrq final : public SharedReceiveQueue {
+ public:
+  LoopSrq(Fabric* f, uint32_t max_wr) : fabric_(f), max_wr_(max_wr) {}
+  Status PostRecv(std::span<const RecvWr> wrs) override;
+  uint32_t max_wr() const noexcept override { return max_wr_; }
+  std::deque<RecvWr> q;  // guarded by the fabric's mu_
+
+ private:
+  Fabric* fabric_;
+  uint32_t max_wr_;
+};
+
+struct Handshake {  // a connect in progress, shared by both sides
+  std::mutex mu;
+  std::condition_variable cv;
+  enum class State { kPending, kAccepted, kRejected, kAbandoned } state = State::kPending;
+  std::vector<uint8_t> reply;
+};
+
+class Fabric final : public LoopbackFabric, public std::enable_shared_from_this<Fabric> {
+ public:
+  Fabric();
+  ~Fabric() override;
+  std::shared_ptr<Device> CreateDevice(const std::string& name) override;
+  void SetFaults(LoopbackFaults f) override {
+    std::lock_guard<std::mutex> g(mu_);
+    faults_ = std::move(f);
+    post_count_ = 0;
+  }
+  LoopbackStats stats() const override {
+    std::lock_guard<std::mutex> g(mu_);
+    return stats_;
+  }
+  void InjectQpError(Connection& conn) override;
+
+  // --- used by the other loopback classes; REQUIRES mu_ unless noted ---
+  uint32_t NewKey() { return next_key_++; }
+  uint32_t NewQpNum() { return next_qpn_++; }
+  std::map<uint32_t, Region> regions;  // by lkey and by rkey
+  std::map<uint16_t, LoopListener*> listeners;
+  std::list<LoopConn*> conns;
+  void Kick() { cv_.notify_all(); }  // new work or receives (mu_ not required)
+  void WaitNotExecuting(std::unique_lock<std::mutex>& l, const LoopConn* c) {
+    idle_cv_.wait(l, [&] { return executing_ != c; });
+  }
+  // Moves a connection into the error state: flushes its queue, breaks the peer.
+  void ErrorConnection(LoopConn* c);
+  bool CountPostAndMaybeFail();
+  mutable std::mutex mu_;
+
+ private:
+  void Run();
+  // Executes the head WR of c. Returns false when it must wait for a receive.
+  bool Execute(LoopConn* c, std::unique_lock<std::mutex>& l);
+  WcStatus DoRead(LoopConn* c, const SendWr& w, std::unique_lock<std::mutex>& l);
+
+  std::condition_variable cv_;
+  std::condition_variable idle_cv_;
+  LoopbackFaults faults_;
+  LoopbackStats stats_;
+  uint64_t post_count_ = 0;
+  uint32_t next_key_ = 0x100;
+  uint32_t next_qpn_ = 0x11;
+  const LoopConn* executing_ = nullptr;
+  bool stop_ = false;
+  std::thread nic_;
+};
+
+class LoopDevice final : public Device {
+ public:
+  LoopDevice(std::shared_ptr<Fabric> f, std::string name) : fabric_(std::move(f)) {
+    info_.name = std::move(name);
+    info_.max_qp_rd_atom = 16;
+    info_.max_qp_init_rd_atom = 16;
+    info_.atomics_hca_only = true;
+    info_.max_srq_wr = 1u << 20;
+    info_.max_cqe = 1u << 20;
+    info_.max_qp_wr = 1u << 14;
+    info_.max_mr_size = ~0ull;
+  }
+  const DeviceInfo& info() const noexcept override { return info_; }
+  Result<std::unique_ptr<MemoryRegion>> RegisterMemory(void* addr, size_t len, uint32_t access) override {
+    if (addr == nullptr || len == 0) return Status::InvalidArgument("empty memory region");
+    if (access & (kAccessRemoteWrite | kAccessRemoteAtomic)) access |= kAccessLocalWrite;
+    std::lock_guard<std::mutex> g(fabric_->mu_);
+    uint32_t lkey = fabric_->NewKey();
+    uint32_t rkey = fabric_->NewKey();
+    Region r{reinterpret_cast<uint64_t>(addr), len, access, this};
+    fabric_->regions[lkey] = r;
+    fabric_->regions[rkey] = r;
+    std::unique_ptr<MemoryRegion> mr = std::make_unique<LoopMr>(
+        std::static_pointer_cast<LoopDevice>(shared_from_this()), addr, len, lkey, rkey, access);
+    return mr;
+  }
+  Result<std::unique_ptr<CompletionQueue>> CreateCompletionQueue(uint32_t) override {
+    std::unique_ptr<CompletionQueue> cq = std::make_unique<LoopCq>();
+    return cq;
+  }
+  Result<std::unique_ptr<SharedReceiveQueue>> CreateSharedReceiveQueue(uint32_t max_wr) override {
+    std::unique_ptr<SharedReceiveQueue> s = std::make_unique<LoopSrq>(fabric_.get(), max_wr);
+    return s;
+  }
+  Result<std::unique_ptr<Listener>> Listen(const std::string& host, uint16_t port, int backlog) override;
+  Result<std::unique_ptr<Connection>> Connect(const ConnectOptions& opts, const QpConfig& cfg,
+                                              std::span<const uint8_t> private_data,
+                                              std::vector<uint8_t>* reject_reply) override;
+  Fabric* fabric() const noexcept { return fabric_.get(); }
+  std::shared_ptr<LoopDevice> self() { return std::static_pointer_cast<LoopDevice>(shared_from_this()); }
+
+ private:
+  std::shared_ptr<Fabric> fabric_;
+  DeviceInfo info_;
+};
+
+LoopMr::~LoopMr() {
+  std::lock_guard<std::mutex> g(dev_->fabric()->mu_);
+  dev_->fabric()->regions.erase(lkey());
+  dev_->fabric()->regions.erase(rkey());
+}
+
+Status LoopSrq::PostRecv(std::span<const RecvWr> wrs) {
+  {
+    std::lock_guard<std::mutex> g(fabric_->mu_);
+    if (q.size() + wrs.size() > max_wr_) return Status::NoResource("receive queue full");
+    q.insert(q.end(), wrs.begin(), wrs.end());
+  }
+  fabric_->Kick();
+  return Status::OK();
+}
+
+class LoopListener final : public Listener {
+ public:
+  LoopListener(std::shared_ptr<LoopDevice> dev, uint16_t port) : dev_(std::move(dev)), port_(port) {}
+  ~LoopListener() override;
+  uint16_t port() const noexcept override { return port_; }
+  Result<CmEvent> NextEvent(int timeout_ms) override {
+    std::unique_lock<std::mutex> l(mu_);
+    auto ready = [&] { return !events_.empty(); };
+    if (timeout_ms < 0) {
+      cv_.wait(l, ready);
+    } else if (!cv_.wait_for(l, std::chrono::milliseconds(timeout_ms), ready)) {
+      return Status::Timeout("no connection-manager event");
+    }
+    CmEvent e = std::move(events_.front());
+    events_.pop_front();
+    return e;
+  }
+  void Push(CmEvent e) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      events_.push_back(std::move(e));
+    }
+    cv_.notify_all();
+  }
+  // Drops queued events that name c (it is being destroyed).
+  void Forget(const Connection* c) {
+    std::lock_guard<std::mutex> g(mu_);
+    std::erase_if(events_, [&](const CmEvent& e) { return e.connection == c; });
+  }
+  LoopDevice& device() { return *dev_; }
+  std::set<LoopConn*> members;  // accepted connections; guarded by the fabric's mu_
+
+ private:
+  std::shared_ptr<LoopDevice> dev_;
+  uint16_t port_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<CmEvent> events_;
+};
+
+class LoopConn final : public Connection {
+ public:
+  LoopConn(std::shared_ptr<LoopDevice> dev, const QpConfig& cfg) : dev_(std::move(dev)), fabric_(dev_->fabric()) {
+    if (cfg.send_cq == nullptr) own_send_cq_ = std::make_unique<LoopCq>();
+    if (cfg.recv_cq == nullptr) own_recv_cq_ = std::make_unique<LoopCq>();
+    send_cq_ = cfg.send_cq != nullptr ? cfg.send_cq : own_send_cq_.get();
+    recv_cq_ = cfg.recv_cq != nullptr ? cfg.recv_cq : own_recv_cq_.get();
+    srq_ = static_cast<LoopSrq*>(cfg.srq);
+    max_send_wr_ = std::min(cfg.max_send_wr, dev_->info().max_qp_wr);
+    max_recv_wr_ = cfg.max_recv_wr;
+    max_inline_ = cfg.max_inline;
+    max_rd_atomic_ = std::max<uint32_t>(1, std::min<uint32_t>(cfg.max_rd_atomic, dev_->info().max_qp_rd_atom));
+    std::lock_guard<std::mutex> g(fabric_->mu_);
+    qpn_ = fabric_->NewQpNum();
+  }
+  ~LoopConn() override {
+    LoopConn* peer = nullptr;
+    LoopListener* pl = nullptr;
+    {
+      std::unique_lock<std::mutex> l(fabric_->mu_);
+      fabric_->WaitNotExecuting(l, this);
+      fabric_->conns.remove(this);
+      if (listener != nullptr) listener->members.erase(this);
+      peer = this->peer;
+      if (peer != nullptr) {
+        peer->peer = nullptr;
+        if (!peer->broken()) {
+          fabric_->ErrorConnection(peer);
+          pl = peer->listener;
+        }
+      }
+    }
+    if (listener != nullptr) listener->Forget(this);
+    if (pl != nullptr) pl->Push(CmEvent{CmEvent::Type::kDisconnected, nullptr, peer});
+  }
+
+  Status PostSend(std::span<const SendWr> wrs) override {
+    std::unique_lock<std::mutex> l(fabric_->mu_);
+    if (broken()) return Status::ConnectionLost("connection is broken");
+    if (fabric_->CountPostAndMaybeFail()) return Status::IOError("injected post failure");
+    if (sq.size() + wrs.size() > max_send_wr_) return Status::NoResource("send queue full");
+    for (const SendWr& w : wrs) {
+      if (w.opcode == WrOpcode::kRecv || w.opcode == WrOpcode::kRecvWriteImm) {
+        return Status::InvalidArgument("not a send-queue opcode");
+      }
+      if (w.inline_data && w.local.length > max_inline_) {
+        return Status::InvalidArgument("inline data longer than the QP's max_inline");
+      }
+    }
+    for (const SendWr& w : wrs) {
+      Queued q{w, {}};
+      if (w.inline_data) {  // the bytes are taken now, as a NIC takes inline data
+        const auto* p = reinterpret_cast<const uint8_t*>(w.local.addr);
+        q.inline_bytes.assign(p, p + w.local.length);
+      }
+      sq.push_back(std::move(q));
+    }
+    l.unlock();
+    fabric_->Kick();
+    return Status::OK();
+  }
+  Status PostRecv(std::span<const RecvWr> wrs) override {
+    if (srq_ != nullptr) return Status::InvalidArgument("this connection receives through an SRQ");
+    {
+      std::lock_guard<std::mutex> g(fabric_->mu_);
+      if (broken()) return Status::ConnectionLost("connection is broken");
+      if (rq.size() + wrs.size() > max_recv_wr_) return Status::NoResource("receive queue full");
+      rq.insert(rq.end(), wrs.begin(), wrs.end());
+    }
+    fabric_->Kick();
+    return Status::OK();
+  }
+  uint32_t qp_num() const noexcept override { return qpn_; }
+  bool broken() const noexcept override { return broken_.load(std::memory_order_acquire); }
+  void MarkBroken() noexcept override { broken_.store(true, std::memory_order_release); }
+  void Disconnect() noexcept override {
+    LoopListener* pl = nullptr;
+    LoopConn* peer = nullptr;
+    {
+      std::lock_guard<std::mutex> g(fabric_->mu_);
+      if (!broken()) fabric_->ErrorConnection(this);
+      peer = this->peer;
+      if (peer != nullptr && !peer->broken()) {
+        fabric_->ErrorConnection(peer);
+        pl = peer->listener;
+      }
+    }
+    if (pl != nullptr) pl->Push(CmEvent{CmEvent::Type::kDisconnected, nullptr, peer});
+  }
+
+  void set_peer_data(std::vector<uint8_t> d) { peer_data_ = std::move(d); }
+  std::deque<RecvWr>& recv_queue() { return srq_ != nullptr ? srq_->q : rq; }
+  LoopDevice& device() { return *dev_; }
+
+  // --- guarded by the fabric's mu_ ---
+  struct Queued {
+    SendWr wr;
+    std::vector<uint8_t> inline_bytes;
+  };
+  std::deque<Queued> sq;
+  std::deque<RecvWr> rq;
+  LoopConn* peer = nullptr;
+  LoopListener* listener = nullptr;  // server side: where our events go
+
+ private:
+  std::shared_ptr<LoopDevice> dev_;
+  Fabric* fabric_;
+  std::unique_ptr<LoopCq> own_send_cq_;
+  std::unique_ptr<LoopCq> own_recv_cq_;
+  LoopSrq* srq_ = nullptr;
+  uint32_t max_recv_wr_ = 0;
+  uint32_t qpn_ = 0;
+  std::atomic<bool> broken_{false};
+};
+
+LoopListener::~LoopListener() {
+  std::lock_guard<std::mutex> g(dev_->fabric()->mu_);
+  dev_->fabric()->listeners.erase(port_);
+  for (LoopConn* c : members) c->listener = nullptr;
+}
+
+class LoopConnectRequest final : public ConnectRequest {
+ public:
+  LoopConnectRequest(LoopListener* l, std::shared_ptr<Handshake> hs, LoopConn* client, std::vector<uint8_t> d)
+      : listener_(l), hs_(std::move(hs)), client_(client), data_(std::move(d)) {}
+  ~LoopConnectRequest() override { Reject({}); }
+  std::span<const uint8_t> private_data() const noexcept override { return data_; }
+
+  Result<std::unique_ptr<Connection>> Accept(const QpConfig& cfg, std::span<const uint8_t> reply) override {
+    if (reply.size() > kAcceptDataMax) return Status::InvalidArgument("accept private data over 196 bytes");
+    if (answered_) return Status::InvalidArgument("request already answered");
+    answered_ = true;
+    auto conn = std::make_unique<LoopConn>(listener_->device().self(), cfg);
+    conn->set_peer_data(data_);
+    std::lock_guard<std::mutex> hg(hs_->mu);
+    if (hs_->state != Handshake::State::kPending) return Status::Unavailable("the client gave up");
+    {
+      std::lock_guard<std::mutex> g(listener_->device().fabric()->mu_);
+      conn->peer = client_;
+      client_->peer = conn.get();
+      conn->listener = listener_;
+      listener_->members.insert(conn.get());
+      listener_->device().fabric()->conns.push_back(conn.get());
+      listener_->device().fabric()->conns.push_back(client_);
+    }
+    hs_->state = Handshake::State::kAccepted;
+    hs_->reply = Padded(reply, kAcceptDataMax);
+    hs_->cv.notify_all();
+    listener_->Push(CmEvent{CmEvent::Type::kEstablished, nullptr, conn.get()});
+    std::unique_ptr<Connection> r = std::move(conn);
+    return r;
+  }
+  void Reject(std::span<const uint8_t> reply) noexcept override {
+    if (answered_) return;
+    answered_ = true;
+    std::lock_guard<std::mutex> hg(hs_->mu);
+    if (hs_->state != Handshake::State::kPending) return;
+    hs_->state = Handshake::State::kRejected;
+    hs_->reply = Padded(reply.first(std::min(reply.size(), kRejectDataMax)), kRejectDataMax);
+    hs_->cv.notify_all();
+  }
+
+ private:
+  LoopListener* listener_;
+  std::shared_ptr<Handshake> hs_;
+  LoopConn* client_;  // valid while hs_ is pending (the client waits)
+  std::vector<uint8_t> data_;
+  bool answered_ = false;
+};
+
+Result<std::unique_ptr<Listener>> LoopDevice::Listen(const std::string&, uint16_t port, int) {
+  std::lock_guard<std::mutex> g(fabric_->mu_);
+  if (port == 0) {
+    port = 40000;
+    while (fabric_->listeners.count(port) != 0) ++port;
+  }
+  if (fabric_->listeners.count(port) != 0) {
+    return Status::IOError("port " + std::to_string(port) + " already in use");
+  }
+  auto l = std::make_unique<LoopListener>(self(), port);
+  fabric_->listeners[port] = l.get();
+  std::unique_ptr<Listener> r = std::move(l);
+  return r;
+}
+
+Result<std::unique_ptr<Connection>> LoopDevice::Connect(const ConnectOptions& opts, const QpConfig& cfg,
+                                                        std::span<const uint8_t> private_data,
+                                                        std::vector<uint8_t>* reject_reply) {
+  if (private_data.size() > kReqDataMax) return Status::InvalidArgument("connect private data over 56 bytes");
+  auto conn = std::make_unique<LoopConn>(self(), cfg);
+  auto hs = std::make_shared<Handshake>();
+  {
+    std::lock_guard<std::mutex> g(fabric_->mu_);
+    auto it = fabric_->listeners.find(opts.port);
+    if (it == fabric_->listeners.end()) {
+      return Status::Unavailable("connect to port " + std::to_string(opts.port) +
+                                 " failed: nothing listening on that port");
+    }
+    it->second->Push(CmEvent{CmEvent::Type::kConnectRequest,
+                             std::make_unique<LoopConnectRequest>(it->second, hs, conn.get(),
+                                                                  Padded(private_data, kReqDataMax)),
+                             nullptr});
+  }
+  std::unique_lock<std::mutex> hl(hs->mu);
+  bool done = hs->cv.wait_for(hl, std::chrono::milliseconds(opts.timeout_ms),
+                              [&] { return hs->state != Handshake::State::kPending; });
+  if (!done) {
+    hs->state = Handshake::State::kAbandoned;
+    return Status::Timeout("connect to port " + std::to_string(opts.port) + " timed out");
+  }
+  if (hs->state == Handshake::State::kRejected) {
+    if (reject_reply != nullptr) *reject_reply = hs->reply;
+    return Status::Unavailable("connect failed: REJECTED (refused by the server)");
+  }
+  conn->set_peer_data(hs->reply);
+  std::unique_ptr<Connection> r = std::move(conn);
+  return r;
+}
+
+// ------------------------------------------------------------------ fabric
+
+Fabric::Fabric() { nic_ = std::thread([this] { Run(); }); }
+
+Fabric::~Fabric() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  nic_.join();
+}
+
+std::shared_ptr<Device> Fabric::CreateDevice(const std::string& name) {
+  return std::make_shared<LoopDevice>(shared_from_this(), name);
+}
+
+bool Fabric::CountPostAndMaybeFail() {
+  ++post_count_;
+  return faults_.fail_post_number != 0 && post_count_ == faults_.fail_post_number;
+}
+
+void Fabric::ErrorConnection(LoopConn* c) {
+  c->MarkBroken();
+  auto& scq = static_cast<LoopCq&>(c->send_cq());
+  for (auto& q : c->sq) {  // flushed WRs complete even when unsignaled
+    Completion fc;
+    fc.wr_id = q.wr.wr_id;
+    fc.status = WcStatus::kFlushed;
+    fc.opcode = q.wr.opcode;
+    fc.qp_num = c->qp_num();
+    scq.Push(fc);
+    ++stats_.flushed;
+  }
+  c->sq.clear();
+  auto& rcq = static_cast<LoopCq&>(c->recv_cq());
+  for (auto& r : c->rq) {  // a private receive queue is flushed too (an SRQ is not)
+    Completion fc;
+    fc.wr_id = r.wr_id;
+    fc.status = WcStatus::kFlushed;
+    fc.opcode = WrOpcode::kRecv;
+    fc.qp_num = c->qp_num();
+    rcq.Push(fc);
+  }
+  c->rq.clear();
+}
+
+void Fabric::InjectQpError(Connection& conn) {
+  auto* c = dynamic_cast<LoopConn*>(&conn);
+  if (c == nullptr) return;
+  LoopListener* pl = nullptr;
+  LoopConn* peer = nullptr;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!c->broken()) ErrorConnection(c);
+    peer = c->peer;
+    if (peer != nullptr && !peer->broken()) {
+      ErrorConnection(peer);
+      pl = peer->listener;
+    }
+  }
+  if (pl != nullptr) pl->Push(CmEvent{CmEvent::Type::kDisconnected, nullptr, peer});
+}
+
+void Fabric::Run() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (!stop_) {
+    bool progress = false;
+    bool pending = false;
+    for (LoopConn* c : conns) {
+      if (c->sq.empty()) continue;
+      pending = true;
+      executing_ = c;
+      if (Execute(c, l)) progress = true;
+      executing_ = nullptr;
+      idle_cv_.notify_all();
+      break;  // the list may have changed while the lock was dropped
+    }
+    if (!progress) {
+      // Waiting for work, or for a receive (RNR): re-check now and then.
+      cv_.wait_for(l, pending ? std::chrono::microseconds(200) : std::chrono::milliseconds(50));
+    } else if (!conns.empty()) {
+      conns.splice(conns.end(), conns, conns.begin());  // round robin
+    }
+  }
+}
+
+const Region* FindRegion(const std::map<uint32_t, Region>& m, uint32_t key, const LoopDevice* owner,
+                         uint64_t addr, uint64_t len, uint32_t need) {
+  auto it = m.find(key);
+  if (it == m.end() || it->second.owner != owner) return nullptr;
+  const Region& r = it->second;
+  if (addr < r.base || len > r.len || addr - r.base > r.len - len) return nullptr;
+  if ((r.access & need) != need) return nullptr;
+  return &r;
+}
+
+WcStatus Fabric::DoRead(LoopConn* c, const SendWr& w, std::unique_lock<std::mutex>& l) {
+  auto* dst = reinterpret_cast<uint8_t*>(w.local.addr);
+  const auto* src = reinterpret_cast<const uint8_t*>(w.remote_addr);
+  size_t chunk = faults_.read_chunk_bytes == 0 ? w.local.length : faults_.read_chunk_bytes;
+  for (size_t done = 0; done < w.local.length;) {
+    size_t n = std::min(chunk, w.local.length - done);
+    RacyCopy(dst + done, src + done, n);
+    done += n;
+    if (done < w.local.length && faults_.between_read_chunks) {
+      auto hook = faults_.between_read_chunks;
+      l.unlock();
+      hook(w, done);
+      l.lock();
+    }
+  }
+  (void)c;
+  return WcStatus::kSuccess;
+}
+
+bool Fabric::Execute(LoopConn* c, std::unique_lock<std::mutex>& l) {
+  LoopConn::Queued q = c->sq.front();
+  const SendWr& w = q.wr;
+  LoopConn* peer = c->peer;
+  const LoopDevice* me = &c->device();
+  const LoopDevice* them = peer != nullptr ? &peer->device() : nullptr;
+  bool needs_recv = w.opcode == WrOpcode::kSend || w.opcode == WrOpcode::kWriteImm;
+  if (peer != nullptr && needs_recv && peer->recv_queue().empty()) return false;  // RNR: wait
+  c->sq.pop_front();
+
+  WcStatus st = WcStatus::kSuccess;
+  if (faults_.fail_wr) {
+    auto hook = faults_.fail_wr;
+    l.unlock();
+    st = hook(w);
+    l.lock();
+  }
+  if (faults_.wr_delay.count() > 0) {
+    l.unlock();
+    std::this_thread::sleep_for(faults_.wr_delay);
+    l.lock();
+  }
+  if (c->broken()) {  // broken while the lock was dropped
+    st = WcStatus::kFlushed;
+  } else if (peer == nullptr || peer->broken()) {
+    st = WcStatus::kRetryExceeded;  // the peer is gone: no ACK will ever come
+  }
+  const uint8_t* local_src = q.inline_bytes.empty() ? reinterpret_cast<const uint8_t*>(w.local.addr)
+                                                     : q.inline_bytes.data();
+  bool local_ok_src = w.inline_data || w.local.length == 0 ||
+                      FindRegion(regions, w.local.lkey, me, w.local.addr, w.local.length, 0) != nullptr;
+  Completion rc;  // the receive completion at the peer, if any
+  bool deliver_recv = false;
+  if (st == WcStatus::kSuccess) {
+    switch (w.opcode) {
+      case WrOpcode::kRead:
+        ++stats_.reads;
+        if (!FindRegion(regions, w.local.lkey, me, w.local.addr, w.local.length, kAccessLocalWrite)) {
+          st = WcStatus::kLocalProtectionError;
+        } else if (!FindRegion(regions, w.rkey, them, w.remote_addr, w.local.length, kAccessRemoteRead)) {
+          st = WcStatus::kRemoteAccessError;
+        } else {
+          st = DoRead(c, w, l);
+        }
+        break;
+      case WrOpcode::kWrite:
+      case WrOpcode::kWriteImm:
+        ++stats_.writes;
+        if (!local_ok_src) {
+          st = WcStatus::kLocalProtectionError;
+        } else if (!FindRegion(regions, w.rkey, them, w.remote_addr, w.local.length, kAccessRemoteWrite)) {
+          st = WcStatus::kRemoteAccessError;
+        } else {
+          RacyCopy(reinterpret_cast<void*>(w.remote_addr), local_src, w.local.length);
+          if (w.opcode == WrOpcode::kWriteImm) {
+            RecvWr r = peer->recv_queue().front();
+            peer->recv_queue().pop_front();
+            rc.wr_id = r.wr_id;
+            rc.opcode = WrOpcode::kRecvWriteImm;
+            rc.has_imm = true;
+            rc.imm = w.imm;
+            rc.byte_len = w.local.length;
+            deliver_recv = true;
+          }
+        }
+        break;
+      case WrOpcode::kSend: {
+        ++stats_.sends;
+        RecvWr r = peer->recv_queue().front();
+        peer->recv_queue().pop_front();
+        rc.wr_id = r.wr_id;
+        rc.opcode = WrOpcode::kRecv;
+        rc.byte_len = w.local.length;
+        deliver_recv = true;
+        if (!local_ok_src) {
+          st = WcStatus::kLocalProtectionError;
+          deliver_recv = false;
+          peer->recv_queue().push_front(r);
+        } else if (w.local.length > r.local.length ||
+                   !FindRegion(regions, r.local.lkey, them, r.local.addr, w.local.length, kAccessLocalWrite)) {
+          st = WcStatus::kRemoteInvalidRequest;  // the receiver sees a local length/protection error
+          rc.status = WcStatus::kLocalLengthError;
+        } else {
+          RacyCopy(reinterpret_cast<void*>(r.local.addr), local_src, w.local.length);
+        }
+        break;
+      }
+      case WrOpcode::kCompareSwap:
+      case WrOpcode::kFetchAdd: {
+        ++stats_.atomics;
+        if (w.local.length != 8 ||
+            !FindRegion(regions, w.local.lkey, me, w.local.addr, 8, kAccessLocalWrite)) {
+          st = WcStatus::kLocalProtectionError;
+        } else if (w.remote_addr % 8 != 0) {
+          st = WcStatus::kRemoteInvalidRequest;
+        } else if (!FindRegion(regions, w.rkey, them, w.remote_addr, 8, kAccessRemoteAtomic)) {
+          st = WcStatus::kRemoteAccessError;
+        } else {
+          auto* word = reinterpret_cast<uint64_t*>(w.remote_addr);
+          uint64_t old;
+          if (w.opcode == WrOpcode::kCompareSwap) {
+            old = w.compare_add;
+            __atomic_compare_exchange_n(word, &old, w.swap, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+          } else {
+            old = __atomic_fetch_add(word, w.compare_add, __ATOMIC_SEQ_CST);
+          }
+          RacyStore(reinterpret_cast<void*>(w.local.addr), &old, 8);
+        }
+        break;
+      }
+      default: st = WcStatus::kOther; break;
+    }
+  }
+  if (deliver_recv) {
+    rc.qp_num = peer->qp_num();
+    static_cast<LoopCq&>(peer->recv_cq()).Push(rc);
+  }
+  if (st != WcStatus::kSuccess || w.signaled) {
+    Completion sc;
+    sc.wr_id = w.wr_id;
+    sc.status = st;
+    sc.opcode = w.opcode;
+    sc.byte_len = w.opcode == WrOpcode::kRead ? w.local.length : 0;
+    sc.qp_num = c->qp_num();
+    static_cast<LoopCq&>(c->send_cq()).Push(sc);
+  }
+  if (st != WcStatus::kSuccess && st != WcStatus::kFlushed) {
+    ++stats_.errors;
+    ErrorConnection(c);
+    // An access violation also moves the responder's QP to the error state.
+    if (peer != nullptr && (st == WcStatus::kRemoteAccessError || st == WcStatus::kRemoteInvalidRequest)) {
+      if (!peer->broken()) ErrorConnection(peer);
+    }
+  } else if (st == WcStatus::kFlushed) {
+    ++stats_.flushed;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::shared_ptr<LoopbackFabric> LoopbackFabric::Create() { return std::make_shared<Fabric>(); }
+
+}  // namespace kvrdma

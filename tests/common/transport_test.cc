@@ -1,0 +1,349 @@
+// The protocol-level suite, run over both transports: loopback natively
+// (label unit), verbs on a real RDMA device (label rdma, via tools/with-rdma).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <deque>
+#include <numeric>
+
+#include "tests/common/transport_test_util.h"
+
+namespace kvrdma::testing {
+namespace {
+
+class TransportTest : public ::testing::TestWithParam<Kind> {
+ protected:
+  static constexpr size_t kRegion = 64 * 1024;
+  static constexpr size_t kRecvBuf = 4096;
+  static constexpr size_t kRecvCount = 16;
+
+  void SetUp() override {
+    env_ = TransportEnv::Make(GetParam());
+    if (!env_.skip_reason.empty()) GTEST_SKIP() << env_.skip_reason;
+    auto l = env_.server->Listen(env_.addr, 0, 16);
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    listener_ = std::move(l).value();
+    auto srq = env_.server->CreateSharedReceiveQueue(256);
+    ASSERT_TRUE(srq.ok()) << srq.status().ToString();
+    srq_ = std::move(srq).value();
+    auto cq = env_.server->CreateCompletionQueue(256);
+    ASSERT_TRUE(cq.ok()) << cq.status().ToString();
+    recv_cq_ = std::move(cq).value();
+
+    remote_.assign(kRegion, 0);
+    readonly_.assign(4096, 0x5a);
+    recv_.assign(kRecvBuf * kRecvCount, 0);
+    local_.assign(kRegion, 0);
+    remote_mr_ = Register(env_.server, remote_.data(), remote_.size(),
+                          kAccessRemoteRead | kAccessRemoteWrite | kAccessRemoteAtomic);
+    readonly_mr_ = Register(env_.server, readonly_.data(), readonly_.size(), kAccessRemoteRead);
+    recv_mr_ = Register(env_.server, recv_.data(), recv_.size(), kAccessLocalWrite);
+    local_mr_ = Register(env_.client, local_.data(), local_.size(), kAccessLocalWrite);
+  }
+
+  void TearDown() override {
+    // Connections before the queues they use; then regions; then devices.
+    pairs_.clear();
+    srq_.reset();
+    recv_cq_.reset();
+  }
+
+  static std::unique_ptr<MemoryRegion> Register(const std::shared_ptr<Device>& d, void* p, size_t n,
+                                                uint32_t access) {
+    auto mr = d->RegisterMemory(p, n, access);
+    EXPECT_TRUE(mr.ok()) << mr.status().ToString();
+    return mr.ok() ? std::move(mr).value() : nullptr;
+  }
+
+  QpConfig ServerCfg() {
+    QpConfig c;
+    c.srq = srq_.get();
+    c.recv_cq = recv_cq_.get();
+    return c;
+  }
+
+  Pair& Connect() {
+    pairs_.push_back(ConnectPair(env_, *listener_, ServerCfg()));
+    return pairs_.back();
+  }
+
+  void PostReceives() {
+    std::vector<RecvWr> r;
+    for (size_t i = 0; i < kRecvCount; ++i) r.push_back(RecvWr{i, recv_mr_->Slice(i * kRecvBuf, kRecvBuf)});
+    ASSERT_TRUE(srq_->PostRecv(r).ok());
+  }
+
+  SendWr Read(uint64_t id, size_t local_off, uint64_t raddr, uint32_t rkey, uint32_t len) {
+    SendWr w;
+    w.wr_id = id;
+    w.opcode = WrOpcode::kRead;
+    w.local = local_mr_->Slice(local_off, len);
+    w.remote_addr = raddr;
+    w.rkey = rkey;
+    return w;
+  }
+
+  // Posts one WR and returns its completion.
+  Completion RunOne(Connection& c, const SendWr& w) {
+    EXPECT_TRUE(c.PostSend({&w, 1}).ok());
+    auto got = WaitFor(c.send_cq(), 1);
+    EXPECT_EQ(got.size(), 1u);
+    return got.empty() ? Completion{0, WcStatus::kOther} : got[0];
+  }
+
+  TransportEnv env_;
+  std::unique_ptr<Listener> listener_;
+  std::unique_ptr<SharedReceiveQueue> srq_;
+  std::unique_ptr<CompletionQueue> recv_cq_;
+  std::vector<uint8_t> remote_, readonly_, recv_, local_;
+  std::unique_ptr<MemoryRegion> remote_mr_, readonly_mr_, recv_mr_, local_mr_;
+  std::deque<Pair> pairs_;  // deque: references stay valid
+};
+
+TEST_P(TransportTest, ReadReturnsTheRegionsBytes) {
+  std::iota(remote_.begin(), remote_.end(), uint8_t{7});
+  Pair& p = Connect();
+  ASSERT_TRUE(p.client && p.server);
+  // Three READs, one doorbell, only the last signaled: completions of a QP
+  // arrive in order, so one completion covers all three.
+  SendWr w[3] = {Read(1, 0, remote_mr_->base(), remote_mr_->rkey(), 4096),
+                 Read(2, 4096, remote_mr_->base() + 8192, remote_mr_->rkey(), 64),
+                 Read(3, 8192, remote_mr_->base() + kRegion - 100, remote_mr_->rkey(), 100)};
+  w[0].signaled = w[1].signaled = false;
+  ASSERT_TRUE(p.client->PostSend(w).ok());
+  auto got = WaitFor(p.client->send_cq(), 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, WcStatus::kSuccess) << WcStatusName(got[0].status);
+  EXPECT_EQ(got[0].wr_id, 3u);
+  EXPECT_EQ(got[0].opcode, WrOpcode::kRead);
+  EXPECT_EQ(0, std::memcmp(local_.data(), remote_.data(), 4096));
+  EXPECT_EQ(0, std::memcmp(local_.data() + 4096, remote_.data() + 8192, 64));
+  EXPECT_EQ(0, std::memcmp(local_.data() + 8192, remote_.data() + kRegion - 100, 100));
+  EXPECT_FALSE(p.client->broken());
+}
+
+TEST_P(TransportTest, WriteWithImmLandsAndDeliversImmediateThroughSrq) {
+  PostReceives();
+  Pair& p = Connect();
+  ASSERT_TRUE(p.client && p.server);
+  for (size_t i = 0; i < 300; ++i) local_[i] = static_cast<uint8_t>(i * 3);
+  SendWr w;
+  w.wr_id = 9;
+  w.opcode = WrOpcode::kWriteImm;
+  w.local = local_mr_->Slice(0, 300);
+  w.remote_addr = remote_mr_->base() + 1000;
+  w.rkey = remote_mr_->rkey();
+  w.imm = 0xdeadbeef;
+  Completion c = RunOne(*p.client, w);
+  EXPECT_EQ(c.status, WcStatus::kSuccess) << WcStatusName(c.status);
+  auto rc = WaitFor(*recv_cq_, 1);
+  ASSERT_EQ(rc.size(), 1u);
+  EXPECT_EQ(rc[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(rc[0].opcode, WrOpcode::kRecvWriteImm);
+  EXPECT_TRUE(rc[0].has_imm);
+  EXPECT_EQ(rc[0].imm, 0xdeadbeefu);
+  EXPECT_EQ(rc[0].qp_num, p.server->qp_num());
+  EXPECT_LT(rc[0].wr_id, kRecvCount);  // a receive taken from the SRQ
+  EXPECT_EQ(0, std::memcmp(remote_.data() + 1000, local_.data(), 300));
+  EXPECT_EQ(remote_[999], 0);
+  EXPECT_EQ(remote_[1300], 0);
+}
+
+TEST_P(TransportTest, SendRecvThroughOneSrqSharedByTwoQps) {
+  PostReceives();
+  Pair& a = Connect();
+  Pair& b = Connect();
+  ASSERT_TRUE(a.client && a.server && b.client && b.server);
+  ASSERT_NE(a.server->qp_num(), b.server->qp_num());
+  std::memcpy(local_.data(), "hello from a", 12);
+  std::memcpy(local_.data() + 64, "and from b, longer", 18);
+  SendWr sa;
+  sa.wr_id = 1;
+  sa.opcode = WrOpcode::kSend;
+  sa.local = local_mr_->Slice(0, 12);
+  SendWr sb = sa;
+  sb.wr_id = 2;
+  sb.local = local_mr_->Slice(64, 18);
+  sb.inline_data = true;  // small SENDs go inline
+  EXPECT_EQ(RunOne(*a.client, sa).status, WcStatus::kSuccess);
+  EXPECT_EQ(RunOne(*b.client, sb).status, WcStatus::kSuccess);
+  auto rc = WaitFor(*recv_cq_, 2);
+  ASSERT_EQ(rc.size(), 2u);
+  bool seen_a = false, seen_b = false;
+  for (const Completion& c : rc) {
+    EXPECT_EQ(c.status, WcStatus::kSuccess);
+    EXPECT_EQ(c.opcode, WrOpcode::kRecv);
+    const char* buf = reinterpret_cast<const char*>(recv_.data() + c.wr_id * kRecvBuf);
+    if (c.qp_num == a.server->qp_num()) {
+      seen_a = true;
+      EXPECT_EQ(c.byte_len, 12u);
+      EXPECT_EQ(std::string(buf, 12), "hello from a");
+    } else if (c.qp_num == b.server->qp_num()) {
+      seen_b = true;
+      EXPECT_EQ(c.byte_len, 18u);
+      EXPECT_EQ(std::string(buf, 18), "and from b, longer");
+    }
+  }
+  EXPECT_TRUE(seen_a && seen_b);
+}
+
+TEST_P(TransportTest, CompareSwapAndFetchAddReturnOldValue) {
+  Pair& p = Connect();
+  ASSERT_TRUE(p.client && p.server);
+  uint64_t* word = reinterpret_cast<uint64_t*>(remote_.data() + 64);
+  *word = 41;
+  SendWr w;
+  w.wr_id = 1;
+  w.opcode = WrOpcode::kCompareSwap;
+  w.local = local_mr_->Slice(0, 8);
+  w.remote_addr = remote_mr_->base() + 64;
+  w.rkey = remote_mr_->rkey();
+  w.compare_add = 41;
+  w.swap = 1000;
+  auto old = [&] {
+    uint64_t v;
+    std::memcpy(&v, local_.data(), 8);
+    return v;
+  };
+  ASSERT_EQ(RunOne(*p.client, w).status, WcStatus::kSuccess);
+  EXPECT_EQ(old(), 41u);
+  EXPECT_EQ(*word, 1000u);
+  // A failed compare returns the current value and leaves the word alone.
+  w.compare_add = 41;
+  w.swap = 5;
+  ASSERT_EQ(RunOne(*p.client, w).status, WcStatus::kSuccess);
+  EXPECT_EQ(old(), 1000u);
+  EXPECT_EQ(*word, 1000u);
+  w.opcode = WrOpcode::kFetchAdd;
+  w.compare_add = 24;
+  ASSERT_EQ(RunOne(*p.client, w).status, WcStatus::kSuccess);
+  EXPECT_EQ(old(), 1000u);
+  EXPECT_EQ(*word, 1024u);
+}
+
+TEST_P(TransportTest, ReadWithWrongRkeyIsRemoteAccessAndBreaksConnection) {
+  Pair& p = Connect();
+  ASSERT_TRUE(p.client && p.server);
+  Completion c = RunOne(*p.client, Read(1, 0, remote_mr_->base(), remote_mr_->rkey() ^ 0x5500, 64));
+  EXPECT_EQ(c.status, WcStatus::kRemoteAccessError) << WcStatusName(c.status);
+  EXPECT_TRUE(CompletionStatus(c).IsRemoteAccess()) << CompletionStatus(c).ToString();
+  EXPECT_TRUE(p.client->broken());
+  SendWr again = Read(2, 0, remote_mr_->base(), remote_mr_->rkey(), 64);
+  EXPECT_TRUE(p.client->PostSend({&again, 1}).IsConnectionLost());
+}
+
+TEST_P(TransportTest, ReadPastTheRegionsEndIsRemoteAccess) {
+  Pair& p = Connect();
+  ASSERT_TRUE(p.client && p.server);
+  Completion c = RunOne(*p.client, Read(1, 0, remote_mr_->base() + kRegion - 32, remote_mr_->rkey(), 64));
+  EXPECT_EQ(c.status, WcStatus::kRemoteAccessError) << WcStatusName(c.status);
+  EXPECT_TRUE(CompletionStatus(c).IsRemoteAccess());
+  EXPECT_TRUE(p.client->broken());
+}
+
+TEST_P(TransportTest, WriteToReadOnlyRegionIsRemoteAccessAndChangesNothing) {
+  Pair& p = Connect();
+  ASSERT_TRUE(p.client && p.server);
+  std::memset(local_.data(), 0x11, 256);
+  SendWr w;
+  w.opcode = WrOpcode::kWrite;
+  w.local = local_mr_->Slice(0, 256);
+  w.remote_addr = readonly_mr_->base();
+  w.rkey = readonly_mr_->rkey();
+  Completion c = RunOne(*p.client, w);
+  EXPECT_EQ(c.status, WcStatus::kRemoteAccessError) << WcStatusName(c.status);
+  EXPECT_TRUE(CompletionStatus(c).IsRemoteAccess());
+  EXPECT_TRUE(p.client->broken());
+  for (uint8_t b : readonly_) ASSERT_EQ(b, 0x5a);
+}
+
+TEST_P(TransportTest, WorkAfterAnErrorIsFlushed) {
+  Pair& p = Connect();
+  ASSERT_TRUE(p.client && p.server);
+  SendWr w[2] = {Read(1, 0, remote_mr_->base(), remote_mr_->rkey() + 7777, 64),
+                 Read(2, 64, remote_mr_->base(), remote_mr_->rkey(), 64)};
+  ASSERT_TRUE(p.client->PostSend(w).ok());
+  auto got = WaitFor(p.client->send_cq(), 2);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].wr_id, 1u);
+  EXPECT_EQ(got[0].status, WcStatus::kRemoteAccessError) << WcStatusName(got[0].status);
+  EXPECT_EQ(got[1].wr_id, 2u);
+  EXPECT_EQ(got[1].status, WcStatus::kFlushed) << WcStatusName(got[1].status);
+  EXPECT_TRUE(CompletionStatus(got[1]).IsConnectionLost());
+}
+
+TEST_P(TransportTest, PrivateDataTravelsBothWays) {
+  const uint8_t req[] = {'k', 'v', 'r', 'q', 1, 2, 3};
+  const uint8_t rep[] = {'k', 'v', 'r', 'p', 9, 8, 7, 6, 5};
+  pairs_.push_back(ConnectPair(env_, *listener_, ServerCfg(), req, rep));
+  Pair& p = pairs_.back();
+  ASSERT_TRUE(p.client && p.server);
+  // IB CM may pad private data with zeros: check the prefix.
+  const auto& sd = p.server->peer_private_data();
+  ASSERT_GE(sd.size(), sizeof(req));
+  EXPECT_EQ(0, std::memcmp(sd.data(), req, sizeof(req)));
+  const auto& cd = p.client->peer_private_data();
+  ASSERT_GE(cd.size(), sizeof(rep));
+  EXPECT_EQ(0, std::memcmp(cd.data(), rep, sizeof(rep)));
+}
+
+TEST_P(TransportTest, RejectCarriesTheReason) {
+  std::vector<uint8_t> reason;
+  Result<std::unique_ptr<Connection>> cr = Status::Internal("not run");
+  std::thread t([&] {
+    ConnectOptions o;
+    o.host = env_.addr;
+    o.port = listener_->port();
+    cr = env_.client->Connect(o, QpConfig{}, {}, &reason);
+  });
+  bool rejected = false;
+  for (int i = 0; i < 50 && !rejected; ++i) {
+    auto ev = listener_->NextEvent(200);
+    if (ev.ok() && ev->type == CmEvent::Type::kConnectRequest) {
+      const char msg[] = "version 9 not supported";
+      ev->request->Reject({reinterpret_cast<const uint8_t*>(msg), sizeof(msg)});
+      rejected = true;
+    }
+  }
+  t.join();
+  ASSERT_TRUE(rejected);
+  ASSERT_FALSE(cr.ok());
+  EXPECT_EQ(cr.status().code(), Status::Code::kUnavailable) << cr.status().ToString();
+  ASSERT_GE(reason.size(), 10u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(reason.data())), "version 9 not supported");
+}
+
+TEST_P(TransportTest, ClientDisconnectIsSeenByTheListener) {
+  Pair& p = Connect();
+  ASSERT_TRUE(p.client && p.server);
+  Connection* server_side = p.server.get();
+  p.client->Disconnect();
+  p.client.reset();
+  bool seen = false;
+  for (int i = 0; i < 50 && !seen; ++i) {
+    auto ev = listener_->NextEvent(100);
+    if (ev.ok() && ev->type == CmEvent::Type::kDisconnected) {
+      EXPECT_EQ(ev->connection, server_side);
+      seen = true;
+    }
+  }
+  EXPECT_TRUE(seen);
+  EXPECT_TRUE(server_side->broken());
+}
+
+TEST_P(TransportTest, ConnectToAPortNobodyListensOnFails) {
+  ConnectOptions o;
+  o.host = env_.addr;
+  o.port = static_cast<uint16_t>(listener_->port() == 65000 ? 65001 : 65000);
+  o.timeout_ms = 3000;
+  auto c = env_.client->Connect(o, QpConfig{}, {}, nullptr);
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(c.status().code() == Status::Code::kUnavailable || c.status().IsTimeout())
+      << c.status().ToString();
+}
+
+INSTANTIATE_TEST_SUITE_P(Loopback, TransportTest, ::testing::Values(Kind::kLoopback), KindName);
+INSTANTIATE_TEST_SUITE_P(Verbs, TransportTest, ::testing::Values(Kind::kVerbs), KindName);
+
+}  // namespace
+}  // namespace kvrdma::testing
