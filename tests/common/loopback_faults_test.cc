@@ -58,7 +58,7 @@ TEST_F(LoopbackFixture, TornReadHookSeesTheReadInChunks) {
   env.fabric->SetFaults(f);
   SendWr w = Read(512);
   ASSERT_TRUE(pair.client->PostSend({&w, 1}).ok());
-  auto c = WaitFor(pair.client->send_cq(), 1);
+  auto c = WaitForSend(*pair.client, 1);
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].status, WcStatus::kSuccess);
   EXPECT_EQ(calls.load(), 7);  // 8 chunks, 7 gaps
@@ -77,7 +77,7 @@ TEST_F(LoopbackFixture, InjectedWrFailureBreaksTheQpLikeVerbs) {
   w[1].wr_id = 2;
   w[2].wr_id = 3;
   ASSERT_TRUE(pair.client->PostSend(w).ok());
-  auto c = WaitFor(pair.client->send_cq(), 3);
+  auto c = WaitForSend(*pair.client, 3);
   ASSERT_EQ(c.size(), 3u);
   EXPECT_EQ(c[0].status, WcStatus::kSuccess);
   EXPECT_EQ(c[1].status, WcStatus::kRetryExceeded);
@@ -94,7 +94,7 @@ TEST_F(LoopbackFixture, FailTheNthPost) {
   EXPECT_TRUE(pair.client->PostSend({&w, 1}).ok());
   EXPECT_EQ(pair.client->PostSend({&w, 1}).code(), Status::Code::kIOError);
   EXPECT_TRUE(pair.client->PostSend({&w, 1}).ok());
-  EXPECT_EQ(WaitFor(pair.client->send_cq(), 2).size(), 2u);
+  EXPECT_EQ(WaitForSend(*pair.client, 2).size(), 2u);
 }
 
 TEST_F(LoopbackFixture, InjectedQpErrorBreaksBothEndsAndTellsTheListener) {
@@ -117,7 +117,7 @@ TEST_F(LoopbackFixture, CompletionsArriveAsynchronously) {
   ASSERT_TRUE(pair.client->PostSend({&w, 1}).ok());
   Completion c[1];
   EXPECT_EQ(pair.client->send_cq().Poll(c), 0);  // not yet: the "NIC" is busy
-  EXPECT_EQ(WaitFor(pair.client->send_cq(), 1).size(), 1u);
+  EXPECT_EQ(WaitForSend(*pair.client, 1).size(), 1u);
   EXPECT_EQ(env.fabric->stats().reads, 1u);
 }
 
@@ -125,7 +125,7 @@ TEST_F(LoopbackFixture, LocalBufferOutsideRegisteredMemoryIsLocalProtection) {
   SendWr w = Read(8);
   w.local.lkey ^= 0x77;
   ASSERT_TRUE(pair.client->PostSend({&w, 1}).ok());
-  auto c = WaitFor(pair.client->send_cq(), 1);
+  auto c = WaitForSend(*pair.client, 1);
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].status, WcStatus::kLocalProtectionError);
 }

@@ -86,7 +86,7 @@ class TransportTest : public ::testing::TestWithParam<Kind> {
   // Posts one WR and returns its completion.
   Completion RunOne(Connection& c, const SendWr& w) {
     EXPECT_TRUE(c.PostSend({&w, 1}).ok());
-    auto got = WaitFor(c.send_cq(), 1);
+    auto got = WaitForSend(c, 1);
     EXPECT_EQ(got.size(), 1u);
     return got.empty() ? Completion{0, WcStatus::kOther} : got[0];
   }
@@ -111,7 +111,7 @@ TEST_P(TransportTest, ReadReturnsTheRegionsBytes) {
                  Read(3, 8192, remote_mr_->base() + kRegion - 100, remote_mr_->rkey(), 100)};
   w[0].signaled = w[1].signaled = false;
   ASSERT_TRUE(p.client->PostSend(w).ok());
-  auto got = WaitFor(p.client->send_cq(), 1);
+  auto got = WaitForSend(*p.client, 1);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].status, WcStatus::kSuccess) << WcStatusName(got[0].status);
   EXPECT_EQ(got[0].wr_id, 3u);
@@ -263,7 +263,7 @@ TEST_P(TransportTest, WorkAfterAnErrorIsFlushed) {
   SendWr w[2] = {Read(1, 0, remote_mr_->base(), remote_mr_->rkey() + 7777, 64),
                  Read(2, 64, remote_mr_->base(), remote_mr_->rkey(), 64)};
   ASSERT_TRUE(p.client->PostSend(w).ok());
-  auto got = WaitFor(p.client->send_cq(), 2);
+  auto got = WaitForSend(*p.client, 2);
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[0].wr_id, 1u);
   EXPECT_EQ(got[0].status, WcStatus::kRemoteAccessError) << WcStatusName(got[0].status);

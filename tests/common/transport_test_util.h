@@ -77,6 +77,23 @@ inline std::vector<Completion> WaitFor(CompletionQueue& cq, size_t n, int timeou
   return got;
 }
 
+// The same through Connection::PollSend (which marks a connection broken on
+// a failed completion), for connections that own their send CQ.
+inline std::vector<Completion> WaitForSend(Connection& c, size_t n, int timeout_ms = 5000) {
+  std::vector<Completion> got;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  Completion buf[16];
+  while (got.size() < n && std::chrono::steady_clock::now() < deadline) {
+    int k = c.PollSend(buf);
+    if (k > 0) {
+      got.insert(got.end(), buf, buf + k);
+      continue;
+    }
+    (void)c.send_cq().Wait(20);
+  }
+  return got;
+}
+
 // Connects client -> listener, accepting on this thread with `server_cfg`.
 struct Pair {
   std::unique_ptr<Connection> client;
