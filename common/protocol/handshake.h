@@ -1,0 +1,94 @@
+// What travels in rdma_cm private data when a client connects.
+//
+//   client -> server  ConnectRequestMsg  (<= 56 bytes: IB CM REQ limit)
+//   server -> client  ServerDescriptor   (<= 196 bytes: REP limit), on accept
+//   server -> client  RejectMsg          (<= 148 bytes: REJ limit), on refusal
+//
+// Each starts with the magic "KVRD" and carries its own encoded length,
+// because the receiver may see the private data zero-padded to the limit.
+// A peer with another *major* version is refused; minor versions only add
+// fields at the end, which older readers skip. Layouts: docs/DESIGN.md.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace kvrdma {
+
+inline constexpr uint32_t kWireMagic = 0x4452564b;  // bytes "KVRD"
+inline constexpr uint16_t kProtocolMajor = 1;
+inline constexpr uint16_t kProtocolMinor = 0;
+
+inline constexpr size_t kMaxRequestData = 56;
+inline constexpr size_t kMaxAcceptData = 196;
+inline constexpr size_t kMaxRejectData = 148;
+inline constexpr size_t kMaxAuthToken = 32;
+
+// How a client sends PUT/DELETE.
+enum class PutPath : uint8_t {
+  kSend = 0,      // SEND: the request lands in a receive buffer of the SRQ
+  kWriteImm = 1,  // RDMA WRITE_WITH_IMM into the connection's ring slot
+};
+
+struct ConnectRequestMsg {
+  uint16_t major = kProtocolMajor;
+  uint16_t minor = kProtocolMinor;
+  PutPath put_path = PutPath::kSend;
+  uint8_t auth_len = 0;  // bytes of auth token used
+  std::array<uint8_t, kMaxAuthToken> auth{};
+};
+
+// One remotely accessible region.
+struct RemoteRegion {
+  uint64_t addr = 0;
+  uint64_t length = 0;
+  uint32_t rkey = 0;
+  bool operator==(const RemoteRegion&) const = default;
+};
+
+struct ServerDescriptor {
+  uint16_t major = kProtocolMajor;
+  uint16_t minor = kProtocolMinor;
+  uint32_t conn_id = 0;           // the server's name for this connection (logs)
+  RemoteRegion index;             // REMOTE_READ
+  uint32_t bucket_count = 0;      // power of two
+  uint64_t hash_seed = 0;
+  RemoteRegion log;               // REMOTE_READ
+  RemoteRegion locks;             // REMOTE_ATOMIC + REMOTE_READ
+  uint32_t clock_offset = 0;      // the server clock word, inside `locks`
+  RemoteRegion ring;              // REMOTE_WRITE, this connection's only
+  uint32_t slot_size = 0;         // bytes per ring slot and per receive buffer
+  uint16_t credits = 0;           // requests in flight per connection
+  uint16_t max_key_bytes = 0;
+  uint32_t max_value_bytes = 0;
+  uint32_t get_deadline_us = 0;   // a GET older than this restarts (reclamation)
+  bool operator==(const ServerDescriptor&) const = default;
+};
+
+struct RejectMsg {
+  Status::Code code = Status::Code::kProtocol;
+  uint16_t server_major = kProtocolMajor;
+  uint16_t server_minor = kProtocolMinor;
+  std::string reason;  // human readable; truncated to fit
+};
+
+// Encoders return the number of bytes written into out (which must be at
+// least the kMax*Data size); decoders accept zero padding after the message.
+size_t EncodeConnectRequest(const ConnectRequestMsg& m, std::span<uint8_t> out);
+// Protocol (bad magic/length, or another major version: the message says
+// which) or InvalidArgument.
+Result<ConnectRequestMsg> DecodeConnectRequest(std::span<const uint8_t> in);
+
+size_t EncodeServerDescriptor(const ServerDescriptor& d, std::span<uint8_t> out);
+Result<ServerDescriptor> DecodeServerDescriptor(std::span<const uint8_t> in);
+
+size_t EncodeReject(const RejectMsg& m, std::span<uint8_t> out);
+// A reject that is not ours (e.g. empty: nothing listening) decodes to NotFound.
+Result<RejectMsg> DecodeReject(std::span<const uint8_t> in);
+
+}  // namespace kvrdma

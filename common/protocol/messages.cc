@@ -1,0 +1,129 @@
+#include "common/protocol/messages.h"
+
+#include <algorithm>
+
+#include "common/protocol/wire.h"
+
+namespace kvrdma {
+
+void EncodeRequestHeader(const RequestHeader& h, uint8_t* out) noexcept {
+  wire::Writer w({out, kRequestHeaderSize});
+  w.U8(static_cast<uint8_t>(h.opcode));
+  w.U8(h.flags);
+  w.U16(h.key_len);
+  w.U32(h.value_len);
+  w.U64(h.request_id);
+  w.U64(h.lock_token);
+  w.U32(h.frag_offset);
+  w.U32(h.frag_len);
+}
+
+Result<ParsedRequest> ParseRequest(std::span<const uint8_t> msg, uint32_t max_key, uint32_t max_value) noexcept {
+  if (msg.size() < kRequestHeaderSize) {
+    return Status::InvalidArgument("request shorter than its header (" + std::to_string(msg.size()) + " bytes)");
+  }
+  wire::Reader r(msg);
+  ParsedRequest p;
+  RequestHeader& h = p.header;
+  uint8_t op = r.U8();
+  h.flags = r.U8();
+  h.key_len = r.U16();
+  h.value_len = r.U32();
+  h.request_id = r.U64();
+  h.lock_token = r.U64();
+  h.frag_offset = r.U32();
+  h.frag_len = r.U32();
+  if (op < 1 || op > 3) return Status::InvalidArgument("unknown opcode " + std::to_string(op));
+  h.opcode = static_cast<Opcode>(op);
+  if ((h.flags & ~(kFlagFirst | kFlagLast)) != 0) return Status::InvalidArgument("unknown request flags");
+  bool first = (h.flags & kFlagFirst) != 0;
+  bool last = (h.flags & kFlagLast) != 0;
+  if (h.opcode != Opcode::kPut) {
+    if (!first || !last || h.value_len != 0 || h.frag_len != 0 || h.frag_offset != 0) {
+      return Status::InvalidArgument("only PUT carries a value or fragments");
+    }
+  }
+  if (h.opcode == Opcode::kStats) {
+    if (h.key_len != 0) return Status::InvalidArgument("STATS takes no key");
+  } else if (first && (h.key_len == 0 || h.key_len > max_key)) {
+    return h.key_len == 0 ? Status::InvalidArgument("empty key")
+                          : Status::TooLarge("key of " + std::to_string(h.key_len) + " bytes (limit " +
+                                             std::to_string(max_key) + ")");
+  }
+  if (h.value_len > max_value) {
+    return Status::TooLarge("value of " + std::to_string(h.value_len) + " bytes (limit " +
+                            std::to_string(max_value) + ")");
+  }
+  uint64_t frag_end = uint64_t{h.frag_offset} + h.frag_len;
+  if (frag_end > h.value_len) return Status::InvalidArgument("value fragment past the value's end");
+  if (first && h.frag_offset != 0) return Status::InvalidArgument("first fragment not at offset 0");
+  if (last && frag_end != h.value_len) return Status::InvalidArgument("last fragment does not end the value");
+  size_t key_bytes = first ? h.key_len : 0;
+  if (uint64_t{kRequestHeaderSize} + key_bytes + h.frag_len != msg.size()) {
+    return Status::InvalidArgument("request lengths do not add up: header 32 + key " + std::to_string(key_bytes) +
+                                   " + value " + std::to_string(h.frag_len) + " != " +
+                                   std::to_string(msg.size()) + " bytes received");
+  }
+  p.key = r.Bytes(key_bytes);
+  p.value = r.Bytes(h.frag_len);
+  return p;
+}
+
+size_t EncodeReply(const ReplyHeader& h, std::span<const uint8_t> body, std::span<uint8_t> out) noexcept {
+  size_t room = std::min(out.size(), kMaxReplySize);
+  if (room < kReplyHeaderSize) return 0;
+  size_t n = std::min(body.size(), room - kReplyHeaderSize);
+  wire::Writer w(out.first(room));
+  w.U8(static_cast<uint8_t>(h.status));
+  w.U8(h.flags);
+  w.U16(0);
+  w.U32(static_cast<uint32_t>(n));
+  w.U64(h.request_id);
+  w.U64(h.version);
+  w.Bytes(body.first(n));
+  return w.size();
+}
+
+Result<ParsedReply> ParseReply(std::span<const uint8_t> msg) noexcept {
+  wire::Reader r(msg);
+  ParsedReply p;
+  uint8_t code = r.U8();
+  p.header.flags = r.U8();
+  r.U16();
+  uint32_t body_len = r.U32();
+  p.header.request_id = r.U64();
+  p.header.version = r.U64();
+  p.body = r.Bytes(body_len);
+  if (!r.ok()) return Status::Protocol("malformed reply");
+  if (code > static_cast<uint8_t>(Status::Code::kUnavailable)) return Status::Protocol("reply with unknown status");
+  p.header.status = static_cast<Status::Code>(code);
+  return p;
+}
+
+size_t EncodeStats(std::span<const std::pair<std::string_view, uint64_t>> stats, std::span<uint8_t> out) noexcept {
+  wire::Writer w(out);
+  w.U16(static_cast<uint16_t>(stats.size()));
+  for (const auto& [name, value] : stats) {
+    std::string_view n = name.substr(0, 255);
+    w.U8(static_cast<uint8_t>(n.size()));
+    w.Bytes(n);
+    w.U64(value);
+  }
+  return w.ok() ? w.size() : 0;
+}
+
+Result<std::vector<std::pair<std::string, uint64_t>>> DecodeStats(std::span<const uint8_t> body) {
+  wire::Reader r(body);
+  uint16_t n = r.U16();
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (uint16_t i = 0; i < n && r.ok(); ++i) {
+    uint8_t len = r.U8();
+    auto name = r.Bytes(len);
+    uint64_t v = r.U64();
+    out.emplace_back(std::string(reinterpret_cast<const char*>(name.data()), name.size()), v);
+  }
+  if (!r.ok()) return Status::Protocol("malformed STATS reply");
+  return out;
+}
+
+}  // namespace kvrdma

@@ -1,0 +1,99 @@
+// Requests (client -> server worker) and replies (worker -> client).
+//
+// A request arrives either as a SEND (in a receive buffer of the SRQ) or as an
+// RDMA WRITE_WITH_IMM into the connection's ring slot; the bytes are the same.
+// A PUT whose value does not fit one slot is sent as fragments (FIRST ...
+// LAST) on the same connection; a connection's messages are handled in order
+// by one worker, which reassembles them. Every message, fragment or not, is
+// answered with exactly one reply, which returns its credit.
+//
+// Request (little-endian):
+//   0  u8  opcode        1 PUT, 2 DELETE, 3 STATS
+//   1  u8  flags         bit0 FIRST, bit1 LAST (a whole request has both)
+//   2  u16 key_len
+//   4  u32 value_len     total value length (PUT), else 0
+//   8  u64 request_id    echoed in the reply
+//   16 u64 lock_token    0 = none
+//   24 u32 frag_offset   where this message's value bytes go in the value
+//   28 u32 frag_len      value bytes in this message
+//   32 key               key_len bytes, in the FIRST message only
+//      value fragment    frag_len bytes
+//   The message length must be exactly 32 + key bytes + frag_len.
+//
+// Reply (little-endian):
+//   0  u8  status        Status::Code
+//   1  u8  flags         bit0 FRAGMENT_ACK (more fragments expected)
+//   2  u16 reserved
+//   4  u32 body_len
+//   8  u64 request_id
+//   16 u64 version       the key's version after a PUT/DELETE
+//   24 body              error text, or the STATS table
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace kvrdma {
+
+enum class Opcode : uint8_t { kPut = 1, kDelete = 2, kStats = 3 };
+
+inline constexpr uint8_t kFlagFirst = 1;
+inline constexpr uint8_t kFlagLast = 2;
+inline constexpr uint8_t kReplyFragmentAck = 1;
+inline constexpr size_t kRequestHeaderSize = 32;
+inline constexpr size_t kReplyHeaderSize = 24;
+inline constexpr size_t kMaxReplySize = 1024;  // client receive buffers for replies
+
+struct RequestHeader {
+  Opcode opcode = Opcode::kPut;
+  uint8_t flags = kFlagFirst | kFlagLast;
+  uint16_t key_len = 0;
+  uint32_t value_len = 0;
+  uint64_t request_id = 0;
+  uint64_t lock_token = 0;
+  uint32_t frag_offset = 0;
+  uint32_t frag_len = 0;
+};
+
+// Writes exactly kRequestHeaderSize bytes.
+void EncodeRequestHeader(const RequestHeader& h, uint8_t* out) noexcept;
+
+struct ParsedRequest {
+  RequestHeader header;
+  std::span<const uint8_t> key;    // empty unless FIRST
+  std::span<const uint8_t> value;  // this message's fragment
+};
+
+// Validates everything a worker relies on: a known opcode, lengths that add
+// up to the message size, key and value within the limits, a fragment inside
+// the value. InvalidArgument / TooLarge with a message fit for the client.
+Result<ParsedRequest> ParseRequest(std::span<const uint8_t> msg, uint32_t max_key,
+                                   uint32_t max_value) noexcept;
+
+struct ReplyHeader {
+  Status::Code status = Status::Code::kOk;
+  uint8_t flags = 0;
+  uint64_t request_id = 0;
+  uint64_t version = 0;
+};
+
+// Header + body (truncated to fit kMaxReplySize); returns the length.
+size_t EncodeReply(const ReplyHeader& h, std::span<const uint8_t> body, std::span<uint8_t> out) noexcept;
+
+struct ParsedReply {
+  ReplyHeader header;
+  std::span<const uint8_t> body;
+};
+Result<ParsedReply> ParseReply(std::span<const uint8_t> msg) noexcept;
+
+// STATS body: u16 count, then per entry u8 name_len, name, u64 value.
+size_t EncodeStats(std::span<const std::pair<std::string_view, uint64_t>> stats, std::span<uint8_t> out) noexcept;
+Result<std::vector<std::pair<std::string, uint64_t>>> DecodeStats(std::span<const uint8_t> body);
+
+}  // namespace kvrdma

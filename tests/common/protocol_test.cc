@@ -1,0 +1,199 @@
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstring>
+
+#include "common/protocol/handshake.h"
+#include "common/protocol/messages.h"
+
+namespace kvrdma {
+namespace {
+
+ServerDescriptor SampleDescriptor() {
+  ServerDescriptor d;
+  d.conn_id = 77;
+  d.index = {0x7f0000001000, 1 << 20, 0x1234};
+  d.bucket_count = (1 << 20) / 64;
+  d.hash_seed = 0x1122334455667788;
+  d.log = {0x7f0000200000, 64 << 20, 0x2345};
+  d.locks = {0x7f0010000000, 1 << 16, 0x3456};
+  d.clock_offset = 0;
+  d.ring = {0x7f0020000000, 8 * 4096, 0x4567};
+  d.slot_size = 4096;
+  d.credits = 8;
+  d.max_key_bytes = 1024;
+  d.max_value_bytes = 1 << 20;
+  d.get_deadline_us = 100000;
+  return d;
+}
+
+TEST(HandshakeTest, DescriptorRoundTripsAndToleratesPadding) {
+  std::array<uint8_t, kMaxAcceptData> buf{};  // zero padding after the message
+  ServerDescriptor d = SampleDescriptor();
+  size_t n = EncodeServerDescriptor(d, buf);
+  ASSERT_GT(n, 0u);
+  ASSERT_LE(n, kMaxAcceptData);
+  auto back = DecodeServerDescriptor(buf);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, d);
+  // Little-endian, field by field: the magic's bytes spell KVRD.
+  EXPECT_EQ(0, std::memcmp(buf.data(), "KVRD", 4));
+}
+
+TEST(HandshakeTest, DescriptorFromAnotherMajorVersionIsRefusedWithBothVersions) {
+  std::array<uint8_t, kMaxAcceptData> buf{};
+  ServerDescriptor d = SampleDescriptor();
+  d.major = kProtocolMajor + 1;
+  EncodeServerDescriptor(d, buf);
+  auto back = DecodeServerDescriptor(buf);
+  ASSERT_FALSE(back.ok());
+  EXPECT_EQ(back.status().code(), Status::Code::kProtocol);
+  EXPECT_NE(back.status().message().find("protocol 2.0"), std::string::npos) << back.status().ToString();
+}
+
+TEST(HandshakeTest, TruncatedOrInsaneDescriptorsAreRejected) {
+  std::array<uint8_t, kMaxAcceptData> buf{};
+  size_t n = EncodeServerDescriptor(SampleDescriptor(), buf);
+  for (size_t cut = 0; cut < n; ++cut) {
+    EXPECT_FALSE(DecodeServerDescriptor(std::span(buf).first(cut)).ok()) << cut;
+  }
+  ServerDescriptor d = SampleDescriptor();
+  d.bucket_count = 3;  // not a power of two
+  EncodeServerDescriptor(d, buf);
+  EXPECT_FALSE(DecodeServerDescriptor(buf).ok());
+  d = SampleDescriptor();
+  d.credits = 9;  // 9 slots do not fit the ring
+  EncodeServerDescriptor(d, buf);
+  EXPECT_FALSE(DecodeServerDescriptor(buf).ok());
+}
+
+TEST(HandshakeTest, ConnectRequestRoundTrips) {
+  std::array<uint8_t, kMaxRequestData> buf{};
+  ConnectRequestMsg m;
+  m.put_path = PutPath::kWriteImm;
+  m.auth_len = 5;
+  std::memcpy(m.auth.data(), "token", 5);
+  size_t n = EncodeConnectRequest(m, buf);
+  ASSERT_GT(n, 0u);
+  auto back = DecodeConnectRequest(buf);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->put_path, PutPath::kWriteImm);
+  EXPECT_EQ(back->auth_len, 5);
+  EXPECT_EQ(0, std::memcmp(back->auth.data(), "token", 5));
+  buf[0] ^= 1;
+  EXPECT_EQ(DecodeConnectRequest(buf).status().code(), Status::Code::kProtocol);
+}
+
+TEST(HandshakeTest, RejectCarriesCodeAndReason) {
+  std::array<uint8_t, kMaxRejectData> buf{};
+  RejectMsg m;
+  m.code = Status::Code::kProtocol;
+  m.reason = std::string(500, 'x');  // truncated to fit
+  size_t n = EncodeReject(m, buf);
+  ASSERT_GT(n, 0u);
+  ASSERT_LE(n, kMaxRejectData);
+  auto back = DecodeReject(buf);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->code, Status::Code::kProtocol);
+  EXPECT_GT(back->reason.size(), 100u);
+  std::array<uint8_t, 8> empty{};
+  EXPECT_TRUE(DecodeReject(empty).status().IsNotFound());
+}
+
+std::vector<uint8_t> Request(RequestHeader h, std::string_view key, std::string_view value) {
+  std::vector<uint8_t> m(kRequestHeaderSize);
+  EncodeRequestHeader(h, m.data());
+  m.insert(m.end(), key.begin(), key.end());
+  m.insert(m.end(), value.begin(), value.end());
+  return m;
+}
+
+TEST(MessagesTest, WholePutParses) {
+  RequestHeader h;
+  h.key_len = 3;
+  h.value_len = 5;
+  h.frag_len = 5;
+  h.request_id = 42;
+  auto m = Request(h, "abc", "hello");
+  auto p = ParseRequest(m, 1024, 1 << 20);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->header.request_id, 42u);
+  EXPECT_EQ(std::string(p->key.begin(), p->key.end()), "abc");
+  EXPECT_EQ(std::string(p->value.begin(), p->value.end()), "hello");
+}
+
+TEST(MessagesTest, MalformedRequestsGetClearErrors) {
+  RequestHeader h;
+  h.key_len = 3;
+  h.value_len = 5;
+  h.frag_len = 5;
+  auto bad_len = Request(h, "abc", "hell");  // one byte short
+  auto p = ParseRequest(bad_len, 1024, 1 << 20);
+  EXPECT_EQ(p.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(p.status().message().find("do not add up"), std::string::npos);
+
+  auto bad_op = Request(h, "abc", "hello");
+  bad_op[0] = 9;
+  EXPECT_NE(ParseRequest(bad_op, 1024, 1 << 20).status().message().find("unknown opcode"), std::string::npos);
+
+  RequestHeader big = h;
+  big.value_len = 2 << 20;
+  EXPECT_EQ(ParseRequest(Request(big, "abc", "hello"), 1024, 1 << 20).status().code(), Status::Code::kTooLarge);
+
+  RequestHeader longkey = h;
+  longkey.key_len = 2000;
+  EXPECT_EQ(ParseRequest(Request(longkey, std::string(2000, 'k'), "hello"), 1024, 1 << 20).status().code(),
+            Status::Code::kTooLarge);
+
+  RequestHeader frag = h;
+  frag.flags = kFlagLast;  // a LAST fragment that does not end the value
+  frag.frag_offset = 1;
+  frag.frag_len = 2;
+  EXPECT_FALSE(ParseRequest(Request(frag, "", "he"), 1024, 1 << 20).ok());
+
+  std::vector<uint8_t> tiny(10, 0);
+  EXPECT_FALSE(ParseRequest(tiny, 1024, 1 << 20).ok());
+}
+
+TEST(MessagesTest, FragmentsParse) {
+  RequestHeader h;
+  h.flags = kFlagFirst;
+  h.key_len = 1;
+  h.value_len = 10;
+  h.frag_len = 4;
+  ASSERT_TRUE(ParseRequest(Request(h, "k", "0123"), 64, 100).ok());
+  h.flags = 0;
+  h.frag_offset = 4;
+  h.frag_len = 4;
+  ASSERT_TRUE(ParseRequest(Request(h, "", "4567"), 64, 100).ok());
+  h.flags = kFlagLast;
+  h.frag_offset = 8;
+  h.frag_len = 2;
+  ASSERT_TRUE(ParseRequest(Request(h, "", "89"), 64, 100).ok());
+}
+
+TEST(MessagesTest, ReplyAndStatsRoundTrip) {
+  std::array<uint8_t, 256> stats_buf{};
+  std::pair<std::string_view, uint64_t> s[] = {{"puts", 10}, {"items", 7}};
+  size_t sn = EncodeStats(s, stats_buf);
+  ASSERT_GT(sn, 0u);
+  std::array<uint8_t, kMaxReplySize> buf{};
+  ReplyHeader h;
+  h.status = Status::Code::kServerFull;
+  h.request_id = 9;
+  h.version = 12;
+  size_t n = EncodeReply(h, std::span(stats_buf).first(sn), buf);
+  auto p = ParseReply(std::span(buf).first(n));
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->header.status, Status::Code::kServerFull);
+  EXPECT_EQ(p->header.request_id, 9u);
+  EXPECT_EQ(p->header.version, 12u);
+  auto st = DecodeStats(p->body);
+  ASSERT_TRUE(st.ok());
+  ASSERT_EQ(st->size(), 2u);
+  EXPECT_EQ((*st)[0].first, "puts");
+  EXPECT_EQ((*st)[1].second, 7u);
+}
+
+}  // namespace
+}  // namespace kvrdma
