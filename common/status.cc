@@ -1,4 +1,4 @@
-#include "common/status.h"
+#include "kvrdma/status.h"
 
 #include <cstring>
 
