@@ -387,12 +387,14 @@ class LoopConnectRequest final : public ConnectRequest {
   ~LoopConnectRequest() override { Reject({}); }
   std::span<const uint8_t> private_data() const noexcept override { return data_; }
 
-  Result<std::unique_ptr<Connection>> Accept(const QpConfig& cfg, std::span<const uint8_t> reply) override {
+  Result<std::unique_ptr<Connection>> Accept(const QpConfig& cfg, std::span<const uint8_t> reply,
+                                             const std::function<void(Connection&)>& ready) override {
     if (reply.size() > kAcceptDataMax) return Status::InvalidArgument("accept private data over 196 bytes");
     if (answered_) return Status::InvalidArgument("request already answered");
     answered_ = true;
     auto conn = std::make_unique<LoopConn>(listener_->device().self(), cfg);
     conn->set_peer_data(data_);
+    if (ready) ready(*conn);
     std::lock_guard<std::mutex> hg(hs_->mu);
     if (hs_->state != Handshake::State::kPending) return Status::Unavailable("the client gave up");
     {

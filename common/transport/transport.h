@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -249,8 +250,11 @@ class ConnectRequest {
   virtual ~ConnectRequest() = default;
   virtual std::span<const uint8_t> private_data() const noexcept = 0;
   // Creates the QP and accepts, answering with `reply` as private data.
-  virtual Result<std::unique_ptr<Connection>> Accept(const QpConfig& cfg,
-                                                     std::span<const uint8_t> reply) = 0;
+  // `ready`, if given, runs after the QP exists and before the peer is told,
+  // so the owner can route the QP's first completions (control path only).
+  virtual Result<std::unique_ptr<Connection>> Accept(
+      const QpConfig& cfg, std::span<const uint8_t> reply,
+      const std::function<void(Connection&)>& ready = {}) = 0;
   // Refuses; the connecting side receives `reply` as the reason.
   virtual void Reject(std::span<const uint8_t> reply) noexcept = 0;
 };

@@ -222,7 +222,8 @@ class VerbsConnectRequest final : public ConnectRequest {
   }
   std::span<const uint8_t> private_data() const noexcept override { return data_; }
 
-  Result<std::unique_ptr<Connection>> Accept(const QpConfig& cfg, std::span<const uint8_t> reply) override {
+  Result<std::unique_ptr<Connection>> Accept(const QpConfig& cfg, std::span<const uint8_t> reply,
+                                             const std::function<void(Connection&)>& ready) override {
     if (!id_) return Status::InvalidArgument("request already answered");
     if (id_->verbs != dev_->context()) {
       Reject({});
@@ -241,6 +242,7 @@ class VerbsConnectRequest final : public ConnectRequest {
     p.retry_count = 7;
     conn->set_rd_atomic(std::max<uint32_t>(1, std::min<uint32_t>(rd, peer_responder_resources_)));
     conn->set_peer_data(data_.data(), data_.size());
+    if (ready) ready(*conn);
     if (rdma_accept(conn->id(), &p) != 0) return Status::FromErrno("rdma_accept", errno);
     std::unique_ptr<Connection> r = std::move(conn);
     return r;

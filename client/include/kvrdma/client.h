@@ -1,0 +1,92 @@
+// kvrdma client library: GET with one-sided RDMA READs, PUT/DELETE as
+// messages to the server's workers.
+//
+//   auto c = kvrdma::Client::Connect({.host = "10.0.0.1"});
+//   if (!c.ok()) { /* c.status().ToString() says why */ }
+//   (*c)->Put("k", "v");
+//   std::string v;
+//   kvrdma::Status s = (*c)->Get("k", &v);   // s.IsNotFound() when absent
+//
+// Thread safety: a Client is used by one thread at a time (it owns one QP and
+// its buffers). Use one Client per thread; Clients are independent.
+// Errors: every call returns a Status; nothing throws, aborts or exits on a
+// remote failure. After ConnectionLost the Client stays unusable: make a new
+// one.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kvrdma/status.h"
+
+namespace kvrdma {
+
+enum class PutMode : uint8_t {
+  kSend,      // requests travel as SENDs into the server's shared receive queue
+  kWriteImm,  // requests are RDMA-written into this connection's ring slot, with an immediate
+};
+
+struct ClientOptions {
+  std::string host = "127.0.0.1";  // the server's RDMA-reachable address
+  uint16_t port = 7471;
+  std::string device;              // local RDMA device; empty = the first
+  PutMode put_mode = PutMode::kSend;
+  int connect_timeout_ms = 5000;
+  int op_timeout_ms = 5000;        // per operation; past it the call returns Timeout
+};
+
+// Counters of what this client did (for tests and benchmarks).
+struct ClientStats {
+  uint64_t gets = 0;
+  uint64_t get_rounds = 0;   // bucket-READ rounds (1 per GET without races)
+  uint64_t get_retries = 0;  // rounds repeated: torn/superseded entry, concurrent move
+  uint64_t reads = 0;        // RDMA READs posted
+  uint64_t puts = 0;
+  uint64_t deletes = 0;
+  uint64_t messages = 0;     // request messages sent (fragments count)
+};
+
+class Client {
+ public:
+  // Connects to a kvserver. Errors: Unavailable (no device, nothing listening,
+  // refused: the message carries the server's reason), Protocol (another
+  // protocol version), Timeout.
+  static Result<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Reads the value of `key` into *value. OK, NotFound, InvalidArgument
+  // (empty key), TooLarge (key over the server's limit), Timeout (no
+  // consistent read within op_timeout_ms: writers kept racing), Corruption,
+  // ConnectionLost. The value returned was the key's value at some instant
+  // during the call.
+  Status Get(std::string_view key, std::string* value);
+  // Stores value under key. OK (the store has it; a later Get sees it),
+  // InvalidArgument, TooLarge, ServerFull, Timeout, ConnectionLost.
+  Status Put(std::string_view key, std::string_view value);
+  // Deletes key. OK, NotFound (was not there), InvalidArgument, TooLarge,
+  // ServerFull (no room for the tombstone), Timeout, ConnectionLost.
+  Status Delete(std::string_view key);
+  // The server's counters (connections, puts, deletes, errors, items, ...).
+  Result<std::vector<std::pair<std::string, uint64_t>>> Stats();
+
+  // The version the server reported for the last successful Put/Delete.
+  uint64_t last_version() const;
+  const ClientStats& stats() const;
+  uint32_t max_value_bytes() const;
+  uint32_t max_key_bytes() const;
+
+  class Impl;
+
+ private:
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  friend class ClientFactory;
+};
+
+}  // namespace kvrdma

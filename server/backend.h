@@ -1,0 +1,38 @@
+// What the network side of kvserver needs from the store: apply a request,
+// describe the regions clients read, report statistics. Implemented over the
+// Store (server/store/); kept narrow so the connection and worker code does
+// not depend on index and log internals.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace kvrdma::server {
+
+struct StoreRegions {
+  void* index_base = nullptr;
+  size_t index_bytes = 0;
+  uint32_t bucket_count = 0;
+  uint64_t hash_seed = 0;
+  void* log_base = nullptr;
+  size_t log_bytes = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // Called by worker `worker` (0..workers-1) only; thread-safe across workers.
+  virtual Status Put(uint32_t worker, std::span<const uint8_t> key, std::span<const uint8_t> value,
+                     uint64_t* version) = 0;
+  virtual Status Delete(uint32_t worker, std::span<const uint8_t> key, uint64_t* version) = 0;
+  virtual StoreRegions regions() const = 0;
+  // Appends (name, value) pairs: items, index/log bytes used, cleaner runs, evictions...
+  virtual void AppendStats(std::vector<std::pair<std::string_view, uint64_t>>* out) const = 0;
+};
+
+}  // namespace kvrdma::server

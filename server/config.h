@@ -1,0 +1,33 @@
+// kvserver's configuration (command line or --config FILE).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "server/store/store_config.h"
+
+namespace kvrdma::server {
+
+struct ServerConfig {
+  std::string listen = "0.0.0.0";  // address to listen on; 0.0.0.0 = all
+  uint16_t port = 7471;
+  std::string device;              // RDMA device name; empty = the first
+  uint64_t index_mb = 64;
+  uint64_t log_mb = 1024;
+  uint32_t workers = 2;
+  CapacityMode mode = CapacityMode::kStore;
+  uint32_t max_value_bytes = 1u << 20;
+  uint32_t max_key_bytes = 1024;
+  HugePages huge_pages = HugePages::kAuto;
+  // Flow control: requests in flight per connection, and the size of a ring
+  // slot / receive buffer (a larger message is sent in fragments).
+  uint32_t credits = 8;
+  uint32_t slot_bytes = 4096;
+  uint32_t srq_depth = 4096;
+  uint32_t lock_slots = 65536;    // 8-byte lock words in the lock table
+  // A freed log segment is reused only after this long; clients are told to
+  // finish a GET within half of it (the descriptor's get_deadline_us).
+  uint32_t grace_period_ms = 100;
+};
+
+}  // namespace kvrdma::server

@@ -1,0 +1,45 @@
+// Per-connection state on the server.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "common/protocol/handshake.h"
+#include "common/transport/transport.h"
+
+namespace kvrdma::server {
+
+struct FreeDeleter {
+  void operator()(void* p) const noexcept { std::free(p); }
+};
+
+// Owned by the connection manager; a worker holds a shared_ptr while it
+// handles one of its messages, so the last holder destroys it.
+struct ConnState {
+  uint32_t id = 0;
+  uint32_t worker = 0;
+  PutPath put_path = PutPath::kSend;
+  // Declaration order = creation order: the QP goes first, then the ring's
+  // registration, then its memory.
+  std::unique_ptr<uint8_t, FreeDeleter> ring;  // credits * slot_bytes, this connection's only
+  std::unique_ptr<MemoryRegion> ring_mr;       // REMOTE_WRITE
+  std::unique_ptr<Connection> conn;  // set by the manager once Accept returns
+  // The same connection, published to the worker (under the worker's mutex)
+  // before the accept reaches the client; workers use only this.
+  Connection* qp = nullptr;
+  uint32_t qp_num = 0;
+
+  // --- touched only by the owning worker ---
+  // Reassembly of a PUT sent in fragments.
+  bool assembling = false;
+  uint64_t asm_request = 0;
+  std::vector<uint8_t> asm_key;
+  std::vector<uint8_t> asm_value;
+  uint32_t asm_received = 0;
+  uint32_t unsignaled = 0;  // replies posted since the last signaled one
+};
+
+}  // namespace kvrdma::server

@@ -1,0 +1,138 @@
+// kvserver: the kvrdma daemon.
+#include <pthread.h>
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "common/log.h"
+#include "common/transport/verbs_transport.h"
+#include "server/server.h"
+#include "server/store_backend.h"
+
+namespace {
+
+constexpr const char* kVersion = "kvserver (kvrdma) 0.1.0, protocol 1.0";
+
+uint64_t FloorPow2(uint64_t x) {
+  uint64_t p = 1;
+  while (p * 2 <= x) p *= 2;
+  return p;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using kvrdma::server::ServerConfig;
+  ServerConfig cfg;
+  std::string mode = "store", huge = "auto", level = "info";
+  uint64_t segment_mb = 1;
+
+  CLI::App app{
+      "kvserver: the kvrdma key-value store daemon.\n"
+      "Registers a hash index and a value log with the RDMA NIC; clients GET with one-sided\n"
+      "RDMA READs and send PUT/DELETE to worker threads through a shared receive queue."};
+  app.set_config("--config", "", "Read options from a TOML or INI file (same names as the options)");
+  app.set_version_flag("--version", kVersion);
+  app.add_option("--listen", cfg.listen, "Address to listen on (an IP of the RDMA interface; 0.0.0.0 = all)")
+      ->capture_default_str();
+  app.add_option("--port", cfg.port, "rdma_cm port")->capture_default_str();
+  app.add_option("--device", cfg.device, "RDMA device name, e.g. mlx5_0 or rxe0 (default: the first)");
+  app.add_option("--index-mb", cfg.index_mb,
+                 "Hash index size in MiB (64-byte buckets of 7 slots; rounded down to a power of two)")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--log-mb", cfg.log_mb, "Value log size in MiB (keys, values and entry headers)")
+      ->capture_default_str()->check(CLI::Range(2, 1 << 24));
+  app.add_option("--segment-mb", segment_mb, "Log segment size in MiB (the unit of cleaning)")
+      ->capture_default_str()->check(CLI::Range(1, 1024));
+  app.add_option("--workers", cfg.workers, "Worker threads that apply PUT/DELETE")
+      ->capture_default_str()->check(CLI::Range(1, 256));
+  app.add_option("--mode", mode,
+                 "store: a full index or log answers ServerFull and loses nothing;\n"
+                 "cache: the oldest entries are evicted to make room")
+      ->capture_default_str()->check(CLI::IsMember({"store", "cache"}));
+  app.add_option("--max-value-bytes", cfg.max_value_bytes, "Largest value accepted")
+      ->capture_default_str()->check(CLI::Range(0u, static_cast<unsigned>(kvrdma::kMaxValueBytes)));
+  app.add_option("--max-key-bytes", cfg.max_key_bytes, "Longest key accepted")
+      ->capture_default_str()->check(CLI::Range(1u, static_cast<unsigned>(kvrdma::kMaxKeyBytes)));
+  app.add_option("--huge-pages", huge,
+                 "Back index and log with huge pages: auto (MAP_HUGETLB, then transparent huge pages,\n"
+                 "then normal pages), on (MAP_HUGETLB or fail), off")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "on", "off"}));
+  app.add_option("--credits", cfg.credits, "Requests in flight per connection")
+      ->capture_default_str()->check(CLI::Range(1, 256));
+  app.add_option("--slot-bytes", cfg.slot_bytes,
+                 "Bytes per request message (receive buffer / ring slot); larger values go in fragments")
+      ->capture_default_str()->check(CLI::Range(256, 1 << 24));
+  app.add_option("--srq-depth", cfg.srq_depth, "Receive buffers in the shared receive queue")
+      ->capture_default_str()->check(CLI::Range(16, 1 << 20));
+  app.add_option("--grace-ms", cfg.grace_period_ms,
+                 "A freed log segment is reused only after this long; clients must finish a GET in half")
+      ->capture_default_str()->check(CLI::Range(2, 60000));
+  app.add_option("--log-level", level, "debug, info, warn or error")
+      ->capture_default_str()->check(CLI::IsMember({"debug", "info", "warn", "error"}));
+  CLI11_PARSE(app, argc, argv);
+
+  kvrdma::SetLogTag("kvserver");
+  static const std::map<std::string, kvrdma::LogLevel> kLevels = {{"debug", kvrdma::LogLevel::kDebug},
+                                                                 {"info", kvrdma::LogLevel::kInfo},
+                                                                 {"warn", kvrdma::LogLevel::kWarn},
+                                                                 {"error", kvrdma::LogLevel::kError}};
+  kvrdma::SetLogLevel(kLevels.at(level));
+  cfg.mode = mode == "cache" ? kvrdma::CapacityMode::kCache : kvrdma::CapacityMode::kStore;
+  cfg.huge_pages = huge == "on" ? kvrdma::HugePages::kOn
+                   : huge == "off" ? kvrdma::HugePages::kOff : kvrdma::HugePages::kAuto;
+
+  // Block the stop signals in every thread; one thread waits for them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  kvrdma::StoreConfig sc;
+  sc.index_buckets = std::max<uint64_t>(2, FloorPow2(cfg.index_mb * (1 << 20) / kvrdma::kBucketBytes));
+  sc.segment_bytes = segment_mb << 20;
+  sc.log_bytes = (cfg.log_mb << 20) / sc.segment_bytes * sc.segment_bytes;
+  sc.workers = cfg.workers;
+  sc.mode = cfg.mode;
+  sc.huge_pages = cfg.huge_pages;
+  sc.seed = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
+  sc.max_key_bytes = cfg.max_key_bytes;
+  sc.max_value_bytes = cfg.max_value_bytes;
+  sc.grace_period = std::chrono::milliseconds(cfg.grace_period_ms);
+
+  auto device = kvrdma::OpenVerbsDevice(cfg.device);
+  if (!device.ok()) {
+    KVRDMA_LOG_ERROR("%s", device.status().ToString().c_str());
+    return 1;
+  }
+  auto backend = kvrdma::server::StoreBackend::Create(sc);
+  if (!backend.ok()) {
+    KVRDMA_LOG_ERROR("creating the store: %s", backend.status().ToString().c_str());
+    return 1;
+  }
+  kvrdma::server::Server server(cfg, device.value(), **backend);
+  if (kvrdma::Status st = server.Start(); !st.ok()) {
+    KVRDMA_LOG_ERROR("%s", st.ToString().c_str());
+    return 1;
+  }
+  std::thread signals([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    KVRDMA_LOG_INFO("%s: stopping (finishing requests in flight, disconnecting clients)",
+                    sig == SIGINT ? "SIGINT" : "SIGTERM");
+    server.RequestStop();
+  });
+  signals.detach();  // exits with the process
+  kvrdma::Status st = server.Run();
+  if (!st.ok()) {
+    KVRDMA_LOG_ERROR("%s", st.ToString().c_str());
+    return 1;
+  }
+  KVRDMA_LOG_INFO("stopped cleanly");
+  return 0;
+}

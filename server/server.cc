@@ -1,0 +1,206 @@
+#include "server/server.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/log.h"
+#include "common/protocol/handshake.h"
+
+namespace kvrdma::server {
+namespace {
+
+template <typename T = uint8_t>
+std::unique_ptr<T, FreeDeleter> AlignedAlloc(size_t bytes, size_t align = 4096) {
+  size_t n = (bytes + align - 1) / align * align;
+  void* p = std::aligned_alloc(align, n);
+  if (p != nullptr) std::memset(p, 0, n);
+  return std::unique_ptr<T, FreeDeleter>(static_cast<T*>(p));
+}
+
+}  // namespace
+
+Server::Server(ServerConfig cfg, std::shared_ptr<Device> device, Backend& backend)
+    : cfg_(std::move(cfg)), device_(std::move(device)), backend_(backend) {}
+
+Server::~Server() { Shutdown(); }
+
+Status Server::Start() {
+  if (cfg_.credits == 0 || cfg_.credits > 256) return Status::InvalidArgument("--credits must be 1..256");
+  if (cfg_.slot_bytes < 256 || cfg_.slot_bytes > (1u << 24)) {
+    return Status::InvalidArgument("--slot-bytes must be 256..16777216");
+  }
+  StoreRegions r = backend_.regions();
+  auto reg = [&](void* p, size_t n, uint32_t access, const char* what) -> Result<std::unique_ptr<MemoryRegion>> {
+    auto mr = device_->RegisterMemory(p, n, access);
+    if (!mr.ok()) return Status(mr.status().code(), std::string("registering the ") + what + ": " + mr.status().message());
+    return mr;
+  };
+  auto imr = reg(r.index_base, r.index_bytes, kAccessRemoteRead, "index");
+  if (!imr.ok()) return imr.status();
+  index_mr_ = std::move(imr).value();
+  auto lmr = reg(r.log_base, r.log_bytes, kAccessRemoteRead, "value log");
+  if (!lmr.ok()) return lmr.status();
+  log_mr_ = std::move(lmr).value();
+
+  // Lock table: word 0 is the server clock, then cfg_.lock_slots lock words.
+  locks_bytes_ = (size_t{cfg_.lock_slots} + 8) * 8;
+  locks_ = AlignedAlloc<uint64_t>(locks_bytes_);
+  if (!locks_) return Status::NoResource("out of memory for the lock table");
+  auto kmr = reg(locks_.get(), locks_bytes_, kAccessRemoteAtomic | kAccessRemoteRead, "lock table");
+  if (!kmr.ok()) return kmr.status();
+  locks_mr_ = std::move(kmr).value();
+
+  // Shared receive queue and its buffers.
+  uint32_t depth = std::min(cfg_.srq_depth, device_->info().max_srq_wr);
+  size_t recv_bytes = size_t{depth} * cfg_.slot_bytes;
+  recv_mem_ = AlignedAlloc(recv_bytes);
+  if (!recv_mem_) return Status::NoResource("out of memory for receive buffers");
+  auto rmr = reg(recv_mem_.get(), recv_bytes, kAccessLocalWrite, "receive buffers");
+  if (!rmr.ok()) return rmr.status();
+  recv_mr_ = std::move(rmr).value();
+  auto srq = device_->CreateSharedReceiveQueue(depth);
+  if (!srq.ok()) return srq.status();
+  srq_ = std::move(srq).value();
+  depth = std::min(depth, srq_->max_wr());
+  ReceivePool pool{srq_.get(), recv_mr_.get(), cfg_.slot_bytes};
+  for (uint32_t i = 0; i < depth; ++i) KVRDMA_RETURN_IF_ERROR(pool.Repost(i));
+
+  // Workers: a CQ each (receives of their connections + reply SENDs).
+  for (uint32_t w = 0; w < std::max(1u, cfg_.workers); ++w) {
+    auto cq = device_->CreateCompletionQueue(depth + 4096);
+    if (!cq.ok()) return cq.status();
+    size_t rb = size_t{Worker::kReplySlots} * kMaxReplySize;
+    reply_mem_.push_back(AlignedAlloc(rb));
+    auto mr = reg(reply_mem_.back().get(), rb, kAccessLocalWrite, "reply buffers");
+    if (!mr.ok()) return mr.status();
+    workers_.push_back(std::make_unique<Worker>(w, cfg_, backend_, counters_, pool, std::move(cq).value(),
+                                                std::move(mr).value()));
+    workers_.back()->Start();
+  }
+
+  auto l = device_->Listen(cfg_.listen, cfg_.port, 1024);
+  if (!l.ok()) return l.status();
+  listener_ = std::move(l).value();
+  KVRDMA_LOG_INFO("listening on %s:%u (device %s, %u workers, %u receive buffers of %u bytes, %u credits)",
+                  cfg_.listen.c_str(), listener_->port(), device_->info().name.c_str(),
+                  static_cast<unsigned>(workers_.size()), depth, cfg_.slot_bytes, cfg_.credits);
+  return Status::OK();
+}
+
+Status Server::Run() {
+  while (!stop_.load()) {
+    auto ev = listener_->NextEvent(100);
+    if (!ev.ok()) {
+      if (ev.status().IsTimeout()) continue;
+      KVRDMA_LOG_ERROR("connection manager: %s", ev.status().ToString().c_str());
+      continue;
+    }
+    switch (ev->type) {
+      case CmEvent::Type::kConnectRequest: OnConnectRequest(std::move(ev->request)); break;
+      case CmEvent::Type::kEstablished: break;
+      case CmEvent::Type::kDisconnected: OnDisconnected(ev->connection); break;
+    }
+  }
+  Shutdown();
+  return Status::OK();
+}
+
+void Server::Reject(ConnectRequest& req, const Status& why) {
+  KVRDMA_LOG_WARN("refusing a client: %s", why.ToString().c_str());
+  RejectMsg m;
+  m.code = why.code();
+  m.reason = why.message();
+  uint8_t buf[kMaxRejectData];
+  size_t n = EncodeReject(m, buf);
+  req.Reject({buf, n});
+}
+
+void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
+  auto msg = DecodeConnectRequest(req->private_data());
+  if (!msg.ok()) return Reject(*req, msg.status());
+  auto cs = std::make_shared<ConnState>();
+  cs->id = next_conn_id_++;
+  cs->put_path = msg->put_path;
+  cs->worker = next_worker_++ % workers_.size();
+  size_t ring_bytes = size_t{cfg_.credits} * cfg_.slot_bytes;
+  cs->ring = AlignedAlloc(ring_bytes);
+  if (!cs->ring) return Reject(*req, Status::NoResource("server out of memory"));
+  auto mr = device_->RegisterMemory(cs->ring.get(), ring_bytes, kAccessRemoteWrite);
+  if (!mr.ok()) return Reject(*req, mr.status());
+  cs->ring_mr = std::move(mr).value();
+
+  StoreRegions r = backend_.regions();
+  ServerDescriptor d;
+  d.conn_id = cs->id;
+  d.index = {index_mr_->base(), index_mr_->length(), index_mr_->rkey()};
+  d.bucket_count = r.bucket_count;
+  d.hash_seed = r.hash_seed;
+  d.log = {log_mr_->base(), log_mr_->length(), log_mr_->rkey()};
+  d.locks = {locks_mr_->base(), locks_mr_->length(), locks_mr_->rkey()};
+  d.clock_offset = 0;
+  d.ring = {cs->ring_mr->base(), cs->ring_mr->length(), cs->ring_mr->rkey()};
+  d.slot_size = cfg_.slot_bytes;
+  d.credits = static_cast<uint16_t>(cfg_.credits);
+  d.max_key_bytes = static_cast<uint16_t>(cfg_.max_key_bytes);
+  d.max_value_bytes = cfg_.max_value_bytes;
+  d.get_deadline_us = cfg_.grace_period_ms * 1000 / 2;
+  uint8_t buf[kMaxAcceptData];
+  size_t n = EncodeServerDescriptor(d, buf);
+
+  Worker& w = *workers_[cs->worker];
+  QpConfig qc;
+  qc.send_cq = &w.cq();
+  qc.recv_cq = &w.cq();
+  qc.srq = srq_.get();
+  qc.max_send_wr = 2 * cfg_.credits + 32;  // replies in flight + unsignaled ones not yet reaped
+  qc.max_inline = 256;
+  // The worker must know the QP before the client can send on it.
+  auto conn = req->Accept(qc, {buf, n}, [&](Connection& c) {
+    c.set_user(cs.get());
+    cs->qp = &c;
+    cs->qp_num = c.qp_num();
+    w.Add(cs, cs->qp_num);
+  });
+  if (!conn.ok()) {
+    KVRDMA_LOG_WARN("accepting connection %u failed: %s", cs->id, conn.status().ToString().c_str());
+    if (cs->qp != nullptr) w.Remove(cs->qp_num);
+    return;
+  }
+  cs->conn = std::move(conn).value();
+  conns_.push_back(cs);
+  counters_.connections.fetch_add(1);
+  counters_.connections_total.fetch_add(1);
+  KVRDMA_LOG_DEBUG("connection %u accepted (qp %u, worker %u, put path %s)", cs->id, cs->conn->qp_num(),
+                   cs->worker, cs->put_path == PutPath::kSend ? "send" : "write-imm");
+}
+
+void Server::OnDisconnected(Connection* c) {
+  auto it = std::find_if(conns_.begin(), conns_.end(), [&](const auto& s) { return s->conn.get() == c; });
+  if (it == conns_.end()) return;
+  std::shared_ptr<ConnState> cs = std::move(*it);
+  conns_.erase(it);
+  workers_[cs->worker]->Remove(cs->qp_num);
+  counters_.connections.fetch_sub(1);
+  KVRDMA_LOG_DEBUG("connection %u closed", cs->id);
+}
+
+void Server::Shutdown() {
+  listener_.reset();  // stop accepting
+  for (auto& w : workers_) w->Stop();  // each drains what already arrived
+  for (auto& cs : conns_) {
+    cs->conn->Disconnect();
+    workers_[cs->worker]->Remove(cs->qp_num);
+  }
+  conns_.clear();
+  workers_.clear();  // CQs and reply buffers
+  reply_mem_.clear();
+  srq_.reset();
+  recv_mr_.reset();
+  recv_mem_.reset();
+  locks_mr_.reset();
+  locks_.reset();
+  log_mr_.reset();
+  index_mr_.reset();
+}
+
+}  // namespace kvrdma::server

@@ -1,0 +1,73 @@
+// kvserver's network side: registers the store's regions, runs the
+// connection manager (rdma_cm listener) and the SRQ workers.
+//
+// Memory and access rights (least privilege):
+//   index, log      REMOTE_READ                  (clients GET with READs)
+//   lock table      REMOTE_ATOMIC + REMOTE_READ  (CAS locks, server clock)
+//   request ring    REMOTE_WRITE, one registration per connection
+//   receive buffers, reply buffers: local only
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "common/transport/transport.h"
+#include "server/backend.h"
+#include "server/config.h"
+#include "server/conn_state.h"
+#include "server/worker.h"
+
+namespace kvrdma::server {
+
+class Server {
+ public:
+  // `device` is the RDMA device (verbs, or loopback in unit tests).
+  Server(ServerConfig cfg, std::shared_ptr<Device> device, Backend& backend);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Registers memory, creates the SRQ, starts the workers and the listener.
+  Status Start();
+  // Runs the connection manager until RequestStop(); then shuts down in
+  // order: stop accepting, let workers finish what arrived, disconnect
+  // clients, release every resource.
+  Status Run();
+  // Safe from a signal handler's helper thread or any thread.
+  void RequestStop() { stop_.store(true); }
+  uint16_t port() const { return listener_ ? listener_->port() : 0; }
+  const ServerCounters& counters() const { return counters_; }
+
+ private:
+  void OnConnectRequest(std::unique_ptr<ConnectRequest> req);
+  void OnDisconnected(Connection* c);
+  void Reject(ConnectRequest& req, const Status& why);
+  void Shutdown();
+
+  ServerConfig cfg_;
+  std::shared_ptr<Device> device_;
+  Backend& backend_;
+  ServerCounters counters_;
+  std::atomic<bool> stop_{false};
+
+  // Creation order = declaration order; Shutdown() destroys in reverse.
+  std::unique_ptr<MemoryRegion> index_mr_;
+  std::unique_ptr<MemoryRegion> log_mr_;
+  std::unique_ptr<uint64_t, FreeDeleter> locks_;
+  size_t locks_bytes_ = 0;
+  std::unique_ptr<MemoryRegion> locks_mr_;
+  std::unique_ptr<uint8_t, FreeDeleter> recv_mem_;
+  std::unique_ptr<MemoryRegion> recv_mr_;
+  std::unique_ptr<SharedReceiveQueue> srq_;
+  std::vector<std::unique_ptr<uint8_t, FreeDeleter>> reply_mem_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::unique_ptr<Listener> listener_;
+  // Live connections by Connection* (the manager thread's view).
+  std::vector<std::shared_ptr<ConnState>> conns_;
+  uint32_t next_conn_id_ = 1;
+  uint32_t next_worker_ = 0;
+};
+
+}  // namespace kvrdma::server

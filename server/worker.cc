@@ -1,0 +1,244 @@
+#include "server/worker.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "common/log.h"
+
+namespace kvrdma::server {
+namespace {
+
+constexpr uint64_t kReplyTag = 1ull << 63;  // wr_id of reply SENDs (receives: buffer index)
+constexpr uint32_t kSignalEvery = 16;       // selective signaling of inline replies
+constexpr int kSpinPolls = 4000;            // empty polls before blocking on the channel
+
+uint64_t PeekRequestId(std::span<const uint8_t> msg) {
+  uint64_t id = 0;
+  if (msg.size() >= 16) {
+    for (int i = 0; i < 8; ++i) id |= uint64_t{msg[8 + i]} << (8 * i);
+  }
+  return id;
+}
+
+}  // namespace
+
+Worker::Worker(uint32_t index, const ServerConfig& cfg, Backend& backend, ServerCounters& counters,
+               ReceivePool pool, std::unique_ptr<CompletionQueue> cq, std::unique_ptr<MemoryRegion> reply_mr)
+    : index_(index),
+      cfg_(cfg),
+      backend_(backend),
+      counters_(counters),
+      pool_(pool),
+      cq_(std::move(cq)),
+      reply_mr_(std::move(reply_mr)) {}
+
+Worker::~Worker() {
+  Stop();
+  std::lock_guard<std::mutex> g(mu_);
+  conns_.clear();
+}
+
+void Worker::Start() { thread_ = std::thread([this] { Run(); }); }
+
+void Worker::Stop() {
+  stop_.store(true);
+  if (thread_.joinable()) thread_.join();
+}
+
+void Worker::Add(std::shared_ptr<ConnState> c, uint32_t qp_num) {
+  std::lock_guard<std::mutex> g(mu_);
+  conns_[qp_num] = std::move(c);
+}
+
+void Worker::Remove(uint32_t qp_num) {
+  std::shared_ptr<ConnState> gone;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = conns_.find(qp_num);
+    if (it == conns_.end()) return;
+    gone = std::move(it->second);
+    conns_.erase(it);
+  }
+  // `gone` may be the last reference: the QP is destroyed here, outside mu_.
+}
+
+std::shared_ptr<ConnState> Worker::Lookup(uint32_t qp_num) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = conns_.find(qp_num);
+  return it == conns_.end() ? nullptr : it->second;
+}
+
+void Worker::Run() {
+  Completion wc[32];
+  int empty = 0;
+  for (;;) {
+    int n = cq_->Poll(wc);
+    if (n > 0) {
+      for (int i = 0; i < n; ++i) Handle(wc[i]);
+      empty = 0;
+      continue;
+    }
+    if (n < 0) KVRDMA_LOG_ERROR("worker %u: polling the completion queue failed", index_);
+    if (stop_.load(std::memory_order_relaxed)) break;  // nothing left in flight
+    // Poll briefly, then sleep on the completion channel: a GET-only load
+    // sends no messages, and must leave kvserver's CPU idle.
+    if (++empty < kSpinPolls) continue;
+    (void)cq_->Wait(50);
+    empty = 0;
+  }
+}
+
+void Worker::Handle(const Completion& c) {
+  if (c.wr_id & kReplyTag) {  // a reply SEND completed
+    uint32_t slot = static_cast<uint32_t>(c.wr_id & ~kReplyTag);
+    if (slot < kReplySlots) reply_busy_[slot] = false;
+    if (c.status != WcStatus::kSuccess) {
+      if (auto cs = Lookup(c.qp_num)) cs->qp->MarkBroken();
+    }
+    return;
+  }
+  uint64_t buf = c.wr_id;
+  if (c.status != WcStatus::kSuccess) {
+    // A receive consumed by a QP that failed: the buffer goes back to the SRQ.
+    if (c.status != WcStatus::kFlushed) {
+      KVRDMA_LOG_WARN("worker %u: receive failed on qp %u: %s", index_, c.qp_num, WcStatusName(c.status));
+    }
+    (void)pool_.Repost(buf);
+    return;
+  }
+  std::shared_ptr<ConnState> cs = Lookup(c.qp_num);
+  if (cs && !cs->qp->broken()) {
+    if (c.opcode == WrOpcode::kRecvWriteImm) {
+      uint32_t slot = c.imm >> 24;
+      uint32_t len = c.imm & 0xffffff;
+      if (slot >= cfg_.credits || len > cfg_.slot_bytes) {
+        counters_.errors.fetch_add(1, std::memory_order_relaxed);
+        ReplyError(*cs, 0,
+                   Status::InvalidArgument("ring slot " + std::to_string(slot) + " / length " + std::to_string(len) +
+                                           " out of range (" + std::to_string(cfg_.credits) + " slots of " +
+                                           std::to_string(cfg_.slot_bytes) + " bytes)"));
+      } else {
+        HandleMessage(*cs, {cs->ring.get() + size_t{slot} * cfg_.slot_bytes, len});
+      }
+    } else {
+      HandleMessage(*cs, {pool_.Buffer(buf), c.byte_len});
+    }
+  }
+  if (Status st = pool_.Repost(buf); !st.ok()) {
+    KVRDMA_LOG_ERROR("worker %u: reposting a receive buffer failed: %s", index_, st.ToString().c_str());
+  }
+}
+
+void Worker::HandleMessage(ConnState& cs, std::span<const uint8_t> msg) {
+  auto parsed = ParseRequest(msg, cfg_.max_key_bytes, cfg_.max_value_bytes);
+  if (!parsed.ok()) {
+    counters_.errors.fetch_add(1, std::memory_order_relaxed);
+    cs.assembling = false;
+    ReplyError(cs, PeekRequestId(msg), parsed.status());
+    return;
+  }
+  const RequestHeader& h = parsed->header;
+  ReplyHeader rh;
+  rh.request_id = h.request_id;
+  Status st;
+  switch (h.opcode) {
+    case Opcode::kStats: {
+      std::vector<std::pair<std::string_view, uint64_t>> s = {
+          {"connections", counters_.connections.load()},
+          {"connections_total", counters_.connections_total.load()},
+          {"puts", counters_.puts.load()},
+          {"deletes", counters_.deletes.load()},
+          {"errors", counters_.errors.load()},
+      };
+      backend_.AppendStats(&s);
+      uint8_t body[kMaxReplySize - kReplyHeaderSize];
+      size_t n = EncodeStats(s, body);
+      Reply(cs, rh, {body, n});
+      return;
+    }
+    case Opcode::kDelete:
+      st = backend_.Delete(index_, parsed->key, &rh.version);
+      if (st.ok()) counters_.deletes.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case Opcode::kPut: {
+      bool first = h.flags & kFlagFirst, last = h.flags & kFlagLast;
+      if (first && last) {
+        st = backend_.Put(index_, parsed->key, parsed->value, &rh.version);
+      } else {
+        if (first) {
+          cs.assembling = true;
+          cs.asm_request = h.request_id;
+          cs.asm_key.assign(parsed->key.begin(), parsed->key.end());
+          cs.asm_value.resize(h.value_len);
+          cs.asm_received = 0;
+        } else if (!cs.assembling || cs.asm_request != h.request_id || h.frag_offset != cs.asm_received) {
+          cs.assembling = false;
+          counters_.errors.fetch_add(1, std::memory_order_relaxed);
+          ReplyError(cs, h.request_id, Status::InvalidArgument("value fragment out of order"));
+          return;
+        }
+        std::memcpy(cs.asm_value.data() + h.frag_offset, parsed->value.data(), parsed->value.size());
+        cs.asm_received += h.frag_len;
+        if (!last) {
+          rh.flags = kReplyFragmentAck;
+          Reply(cs, rh, {});
+          return;
+        }
+        cs.assembling = false;
+        st = backend_.Put(index_, cs.asm_key, cs.asm_value, &rh.version);
+      }
+      if (st.ok()) counters_.puts.fetch_add(1, std::memory_order_relaxed);
+      break;
+    }
+  }
+  if (!st.ok()) {
+    if (!st.IsNotFound()) counters_.errors.fetch_add(1, std::memory_order_relaxed);
+    ReplyError(cs, h.request_id, st);
+    return;
+  }
+  Reply(cs, rh, {});
+}
+
+void Worker::ReplyError(ConnState& cs, uint64_t request_id, const Status& st) {
+  ReplyHeader h;
+  h.status = st.code();
+  h.request_id = request_id;
+  const std::string& m = st.message();
+  Reply(cs, h, {reinterpret_cast<const uint8_t*>(m.data()), m.size()});
+}
+
+void Worker::Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t> body) {
+  // Find a free reply buffer (busy ones wait for their signaled completion).
+  for (uint32_t tries = 0; reply_busy_[next_reply_]; ++tries) {
+    next_reply_ = (next_reply_ + 1) % kReplySlots;
+    if (tries >= kReplySlots) {
+      Completion wc[16];
+      int n = cq_->Poll(wc);
+      for (int i = 0; i < n; ++i) Handle(wc[i]);
+      tries = 0;
+    }
+  }
+  uint32_t slot = next_reply_;
+  next_reply_ = (next_reply_ + 1) % kReplySlots;
+  auto* buf = static_cast<uint8_t*>(reply_mr_->addr()) + size_t{slot} * kMaxReplySize;
+  size_t len = EncodeReply(h, body, {buf, kMaxReplySize});
+  SendWr w;
+  w.wr_id = kReplyTag | slot;
+  w.opcode = WrOpcode::kSend;
+  w.local = reply_mr_->Slice(size_t{slot} * kMaxReplySize, static_cast<uint32_t>(len));
+  w.inline_data = len <= cs.qp->max_inline();
+  // Inline data is copied at post time, so the buffer is free at once; only
+  // every kSignalEvery-th inline reply asks for a completion (to free send
+  // queue slots). A non-inline reply holds its buffer until it completes.
+  w.signaled = !w.inline_data || ++cs.unsignaled >= kSignalEvery;
+  if (w.signaled) {
+    cs.unsignaled = 0;
+    reply_busy_[slot] = !w.inline_data;
+  }
+  if (Status st = cs.qp->PostSend({&w, 1}); !st.ok()) {
+    reply_busy_[slot] = false;
+    KVRDMA_LOG_DEBUG("worker %u: reply to connection %u not sent: %s", index_, cs.id, st.ToString().c_str());
+  }
+}
+
+}  // namespace kvrdma::server

@@ -1,0 +1,123 @@
+// kvctl: the kvrdma command-line client.
+//
+//   kvctl --server HOST[:PORT] get KEY        prints the value; exit 1 if absent
+//   kvctl --server HOST[:PORT] put KEY VALUE  (VALUE "-" reads it from stdin)
+//   kvctl --server HOST[:PORT] del KEY        exit 1 if absent
+//   kvctl --server HOST[:PORT] stats          the server's counters, one per line
+//
+// Exit codes: 0 found / done, 1 not found, 2 error (message on stderr).
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <string>
+
+#include "kvrdma/client.h"
+
+namespace {
+
+constexpr int kExitOk = 0, kExitNotFound = 1, kExitError = 2;
+
+int Fail(const std::string& what, const kvrdma::Status& st) {
+  std::fprintf(stderr, "kvctl: %s: %s\n", what.c_str(), st.ToString().c_str());
+  return kExitError;
+}
+
+bool ParseServer(const std::string& s, std::string* host, uint16_t* port) {
+  std::string h = s, p;
+  if (!s.empty() && s[0] == '[') {  // [v6addr]:port
+    auto close = s.find(']');
+    if (close == std::string::npos) return false;
+    h = s.substr(1, close - 1);
+    if (close + 1 < s.size()) {
+      if (s[close + 1] != ':') return false;
+      p = s.substr(close + 2);
+    }
+  } else if (auto colon = s.rfind(':'); colon != std::string::npos && s.find(':') == colon) {
+    h = s.substr(0, colon);
+    p = s.substr(colon + 1);
+  }
+  if (h.empty()) return false;
+  *host = h;
+  if (!p.empty()) {
+    char* end = nullptr;
+    unsigned long v = std::strtoul(p.c_str(), &end, 10);
+    if (*end != '\0' || v == 0 || v > 65535) return false;
+    *port = static_cast<uint16_t>(v);
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvctl: command-line client for kvrdma.\nExit codes: 0 found/done, 1 not found, 2 error."};
+  app.require_subcommand(1);
+  std::string server = "127.0.0.1", device, put_mode = "send";
+  int timeout_ms = 5000;
+  bool raw = false;
+  app.add_option("-s,--server", server, "kvserver address, HOST[:PORT] (default port 7471)")->capture_default_str();
+  app.add_option("--device", device, "Local RDMA device (default: the first)");
+  app.add_option("--put-mode", put_mode, "How writes travel: send or write-imm")
+      ->capture_default_str()->check(CLI::IsMember({"send", "write-imm"}));
+  app.add_option("--timeout-ms", timeout_ms, "Connect and per-operation timeout")->capture_default_str();
+  std::string key, value;
+  auto* get = app.add_subcommand("get", "Print the value of KEY (exit 1 if absent)");
+  get->add_option("KEY", key, "The key")->required();
+  get->add_flag("--raw", raw, "Print the value without a trailing newline");
+  auto* put = app.add_subcommand("put", "Store VALUE under KEY (VALUE '-' reads stdin)");
+  put->add_option("KEY", key, "The key")->required();
+  put->add_option("VALUE", value, "The value, or - to read it from stdin")->required();
+  auto* del = app.add_subcommand("del", "Delete KEY (exit 1 if absent)");
+  del->add_option("KEY", key, "The key")->required();
+  auto* stats = app.add_subcommand("stats", "Print the server's counters");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitError;
+  }
+
+  kvrdma::ClientOptions o;
+  if (!ParseServer(server, &o.host, &o.port)) {
+    std::fprintf(stderr, "kvctl: bad --server '%s' (expected HOST[:PORT])\n", server.c_str());
+    return kExitError;
+  }
+  o.device = device;
+  o.put_mode = put_mode == "write-imm" ? kvrdma::PutMode::kWriteImm : kvrdma::PutMode::kSend;
+  o.connect_timeout_ms = o.op_timeout_ms = timeout_ms;
+  if (put->parsed() && value == "-") {
+    value.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  }
+  auto client = kvrdma::Client::Connect(o);
+  if (!client.ok()) return Fail("connecting to " + server, client.status());
+  kvrdma::Client& c = **client;
+
+  if (get->parsed()) {
+    std::string v;
+    kvrdma::Status st = c.Get(key, &v);
+    if (st.IsNotFound()) return kExitNotFound;
+    if (!st.ok()) return Fail("get", st);
+    std::fwrite(v.data(), 1, v.size(), stdout);
+    if (!raw) std::fputc('\n', stdout);
+    return kExitOk;
+  }
+  if (put->parsed()) {
+    kvrdma::Status st = c.Put(key, value);
+    return st.ok() ? kExitOk : Fail("put", st);
+  }
+  if (del->parsed()) {
+    kvrdma::Status st = c.Delete(key);
+    if (st.IsNotFound()) return kExitNotFound;
+    return st.ok() ? kExitOk : Fail("del", st);
+  }
+  if (stats->parsed()) {
+    auto s = c.Stats();
+    if (!s.ok()) return Fail("stats", s.status());
+    for (const auto& [name, v] : *s) std::printf("%s %llu\n", name.c_str(), static_cast<unsigned long long>(v));
+    return kExitOk;
+  }
+  return kExitError;
+}
