@@ -1,0 +1,124 @@
+// The client read path as pure functions over bytes: no I/O, no allocation,
+// safe on arbitrary input (every length and offset is bounds-checked), so the
+// client runs them on what its RDMA READs returned and fuzzers run them on
+// garbage.
+//
+// A GET (docs/DESIGN.md, "Store: index, value log, reclamation"):
+//   1. CandidateBucketReads(params, key)      -> two {offset, 64} READs of the index
+//   2. ProbeBuckets(bucket bytes, hash)       -> slots whose fingerprint matches
+//                                                + both bucket versions
+//   3. for each candidate: READ {SlotLogOffset, EntryReadBytes} of the log,
+//      DecodeEntry(entry bytes, key, slot)    -> value / tombstone / need more /
+//                                                wrong key (next candidate) /
+//                                                retry (torn, malformed, superseded)
+//   4. nothing matched: MissCheck over two consecutive rounds decides whether
+//      the miss is real (bucket versions unchanged) or another round is needed.
+// The whole sequence must finish within the GET deadline (<= the server's
+// grace period), else it restarts from step 1.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "common/format/bucket.h"
+#include "common/format/entry.h"
+#include "common/format/hash.h"
+#include "common/format/slot.h"
+#include "common/status.h"
+
+namespace kvrdma {
+
+// What a client learns from the server at connect time.
+struct IndexParams {
+  uint64_t bucket_count = 0;  // power of two >= 2
+  uint64_t seed = 0;          // XXH3 seed for keys and checksums
+  uint64_t log_bytes = 0;     // size of the value-log region
+};
+
+// InvalidArgument unless the parameters describe a usable index and log.
+Status ValidateIndexParams(const IndexParams& p);
+
+struct RemoteRead {
+  uint64_t offset = 0;  // from the start of the region
+  uint32_t length = 0;
+};
+
+struct BucketReads {
+  KeyHash hash;
+  std::array<RemoteRead, kCandidateBuckets> reads;  // into the index region, in this order
+};
+
+// (a) The bucket READs for `key`. InvalidArgument on bad params or key length.
+Result<BucketReads> CandidateBucketReads(const IndexParams& p, std::string_view key);
+
+struct SlotCandidate {
+  uint64_t slot = 0;          // the packed slot as read
+  RemoteRead entry;           // READ for the entry (clamped to the log)
+  uint8_t bucket = 0;         // 0 or 1: which candidate bucket
+  uint8_t index = 0;          // slot index in that bucket
+};
+
+struct ProbeResult {
+  std::array<SlotCandidate, kCandidateBuckets * kSlotsPerBucket> candidates;
+  uint8_t count = 0;                                  // candidates[0..count)
+  uint8_t rejected = 0;                               // fingerprint matched, slot implausible
+  std::array<uint64_t, kCandidateBuckets> versions{}; // bucket version words as read
+};
+
+// (b) Slots in the two buckets whose fingerprint matches `kh`. Each bucket
+// span must be exactly kBucketBytes (InvalidArgument otherwise). Slots that
+// point outside the log or carry an impossible hint are skipped (`rejected`).
+Status ProbeBuckets(std::span<const std::byte> bucket0, std::span<const std::byte> bucket1,
+                    const KeyHash& kh, const IndexParams& p, ProbeResult* out) noexcept;
+
+enum class EntryVerdict : uint8_t {
+  kValue,       // valid entry of this key: value is the key's value
+  kTombstone,   // valid entry of this key: the key is deleted (NotFound)
+  kNeedMore,    // valid so far but longer than the bytes given: READ total_bytes
+  kWrongKey,    // a valid entry of another key (fingerprint collision): next candidate
+  kTorn,        // checksum mismatch: READ raced a write or recycling: retry the GET
+  kMalformed,   // impossible lengths or lengths that disagree with the slot: retry
+  kSuperseded,  // valid, but superseded and the caller required the current entry: retry
+};
+const char* EntryVerdictName(EntryVerdict v) noexcept;
+
+struct EntryView {
+  EntryVerdict verdict = EntryVerdict::kMalformed;
+  bool superseded = false;      // the guard's superseded bit as read
+  uint32_t version = 0;         // valid for kValue / kTombstone / kSuperseded / kWrongKey
+  uint32_t total_bytes = 0;     // entry length (kNeedMore: bytes to READ)
+  std::span<const std::byte> value;  // kValue: points into the caller's bytes
+};
+
+// (c) Validates entry bytes READ at the location of `slot` for `key`.
+// Never returns kValue unless the checksum matched and the key is equal.
+// `require_current`: reject a superseded entry (the one-READ cached-location
+// GET; the index path does not need it, see DESIGN.md).
+EntryView DecodeEntry(std::span<const std::byte> bytes, std::string_view key, uint64_t slot,
+                      uint64_t seed, bool require_current) noexcept;
+
+// Status for a verdict: OK, NotFound, TooLarge (need more), Retry.
+Status EntryVerdictStatus(EntryVerdict v);
+
+// Step 4: call after each round that found no value. Returns true when the
+// miss is real: two consecutive rounds missed and saw the same versions.
+class MissCheck {
+ public:
+  bool ConfirmMiss(const ProbeResult& r) noexcept {
+    bool same = rounds_ > 0 && r.versions == last_;
+    last_ = r.versions;
+    ++rounds_;
+    return same;
+  }
+  int rounds() const noexcept { return rounds_; }
+  void Reset() noexcept { rounds_ = 0; }
+
+ private:
+  std::array<uint64_t, kCandidateBuckets> last_{};
+  int rounds_ = 0;
+};
+
+}  // namespace kvrdma

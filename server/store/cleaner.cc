@@ -1,0 +1,135 @@
+// The log cleaner: compacts segments with a low live ratio (relocating their
+// live entries to the cleaner's own log head), evicts the oldest segments in
+// cache mode, and retires emptied segments so that the value log reuses them
+// after the grace period. Runs on one thread at a time.
+#include <chrono>
+
+#include "common/log.h"
+#include "common/memory/racy_copy.h"
+#include "server/store/store.h"
+
+namespace kvrdma {
+
+namespace {
+// Compacting a segment that is still this full gains too little to be worth it
+// even when free segments run low.
+constexpr double kMaxLiveRatioWhenShort = 0.9;
+// Segments a pass compacts below the threshold before yielding.
+constexpr int kMaxCompactionsPerPass = 64;
+}  // namespace
+
+size_t Store::RunCleanerOnce() {
+  size_t retired = 0;
+  for (int n = 0; n < kMaxCompactionsPerPass; ++n) {
+    const int64_t seg = log_->ClaimEmptiest(cfg_.clean_live_ratio);
+    if (seg < 0 || !CompactSegment(static_cast<uint32_t>(seg))) break;
+    ++retired;
+  }
+  for (ValueLog::Counts c = log_->Count(); c.free + c.retired < cfg_.min_free_segments; c = log_->Count()) {
+    int64_t seg = log_->ClaimEmptiest(kMaxLiveRatioWhenShort);
+    if (seg >= 0) {
+      if (!CompactSegment(static_cast<uint32_t>(seg))) break;
+    } else if (cfg_.mode == CapacityMode::kCache) {
+      std::lock_guard<std::mutex> lock(evict_mu_);
+      seg = log_->ClaimOldest();
+      if (seg < 0) break;
+      EvictSegment(cleaner_head_, static_cast<uint32_t>(seg));
+    } else {
+      break;
+    }
+    ++retired;
+  }
+  if (retired > 0) head_stats_[cleaner_head_].cleaner_runs.fetch_add(1, std::memory_order_relaxed);
+  return retired;
+}
+
+bool Store::CompactSegment(uint32_t seg) {
+  const uint64_t base = static_cast<uint64_t>(seg) * log_->segment_bytes();
+  const uint64_t used = log_->SealedBytes(seg);
+  HeadStats& st = head_stats_[cleaner_head_];
+  for (uint64_t pos = 0; pos + kEntryHeaderBytes <= used;) {
+    const uint64_t off = base + pos;
+    const EntryHeader h = ReadHeader(off);
+    const uint64_t size = LengthsEntryBytes(h.lengths);
+    if (LengthsKey(h.lengths) == 0 || pos + size > used) {
+      KVRDMA_LOG_ERROR("store: cleaner found a malformed entry at log offset %llu; segment %u not reclaimed",
+                       static_cast<unsigned long long>(off), seg);
+      log_->Unclaim(seg);
+      return false;
+    }
+    pos += size;
+    const std::string_view key = EntryKey(off, h);
+    const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->bucket_count());
+    {
+      Index::PairGuard g = index_->LockPair(kh.bucket[0], kh.bucket[1]);
+      const SlotRef r = FindLocation(kh, off);
+      if (r.bucket == nullptr) continue;  // dead
+      if (LengthsTombstone(h.lengths)) {  // a delete old enough to forget
+        RemoveSlot(cleaner_head_, r);
+        continue;
+      }
+    }
+    // Reserve outside the locks: opening a segment takes the log's mutex.
+    auto dst = log_->Reserve(cleaner_head_, size, /*may_use_reserve=*/true);
+    if (!dst.ok()) {
+      log_->Unclaim(seg);  // the entries moved so far stay moved
+      return false;
+    }
+    Index::PairGuard g = index_->LockPair(kh.bucket[0], kh.bucket[1]);
+    // The copy is byte-identical except for a clear superseded bit: the
+    // checksum covers nothing that depends on the location.
+    std::byte* d = log_->data() + *dst;
+    RacyStore(d + kEntryChecksumOffset, log_->data() + off + kEntryChecksumOffset, size - kEntryChecksumOffset);
+    std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(d))
+        .store(h.guard & kGuardChecksumMask, std::memory_order_relaxed);
+    const SlotRef r = FindLocation(kh, off);
+    if (r.bucket == nullptr) continue;  // updated meanwhile: the copy is dead
+    log_->AddLive(*dst, static_cast<int64_t>(size));
+    Supersede(off);  // before the slot leaves the old copy
+    log_->AddLive(off, -static_cast<int64_t>(size));
+    Index::StoreSlot(*r.bucket, r.index, PackSlot(kh.fingerprint, SlotHint(r.slot), *dst));
+    st.relocations.fetch_add(1, std::memory_order_relaxed);
+  }
+  log_->Retire(seg);
+  st.segments_cleaned.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+size_t Store::EvictSegment(uint32_t head, uint32_t seg) {
+  const uint64_t base = static_cast<uint64_t>(seg) * log_->segment_bytes();
+  const uint64_t used = log_->SealedBytes(seg);
+  size_t evicted = 0;
+  for (uint64_t pos = 0; pos + kEntryHeaderBytes <= used;) {
+    const uint64_t off = base + pos;
+    const EntryHeader h = ReadHeader(off);
+    const uint64_t size = LengthsEntryBytes(h.lengths);
+    if (LengthsKey(h.lengths) == 0 || pos + size > used) break;  // cannot happen; still retire
+    pos += size;
+    const std::string_view key = EntryKey(off, h);
+    const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->bucket_count());
+    Index::PairGuard g = index_->LockPair(kh.bucket[0], kh.bucket[1]);
+    const SlotRef r = FindLocation(kh, off);
+    if (r.bucket == nullptr) continue;
+    RemoveSlot(head, r);
+    if (!LengthsTombstone(h.lengths)) {
+      head_stats_[head].evictions.fetch_add(1, std::memory_order_relaxed);
+      ++evicted;
+    }
+  }
+  log_->Retire(seg);
+  head_stats_[head].segments_cleaned.fetch_add(1, std::memory_order_relaxed);
+  return evicted;
+}
+
+void Store::CleanerLoop() {
+  std::unique_lock<std::mutex> lock(cleaner_mu_);
+  while (!cleaner_stop_) {
+    lock.unlock();
+    RunCleanerOnce();
+    lock.lock();
+    cleaner_cv_.wait_for(lock, cfg_.cleaner_interval, [this] { return cleaner_stop_ || cleaner_kick_; });
+    cleaner_kick_ = false;
+  }
+}
+
+}  // namespace kvrdma

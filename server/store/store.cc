@@ -1,0 +1,287 @@
+#include "server/store/store.h"
+
+#include <cstring>
+
+#include "common/log.h"
+#include "common/memory/racy_copy.h"
+
+namespace kvrdma {
+
+Result<std::unique_ptr<Store>> Store::Open(const StoreConfig& cfg) {
+  if (cfg.workers == 0) return Status::InvalidArgument("workers must be >= 1");
+  if (cfg.max_key_bytes == 0 || cfg.max_key_bytes > kMaxKeyBytes || cfg.max_value_bytes > kMaxValueBytes) {
+    return Status::InvalidArgument("max_key_bytes / max_value_bytes beyond the layout limits");
+  }
+  if (EntryBytes(cfg.max_key_bytes, cfg.max_value_bytes) > cfg.segment_bytes) {
+    return Status::InvalidArgument("segment_bytes smaller than the largest entry");
+  }
+  auto index = Index::Create(cfg.index_buckets, cfg.huge_pages);
+  if (!index.ok()) return index.status();
+  auto log = ValueLog::Create(cfg, cfg.workers + 1);
+  if (!log.ok()) return log.status();
+  std::unique_ptr<Store> s(new Store(cfg, std::move(index).value(), std::move(log).value()));
+  KVRDMA_LOG_INFO("store: %llu buckets (%llu slots), log %llu bytes in %u segments, %s mode, grace %lld us",
+                  static_cast<unsigned long long>(cfg.index_buckets),
+                  static_cast<unsigned long long>(cfg.index_buckets * kSlotsPerBucket),
+                  static_cast<unsigned long long>(cfg.log_bytes), s->log_->segment_count(),
+                  cfg.mode == CapacityMode::kCache ? "cache" : "store",
+                  static_cast<long long>(cfg.grace_period.count() / 1000));
+  if (cfg.cleaner_thread) s->cleaner_ = std::thread([p = s.get()] { p->CleanerLoop(); });
+  return s;
+}
+
+Store::Store(const StoreConfig& cfg, std::unique_ptr<Index> index, std::unique_ptr<ValueLog> log)
+    : cfg_(cfg),
+      cleaner_head_(cfg.workers),
+      index_(std::move(index)),
+      log_(std::move(log)),
+      head_stats_(new HeadStats[cfg.workers + 1]) {}
+
+Store::~Store() {
+  {
+    std::lock_guard<std::mutex> lock(cleaner_mu_);
+    cleaner_stop_ = true;
+  }
+  cleaner_cv_.notify_all();
+  if (cleaner_.joinable()) cleaner_.join();
+}
+
+Status Store::CheckKey(std::string_view key) const {
+  if (key.empty()) return Status::InvalidArgument("empty key");
+  if (key.size() > cfg_.max_key_bytes) return Status::TooLarge("key longer than max_key_bytes");
+  return Status::OK();
+}
+
+Result<uint32_t> Store::Put(uint32_t worker, std::string_view key, std::string_view value) {
+  if (worker >= cfg_.workers) return Status::InvalidArgument("bad worker id");
+  KVRDMA_RETURN_IF_ERROR(CheckKey(key));
+  if (value.size() > cfg_.max_value_bytes) return Status::TooLarge("value longer than max_value_bytes");
+  return Write(worker, key, value, /*tombstone=*/false);
+}
+
+Result<uint32_t> Store::Delete(uint32_t worker, std::string_view key) {
+  if (worker >= cfg_.workers) return Status::InvalidArgument("bad worker id");
+  KVRDMA_RETURN_IF_ERROR(CheckKey(key));
+  return Write(worker, key, {}, /*tombstone=*/true);
+}
+
+Result<uint64_t> Store::ReserveSpace(uint32_t head, uint64_t bytes) {
+  const auto deadline = ValueLog::Clock::now() + cfg_.full_wait + cfg_.grace_period;
+  for (;;) {
+    auto r = log_->Reserve(head, bytes, /*may_use_reserve=*/false);
+    if (r.ok() || r.status().code() != Status::Code::kNoResource) return r;
+    if (cfg_.mode == CapacityMode::kCache) {
+      // Evict the oldest sealed segment ourselves unless one is already
+      // waiting out its grace period; then wait for it.
+      std::unique_lock<std::mutex> lock(evict_mu_, std::try_to_lock);
+      if (lock.owns_lock() && log_->Count().retired == 0) {
+        const int64_t seg = log_->ClaimOldest();
+        if (seg >= 0) EvictSegment(head, static_cast<uint32_t>(seg));
+      }
+    } else {
+      std::lock_guard<std::mutex> lock(cleaner_mu_);
+      cleaner_kick_ = true;
+      cleaner_cv_.notify_one();
+    }
+    const auto now = ValueLog::Clock::now();
+    if (now >= deadline || !log_->WaitForFree(std::min(deadline, now + std::chrono::milliseconds(1)))) {
+      if (ValueLog::Clock::now() >= deadline) return Status::ServerFull("value log full");
+    }
+  }
+}
+
+void Store::WriteEntry(uint64_t off, std::string_view key, std::string_view value, uint32_t version,
+                       bool tombstone) noexcept {
+  std::byte* p = log_->data() + off;
+  const uint32_t fields[2] = {version, PackLengths(key.size(), value.size(), tombstone)};
+  RacyStore(p + kEntryChecksumOffset, fields, sizeof(fields));
+  RacyStore(p + kEntryHeaderBytes, key.data(), key.size());
+  if (!value.empty()) RacyStore(p + kEntryHeaderBytes + key.size(), value.data(), value.size());
+  const size_t used = kEntryHeaderBytes + key.size() + value.size();
+  static constexpr uint64_t kZero = 0;
+  RacyStore(p + used, &kZero, EntryBytes(key.size(), value.size()) - used);
+  // Checksum over what we just wrote (our own stores: no race), then the
+  // guard with the superseded bit clear. Publication is the caller's slot store.
+  const uint64_t guard = EntryChecksum(p + kEntryChecksumOffset, used - kEntryChecksumOffset, cfg_.seed);
+  std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p)).store(guard, std::memory_order_relaxed);
+}
+
+EntryHeader Store::ReadHeader(uint64_t off) const noexcept {
+  EntryHeader h;
+  std::byte* p = log_->data() + off;
+  // The guard may be superseded concurrently (under the key's bucket locks,
+  // which the cleaner's walk does not hold): load it atomically. The other
+  // fields never change while the segment is in use.
+  h.guard = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p)).load(std::memory_order_relaxed);
+  std::memcpy(&h.version, p + offsetof(EntryHeader, version), 8);
+  return h;
+}
+
+std::string_view Store::EntryKey(uint64_t off, const EntryHeader& h) const noexcept {
+  return {reinterpret_cast<const char*>(log_->data() + off + kEntryHeaderBytes), LengthsKey(h.lengths)};
+}
+
+Store::SlotRef Store::FindKey(const KeyHash& kh, std::string_view key) const {
+  for (uint64_t b : kh.bucket) {
+    IndexBucket& bucket = index_->bucket(b);
+    for (size_t i = 0; i < kSlotsPerBucket; ++i) {
+      const uint64_t s = Index::LoadSlot(bucket, i);
+      if (s == kEmptySlot || SlotFingerprint(s) != kh.fingerprint) continue;
+      const EntryHeader h = ReadHeader(SlotLogOffset(s));
+      if (EntryKey(SlotLogOffset(s), h) == key) return SlotRef{&bucket, i, s, h};
+    }
+  }
+  return {};
+}
+
+Store::SlotRef Store::FindLocation(const KeyHash& kh, uint64_t off) const {
+  for (uint64_t b : kh.bucket) {
+    IndexBucket& bucket = index_->bucket(b);
+    for (size_t i = 0; i < kSlotsPerBucket; ++i) {
+      const uint64_t s = Index::LoadSlot(bucket, i);
+      if (s != kEmptySlot && SlotLogOffset(s) == off && SlotFingerprint(s) == kh.fingerprint) {
+        return SlotRef{&bucket, i, s, ReadHeader(off)};
+      }
+    }
+  }
+  return {};
+}
+
+void Store::Supersede(uint64_t off) noexcept {
+  std::atomic_ref<uint64_t> g(*reinterpret_cast<uint64_t*>(log_->data() + off));
+  g.store(g.load(std::memory_order_relaxed) | kGuardSupersededBit, std::memory_order_release);
+}
+
+void Store::RemoveSlot(uint32_t head, const SlotRef& r) {
+  const uint64_t off = SlotLogOffset(r.slot);
+  Supersede(off);
+  Index::StoreSlot(*r.bucket, r.index, kEmptySlot);
+  log_->AddLive(off, -static_cast<int64_t>(LengthsEntryBytes(r.header.lengths)));
+  HeadStats& st = head_stats_[head];
+  if (LengthsTombstone(r.header.lengths)) {
+    st.tombstones.fetch_sub(1, std::memory_order_relaxed);
+  } else {
+    st.items.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+bool Store::EvictOldestCandidate(uint32_t head, const KeyHash& kh) {
+  SlotRef oldest;
+  uint64_t oldest_seq = UINT64_MAX;
+  for (uint64_t b : kh.bucket) {
+    IndexBucket& bucket = index_->bucket(b);
+    for (size_t i = 0; i < kSlotsPerBucket; ++i) {
+      const uint64_t s = Index::LoadSlot(bucket, i);
+      if (s == kEmptySlot) continue;
+      const uint64_t seq = log_->OpenSeq(SlotLogOffset(s));
+      if (seq < oldest_seq) {
+        oldest_seq = seq;
+        oldest = SlotRef{&bucket, i, s, ReadHeader(SlotLogOffset(s))};
+      }
+    }
+  }
+  if (oldest.bucket == nullptr) return false;
+  RemoveSlot(head, oldest);
+  head_stats_[head].evictions.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+Result<uint32_t> Store::Write(uint32_t head, std::string_view key, std::string_view value, bool tombstone) {
+  const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->bucket_count());
+  const uint64_t bytes = EntryBytes(key.size(), value.size());
+  const uint64_t hint = SlotHintFor(bytes);
+  auto reserved = ReserveSpace(head, bytes);
+  if (!reserved.ok()) return reserved.status();
+  const uint64_t off = *reserved;
+  HeadStats& st = head_stats_[head];
+  for (int attempt = 0;; ++attempt) {
+    Index::PairGuard guard = index_->LockPair(kh.bucket[0], kh.bucket[1]);
+    const SlotRef cur = FindKey(kh, key);
+    const bool had_value = cur.bucket != nullptr && !LengthsTombstone(cur.header.lengths);
+    if (tombstone && !had_value) {
+      WriteEntry(off, key, {}, 0, true);  // dead: keeps the segment walkable
+      return Status::NotFound();
+    }
+    IndexBucket* bucket = cur.bucket;
+    size_t index = cur.index;
+    if (bucket == nullptr) {
+      for (uint64_t b : kh.bucket) {
+        const int e = Index::FindEmpty(index_->bucket(b));
+        if (e >= 0) {
+          bucket = &index_->bucket(b);
+          index = static_cast<size_t>(e);
+          break;
+        }
+      }
+    }
+    if (bucket == nullptr) {
+      guard.Unlock();
+      Status room = attempt < kInsertAttempts ? index_->MakeRoom(kh) : Status::ServerFull("index full");
+      if (room.ok() || room.code() == Status::Code::kRetry) continue;
+      if (cfg_.mode == CapacityMode::kCache && attempt < 2 * kInsertAttempts) {
+        Index::PairGuard g2 = index_->LockPair(kh.bucket[0], kh.bucket[1]);
+        EvictOldestCandidate(head, kh);
+        continue;
+      }
+      WriteEntry(off, key, value, 0, tombstone);
+      return Status::ServerFull("index full");
+    }
+    const uint32_t version = cur.bucket != nullptr ? cur.header.version + 1 : 1;
+    // 1. the new entry, complete and checksummed;
+    WriteEntry(off, key, value, version, tombstone);
+    log_->AddLive(off, static_cast<int64_t>(bytes));
+    if (cur.bucket != nullptr) {
+      // 2. the old entry is marked superseded before the slot leaves it;
+      Supersede(SlotLogOffset(cur.slot));
+      log_->AddLive(SlotLogOffset(cur.slot), -static_cast<int64_t>(LengthsEntryBytes(cur.header.lengths)));
+      if (LengthsTombstone(cur.header.lengths)) st.tombstones.fetch_sub(1, std::memory_order_relaxed);
+      if (had_value) st.items.fetch_sub(1, std::memory_order_relaxed);
+    }
+    // 3. the slot switches with a release store (DESIGN.md, "Ordering").
+    Index::StoreSlot(*bucket, index, PackSlot(kh.fingerprint, hint, off));
+    (tombstone ? st.tombstones : st.items).fetch_add(1, std::memory_order_relaxed);
+    return version;
+  }
+}
+
+Status Store::Get(std::string_view key, std::string* value, uint32_t* version) {
+  KVRDMA_RETURN_IF_ERROR(CheckKey(key));
+  const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->bucket_count());
+  Index::PairGuard guard = index_->LockPair(kh.bucket[0], kh.bucket[1]);
+  const SlotRef r = FindKey(kh, key);
+  if (r.bucket == nullptr || LengthsTombstone(r.header.lengths)) return Status::NotFound();
+  const std::byte* p = log_->data() + SlotLogOffset(r.slot) + kEntryHeaderBytes + key.size();
+  value->assign(reinterpret_cast<const char*>(p), LengthsValue(r.header.lengths));
+  if (version != nullptr) *version = r.header.version;
+  return Status::OK();
+}
+
+StoreStats Store::Stats() const {
+  StoreStats s;
+  int64_t items = 0, tombs = 0;
+  for (uint32_t h = 0; h <= cfg_.workers; ++h) {
+    const HeadStats& hs = head_stats_[h];
+    items += hs.items.load(std::memory_order_relaxed);
+    tombs += hs.tombstones.load(std::memory_order_relaxed);
+    s.evictions += static_cast<uint64_t>(hs.evictions.load(std::memory_order_relaxed));
+    s.relocations += static_cast<uint64_t>(hs.relocations.load(std::memory_order_relaxed));
+    s.segments_cleaned += static_cast<uint64_t>(hs.segments_cleaned.load(std::memory_order_relaxed));
+    s.cleaner_runs += static_cast<uint64_t>(hs.cleaner_runs.load(std::memory_order_relaxed));
+  }
+  s.items = static_cast<uint64_t>(items);
+  s.tombstones = static_cast<uint64_t>(tombs);
+  s.index_slots_used = s.items + s.tombstones;
+  s.index_slots = index_->bucket_count() * kSlotsPerBucket;
+  s.index_bytes = index_->bytes();
+  s.index_bytes_used = s.index_slots_used * kSlotBytes;
+  s.log_bytes = log_->bytes();
+  const ValueLog::Counts c = log_->Count();
+  s.log_bytes_live = static_cast<uint64_t>(c.live_bytes);
+  s.segments_free = c.free + c.retired;
+  s.segments_retired = c.retired;
+  s.segments_used = c.open + c.sealed + c.busy;
+  s.cuckoo_moves = index_->moves();
+  return s;
+}
+
+}  // namespace kvrdma

@@ -1,0 +1,136 @@
+// Store: the server side of the key-value store. Owns the index and the value
+// log (both RDMA-visible arenas), changes them on behalf of worker threads,
+// and runs the cleaner.
+//
+// Threading: Put/Delete are called concurrently by up to `workers` threads,
+// each with its own worker id (a worker id is used by one thread at a time).
+// Get and Stats may be called from any thread. The cleaner runs on its own
+// thread (StoreConfig::cleaner_thread) or by hand through RunCleanerOnce()
+// (only one cleaner at a time). Nothing here throws; errors are Status.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "common/format/entry.h"
+#include "common/format/read_path.h"
+#include "common/status.h"
+#include "server/store/index.h"
+#include "server/store/store_config.h"
+#include "server/store/value_log.h"
+
+namespace kvrdma {
+
+struct StoreStats {
+  uint64_t items = 0;             // keys with a value (tombstones excluded)
+  uint64_t tombstones = 0;        // deleted keys whose tombstone still holds a slot
+  uint64_t index_slots_used = 0;  // items + tombstones
+  uint64_t index_slots = 0;       // bucket_count * 7
+  uint64_t index_bytes = 0;       // size of the index region
+  uint64_t index_bytes_used = 0;  // index_slots_used * 8
+  uint64_t log_bytes = 0;         // size of the log region
+  uint64_t log_bytes_live = 0;    // bytes of entries the index points to
+  uint64_t segments_free = 0;     // free (including retired, awaiting the grace period)
+  uint64_t segments_retired = 0;  // waiting for the grace period
+  uint64_t segments_used = 0;     // open + sealed + being cleaned
+  uint64_t cleaner_runs = 0;      // cleaner passes that reclaimed something
+  uint64_t segments_cleaned = 0;  // segments compacted and retired
+  uint64_t relocations = 0;       // live entries moved by the cleaner
+  uint64_t evictions = 0;         // entries evicted (cache mode)
+  uint64_t cuckoo_moves = 0;      // slots displaced between buckets
+};
+
+class Store {
+ public:
+  static Result<std::unique_ptr<Store>> Open(const StoreConfig& cfg);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Inserts or updates; returns the entry's new version (1 for a new key).
+  // InvalidArgument (bad worker id, empty key), TooLarge, ServerFull.
+  Result<uint32_t> Put(uint32_t worker, std::string_view key, std::string_view value);
+  // Replaces the value with a tombstone; returns the tombstone's version.
+  // NotFound if the key has no value.
+  Result<uint32_t> Delete(uint32_t worker, std::string_view key);
+  // Server-side lookup (copies the value). NotFound if absent or deleted.
+  Status Get(std::string_view key, std::string* value, uint32_t* version = nullptr);
+
+  // One cleaner pass: compacts sealed segments below the live-ratio threshold
+  // (and more when free segments run low; in cache mode evicts the oldest).
+  // Returns the number of segments retired. REQUIRES: one caller at a time.
+  size_t RunCleanerOnce();
+
+  StoreStats Stats() const;
+  const StoreConfig& config() const noexcept { return cfg_; }
+  IndexParams index_params() const noexcept {
+    return IndexParams{index_->bucket_count(), cfg_.seed, log_->bytes()};
+  }
+  // The two regions to register with the NIC.
+  std::byte* index_base() const noexcept { return index_->data(); }
+  size_t index_bytes() const noexcept { return index_->bytes(); }
+  std::byte* log_base() const noexcept { return log_->data(); }
+  size_t log_bytes() const noexcept { return log_->bytes(); }
+  // Reuse generation of the segment holding log offset `off` (tests).
+  uint64_t SegmentGeneration(uint64_t off) const noexcept { return log_->Generation(off); }
+
+ private:
+  // Per-head counters; each written by the thread owning the head.
+  struct alignas(64) HeadStats {
+    std::atomic<int64_t> items{0}, tombstones{0}, evictions{0}, relocations{0}, segments_cleaned{0},
+        cleaner_runs{0};
+  };
+  // Where a key's slot is (REQUIRES the key's bucket locks while used).
+  struct SlotRef {
+    IndexBucket* bucket = nullptr;
+    size_t index = 0;
+    uint64_t slot = 0;
+    EntryHeader header{};
+  };
+
+  Store(const StoreConfig& cfg, std::unique_ptr<Index> index, std::unique_ptr<ValueLog> log);
+  Status CheckKey(std::string_view key) const;
+  Result<uint32_t> Write(uint32_t head, std::string_view key, std::string_view value, bool tombstone);
+  Result<uint64_t> ReserveSpace(uint32_t head, uint64_t bytes);
+  // Writes an entry into reserved log space (RacyStore; checksum last).
+  void WriteEntry(uint64_t off, std::string_view key, std::string_view value, uint32_t version,
+                  bool tombstone) noexcept;
+  EntryHeader ReadHeader(uint64_t off) const noexcept;
+  std::string_view EntryKey(uint64_t off, const EntryHeader& h) const noexcept;
+  // REQUIRES: kh's bucket locks. The slot of `key`, or nullopt-like (bucket null).
+  SlotRef FindKey(const KeyHash& kh, std::string_view key) const;
+  // REQUIRES: kh's bucket locks. The slot pointing at log offset `off`.
+  SlotRef FindLocation(const KeyHash& kh, uint64_t off) const;
+  // Sets the superseded bit of the entry at `off` (before its slot moves).
+  void Supersede(uint64_t off) noexcept;
+  // Removes a slot (tombstone purge or eviction). REQUIRES its bucket locks.
+  void RemoveSlot(uint32_t head, const SlotRef& r);
+  // Index full in cache mode: evicts the oldest of kh's slots. REQUIRES locks.
+  bool EvictOldestCandidate(uint32_t head, const KeyHash& kh);
+
+  // Cleaner (cleaner.cc).
+  bool CompactSegment(uint32_t seg);               // relocate live entries, retire
+  size_t EvictSegment(uint32_t head, uint32_t seg);  // drop live entries, retire
+  void CleanerLoop();
+
+  const StoreConfig cfg_;
+  const uint32_t cleaner_head_;  // == cfg_.workers
+  std::unique_ptr<Index> index_;
+  std::unique_ptr<ValueLog> log_;
+  std::unique_ptr<HeadStats[]> head_stats_;
+
+  std::mutex evict_mu_;  // one segment eviction at a time (cache mode, workers)
+  std::mutex cleaner_mu_;
+  std::condition_variable cleaner_cv_;
+  bool cleaner_stop_ = false;     // guarded by cleaner_mu_
+  bool cleaner_kick_ = false;     // guarded by cleaner_mu_
+  std::thread cleaner_;
+};
+
+}  // namespace kvrdma

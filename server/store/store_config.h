@@ -1,0 +1,67 @@
+// Configuration of the server store: runtime options (StoreConfig) and the
+// compile-time tunables of the index, log and cleaner, all in one place.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+#include "common/format/format_constants.h"
+
+namespace kvrdma {
+
+// ---- compile-time tunables
+inline constexpr size_t kLockStripes = 4096;           // bucket lock stripes (power of two)
+inline constexpr size_t kCuckooMaxBfsNodes = 1024;     // buckets visited per displacement search
+inline constexpr size_t kCuckooMaxPathLength = 6;      // moves per displacement
+inline constexpr int kInsertAttempts = 8;              // displacement rounds before ServerFull
+inline constexpr size_t kCleanerReserveSegments = 2;   // free segments only the cleaner may take
+inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+static_assert((kLockStripes & (kLockStripes - 1)) == 0);
+
+enum class CapacityMode : uint8_t {
+  kStore,  // a full index or log answers ServerFull; nothing stored is lost
+  kCache,  // the oldest entries are evicted to make room (counted)
+};
+
+enum class HugePages : uint8_t {
+  kAuto,  // MAP_HUGETLB, else transparent huge pages (madvise), else normal pages
+  kOn,    // MAP_HUGETLB or fail (NoResource)
+  kOff,   // normal pages
+};
+
+struct StoreConfig {
+  // Index: bucket_count buckets of 7 slots (power of two >= 2).
+  uint64_t index_buckets = uint64_t{1} << 16;
+  // Value log: log_bytes / segment_bytes segments (both multiples of 8;
+  // log_bytes a multiple of segment_bytes).
+  uint64_t log_bytes = uint64_t{256} << 20;
+  uint64_t segment_bytes = uint64_t{1} << 20;
+  // Worker threads that call Put/Delete; each has its own log head. Worker ids
+  // are 0..workers-1 and a worker id is used by one thread at a time.
+  uint32_t workers = 1;
+  CapacityMode mode = CapacityMode::kStore;
+  HugePages huge_pages = HugePages::kAuto;
+  // XXH3 seed for keys and checksums (clients learn it at connect time).
+  uint64_t seed = 0x6b7672646d61ull;
+  // Limits (<= the layout's kMaxKeyBytes / kMaxValueBytes).
+  uint32_t max_key_bytes = 1023;
+  uint32_t max_value_bytes = 1u << 20;
+  // A segment freed by the cleaner is reused only after this long. Clients
+  // must finish (or abandon and restart) a GET within a deadline strictly
+  // shorter than this; see docs/DESIGN.md "Reclamation".
+  std::chrono::nanoseconds grace_period = std::chrono::milliseconds(100);
+  // Sealed segments whose live ratio is below this are compacted.
+  double clean_live_ratio = 0.5;
+  // The cleaner works to keep at least this many segments free (compacting
+  // the emptiest segments, or in cache mode evicting the oldest).
+  uint32_t min_free_segments = 4;
+  // Run the background cleaner thread (tests may drive it by hand instead).
+  bool cleaner_thread = true;
+  std::chrono::microseconds cleaner_interval = std::chrono::microseconds(500);
+  // Store mode: how long an append waits for the cleaner to free a segment
+  // before answering ServerFull.
+  std::chrono::milliseconds full_wait = std::chrono::milliseconds(200);
+};
+
+}  // namespace kvrdma

@@ -1,0 +1,159 @@
+#include "server/store/value_log.h"
+
+#include <algorithm>
+
+namespace kvrdma {
+
+Result<std::unique_ptr<ValueLog>> ValueLog::Create(const StoreConfig& cfg, uint32_t heads) {
+  if (cfg.segment_bytes < 4096 || cfg.segment_bytes % kEntryAlign != 0) {
+    return Status::InvalidArgument("segment_bytes must be a multiple of 8 and >= 4096");
+  }
+  if (cfg.log_bytes % cfg.segment_bytes != 0 || cfg.log_bytes > kMaxLogBytes) {
+    return Status::InvalidArgument("log_bytes must be a multiple of segment_bytes, <= 512 GiB");
+  }
+  const uint64_t count = cfg.log_bytes / cfg.segment_bytes;
+  if (count < heads + kCleanerReserveSegments + 1 || count > UINT32_MAX) {
+    return Status::InvalidArgument("log too small: need more segments than heads + reserve");
+  }
+  auto arena = Arena::Create(cfg.log_bytes, cfg.huge_pages, "value log");
+  if (!arena.ok()) return arena.status();
+  return std::unique_ptr<ValueLog>(new ValueLog(std::move(arena).value(), cfg, heads));
+}
+
+ValueLog::ValueLog(Arena arena, const StoreConfig& cfg, uint32_t heads)
+    : arena_(std::move(arena)),
+      segment_bytes_(cfg.segment_bytes),
+      segment_count_(static_cast<uint32_t>(cfg.log_bytes / cfg.segment_bytes)),
+      grace_(std::chrono::duration_cast<Clock::duration>(cfg.grace_period)),
+      segs_(new SegmentInfo[segment_count_]),
+      heads_(new Head[heads]) {
+  free_.reserve(segment_count_);
+  // Hand out low segments first (popped from the back).
+  for (uint32_t s = segment_count_; s-- > 0;) free_.push_back(s);
+  retired_.resize(segment_count_);
+}
+
+void ValueLog::PromoteExpiredLocked(Clock::time_point now) {
+  bool any = false;
+  while (retired_len_ > 0) {
+    const uint32_t s = retired_[retired_head_];
+    if (now - segs_[s].retired_at < grace_) break;  // FIFO: the rest retired later
+    retired_head_ = (retired_head_ + 1) % segment_count_;
+    --retired_len_;
+    segs_[s].state.store(SegmentState::kFree, std::memory_order_relaxed);
+    free_.push_back(s);
+    any = true;
+  }
+  if (any) freed_cv_.notify_all();
+}
+
+Result<uint64_t> ValueLog::Reserve(uint32_t head, uint64_t bytes, bool may_use_reserve) {
+  Head& h = heads_[head];
+  if (h.seg >= 0 && h.used + bytes <= segment_bytes_) {
+    const uint64_t off = static_cast<uint64_t>(h.seg) * segment_bytes_ + h.used;
+    h.used += bytes;
+    segs_[h.seg].used.store(h.used, std::memory_order_relaxed);
+    return off;
+  }
+  if (bytes > segment_bytes_) return Status::TooLarge("entry larger than a log segment");
+  std::lock_guard<std::mutex> lock(mu_);
+  PromoteExpiredLocked(Clock::now());
+  const size_t keep = may_use_reserve ? 0 : kCleanerReserveSegments;
+  if (free_.size() <= keep) return Status::NoResource("no free log segment");
+  if (h.seg >= 0) {
+    // Seal: `used` is final; the release pairs with the acquire in Claim*.
+    segs_[h.seg].used.store(h.used, std::memory_order_relaxed);
+    segs_[h.seg].state.store(SegmentState::kSealed, std::memory_order_release);
+  }
+  const uint32_t s = free_.back();
+  free_.pop_back();
+  SegmentInfo& si = segs_[s];
+  si.live_bytes.store(0, std::memory_order_relaxed);
+  si.open_seq.store(next_open_seq_.fetch_add(1, std::memory_order_relaxed), std::memory_order_relaxed);
+  si.generation.fetch_add(1, std::memory_order_release);
+  si.used.store(bytes, std::memory_order_relaxed);
+  si.state.store(SegmentState::kOpen, std::memory_order_release);
+  h.seg = s;
+  h.used = bytes;
+  return static_cast<uint64_t>(s) * segment_bytes_;
+}
+
+int64_t ValueLog::ClaimEmptiest(double max_ratio) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t best = -1;
+  double best_ratio = max_ratio;
+  for (uint32_t s = 0; s < segment_count_; ++s) {
+    if (segs_[s].state.load(std::memory_order_acquire) != SegmentState::kSealed) continue;
+    const uint64_t used = segs_[s].used.load(std::memory_order_relaxed);
+    const double ratio = used == 0 ? 0.0
+                                   : static_cast<double>(segs_[s].live_bytes.load(std::memory_order_relaxed)) /
+                                         static_cast<double>(used);
+    if (ratio < best_ratio) {
+      best_ratio = ratio;
+      best = s;
+    }
+  }
+  if (best >= 0) segs_[best].state.store(SegmentState::kBusy, std::memory_order_relaxed);
+  return best;
+}
+
+int64_t ValueLog::ClaimOldest() {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t best = -1;
+  uint64_t best_seq = UINT64_MAX;
+  for (uint32_t s = 0; s < segment_count_; ++s) {
+    if (segs_[s].state.load(std::memory_order_acquire) != SegmentState::kSealed) continue;
+    const uint64_t seq = segs_[s].open_seq.load(std::memory_order_relaxed);
+    if (seq < best_seq) {
+      best_seq = seq;
+      best = s;
+    }
+  }
+  if (best >= 0) segs_[best].state.store(SegmentState::kBusy, std::memory_order_relaxed);
+  return best;
+}
+
+void ValueLog::Unclaim(uint32_t seg) noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  segs_[seg].state.store(SegmentState::kSealed, std::memory_order_release);
+}
+
+void ValueLog::Retire(uint32_t seg) {
+  std::lock_guard<std::mutex> lock(mu_);
+  SegmentInfo& si = segs_[seg];
+  si.state.store(SegmentState::kRetired, std::memory_order_relaxed);
+  si.retired_at = Clock::now();
+  retired_[(retired_head_ + retired_len_) % segment_count_] = seg;
+  ++retired_len_;
+  PromoteExpiredLocked(si.retired_at);  // grace 0 (tests): free at once
+}
+
+bool ValueLog::WaitForFree(Clock::time_point until) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    const auto now = Clock::now();
+    PromoteExpiredLocked(now);
+    if (free_.size() > kCleanerReserveSegments) return true;
+    if (now >= until) return false;
+    auto wake = until;
+    if (retired_len_ > 0) wake = std::min(wake, segs_[retired_[retired_head_]].retired_at + grace_);
+    freed_cv_.wait_until(lock, wake);
+  }
+}
+
+ValueLog::Counts ValueLog::Count() const {
+  Counts c;
+  for (uint32_t s = 0; s < segment_count_; ++s) {
+    switch (segs_[s].state.load(std::memory_order_relaxed)) {
+      case SegmentState::kFree: ++c.free; break;
+      case SegmentState::kOpen: ++c.open; break;
+      case SegmentState::kSealed: ++c.sealed; break;
+      case SegmentState::kBusy: ++c.busy; break;
+      case SegmentState::kRetired: ++c.retired; break;
+    }
+    c.live_bytes += segs_[s].live_bytes.load(std::memory_order_relaxed);
+  }
+  return c;
+}
+
+}  // namespace kvrdma

@@ -1,0 +1,115 @@
+// The value log: one RDMA-visible arena cut into fixed-size segments.
+//
+// Appends go to per-head open segments (one head per worker plus one for the
+// cleaner), so the append path takes no shared lock: a head bumps its own
+// offset and only takes the segment-list mutex when its segment is full.
+// Segment life cycle (server-private metadata):
+//
+//   kFree -> kOpen (a head appends) -> kSealed (head moved on) -> kBusy
+//   (cleaner compacting / evicting) -> kRetired (no slot points into it) ->
+//   kFree once grace_period has passed since retirement.
+//
+// The grace period is what makes reuse safe for one-sided readers the server
+// cannot see (docs/DESIGN.md, "Reclamation").
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "common/status.h"
+#include "server/store/arena.h"
+#include "server/store/store_config.h"
+
+namespace kvrdma {
+
+enum class SegmentState : uint8_t { kFree, kOpen, kSealed, kBusy, kRetired };
+
+class ValueLog {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `heads`: number of append heads (workers + 1 for the cleaner).
+  static Result<std::unique_ptr<ValueLog>> Create(const StoreConfig& cfg, uint32_t heads);
+
+  std::byte* data() const noexcept { return arena_.data(); }
+  uint64_t bytes() const noexcept { return arena_.size(); }
+  const char* backing() const noexcept { return Arena::BackingName(arena_.backing()); }
+  uint64_t segment_bytes() const noexcept { return segment_bytes_; }
+  uint32_t segment_count() const noexcept { return segment_count_; }
+  uint32_t SegmentOf(uint64_t off) const noexcept { return static_cast<uint32_t>(off / segment_bytes_); }
+
+  // Reserves `bytes` (a multiple of 8, <= segment_bytes) at head `head`'s
+  // open segment, opening a new one when it is full. REQUIRES: head is used
+  // by one thread at a time; the previous reservation of this head has been
+  // written (its segment may be sealed here). NoResource if no segment is
+  // free; `may_use_reserve` lets the cleaner take the last few.
+  Result<uint64_t> Reserve(uint32_t head, uint64_t bytes, bool may_use_reserve);
+
+  // Live-byte accounting of the segment holding `off`.
+  void AddLive(uint64_t off, int64_t delta) noexcept {
+    segs_[SegmentOf(off)].live_bytes.fetch_add(delta, std::memory_order_relaxed);
+  }
+
+  // Claims a sealed segment for the cleaner or an evictor (kSealed -> kBusy).
+  // Cleaning: the sealed segment with the lowest live ratio if below
+  // `max_ratio`, else -1. Eviction: the oldest sealed segment, else -1.
+  int64_t ClaimEmptiest(double max_ratio);
+  int64_t ClaimOldest();
+  void Unclaim(uint32_t seg) noexcept;  // kBusy -> kSealed (compaction aborted)
+  uint64_t SealedBytes(uint32_t seg) const noexcept { return segs_[seg].used.load(std::memory_order_acquire); }
+  // kBusy -> kRetired; reusable after the grace period.
+  void Retire(uint32_t seg);
+  // Waits until a segment may be free (or `until`). Returns false on timeout.
+  bool WaitForFree(Clock::time_point until);
+
+  struct Counts {
+    uint32_t free = 0, open = 0, sealed = 0, busy = 0, retired = 0;
+    int64_t live_bytes = 0;
+  };
+  Counts Count() const;
+  // Times the segment holding `off` has been reused (tests, the injector).
+  uint64_t Generation(uint64_t off) const noexcept {
+    return segs_[SegmentOf(off)].generation.load(std::memory_order_acquire);
+  }
+  uint64_t OpenSeq(uint64_t off) const noexcept {
+    return segs_[SegmentOf(off)].open_seq.load(std::memory_order_relaxed);
+  }
+
+ private:
+  struct SegmentInfo {
+    std::atomic<int64_t> live_bytes{0};
+    std::atomic<uint64_t> used{0};   // bytes appended; final once sealed
+    std::atomic<SegmentState> state{SegmentState::kFree};
+    std::atomic<uint64_t> open_seq{0};    // order of opening (smaller = older)
+    std::atomic<uint64_t> generation{0};  // incremented each time it is opened
+    Clock::time_point retired_at{};       // guarded by mu_
+  };
+  struct alignas(64) Head {
+    int64_t seg = -1;
+    uint64_t used = 0;
+  };
+
+  ValueLog(Arena arena, const StoreConfig& cfg, uint32_t heads);
+  void PromoteExpiredLocked(Clock::time_point now);  // REQUIRES: mu_ held
+
+  Arena arena_;
+  const uint64_t segment_bytes_;
+  const uint32_t segment_count_;
+  const Clock::duration grace_;
+  std::unique_ptr<SegmentInfo[]> segs_;
+  std::unique_ptr<Head[]> heads_;
+  std::atomic<uint64_t> next_open_seq_{1};
+
+  mutable std::mutex mu_;  // free list, retired ring, state transitions to/from kFree
+  std::condition_variable freed_cv_;
+  std::vector<uint32_t> free_;        // capacity segment_count_: no allocation after Create
+  std::vector<uint32_t> retired_;     // ring, in retirement order
+  size_t retired_head_ = 0, retired_len_ = 0;
+};
+
+}  // namespace kvrdma
