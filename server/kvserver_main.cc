@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
   using kvrdma::server::ServerConfig;
   ServerConfig cfg;
   std::string mode = "store", huge = "auto", level = "info";
-  uint64_t segment_mb = 1;
+  uint64_t segment_mb = 8;
 
   CLI::App app{
       "kvserver: the kvrdma key-value store daemon.\n"
@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--log-mb", cfg.log_mb, "Value log size in MiB (keys, values and entry headers)")
       ->capture_default_str()->check(CLI::Range(2, 1 << 24));
-  app.add_option("--segment-mb", segment_mb, "Log segment size in MiB (the unit of cleaning)")
+  app.add_option("--segment-mb", segment_mb, "Log segment size in MiB (the unit of cleaning; larger than the largest entry)")
       ->capture_default_str()->check(CLI::Range(1, 1024));
   app.add_option("--workers", cfg.workers, "Worker threads that apply PUT/DELETE")
       ->capture_default_str()->check(CLI::Range(1, 256));

@@ -32,6 +32,7 @@ struct TransportEnv {
   std::shared_ptr<Device> client;
   std::string addr;
   std::string skip_reason;  // non-empty: no RDMA device here
+  bool kind_is_verbs() const { return !fabric; }
 
   static TransportEnv Make(Kind k) {
     TransportEnv e;

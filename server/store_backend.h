@@ -1,0 +1,61 @@
+// The Backend that kvserver runs on: the Store (index + value log + cleaner).
+#pragma once
+
+#include <memory>
+
+#include "server/backend.h"
+#include "server/store/store.h"
+
+namespace kvrdma::server {
+
+class StoreBackend final : public Backend {
+ public:
+  static Result<std::unique_ptr<StoreBackend>> Create(const StoreConfig& cfg) {
+    auto s = Store::Open(cfg);
+    if (!s.ok()) return s.status();
+    return std::unique_ptr<StoreBackend>(new StoreBackend(std::move(s).value()));
+  }
+
+  Status Put(uint32_t worker, std::span<const uint8_t> key, std::span<const uint8_t> value,
+             uint64_t* version) override {
+    auto r = store_->Put(worker, View(key), View(value));
+    if (!r.ok()) return r.status();
+    *version = *r;
+    return Status::OK();
+  }
+  Status Delete(uint32_t worker, std::span<const uint8_t> key, uint64_t* version) override {
+    auto r = store_->Delete(worker, View(key));
+    if (!r.ok()) return r.status();
+    *version = *r;
+    return Status::OK();
+  }
+  StoreRegions regions() const override {
+    IndexParams p = store_->index_params();
+    return StoreRegions{store_->index_base(), store_->index_bytes(), static_cast<uint32_t>(p.bucket_count),
+                        p.seed, store_->log_base(), store_->log_bytes()};
+  }
+  void AppendStats(std::vector<std::pair<std::string_view, uint64_t>>* out) const override {
+    StoreStats s = store_->Stats();
+    out->insert(out->end(), {{"items", s.items},
+                             {"tombstones", s.tombstones},
+                             {"index_bytes", s.index_bytes},
+                             {"index_bytes_used", s.index_bytes_used},
+                             {"log_bytes", s.log_bytes},
+                             {"log_bytes_live", s.log_bytes_live},
+                             {"segments_free", s.segments_free},
+                             {"segments_used", s.segments_used},
+                             {"cleaner_runs", s.cleaner_runs},
+                             {"relocations", s.relocations},
+                             {"evictions", s.evictions}});
+  }
+  Store& store() { return *store_; }
+
+ private:
+  explicit StoreBackend(std::unique_ptr<Store> s) : store_(std::move(s)) {}
+  static std::string_view View(std::span<const uint8_t> b) {
+    return {reinterpret_cast<const char*>(b.data()), b.size()};
+  }
+  std::unique_ptr<Store> store_;
+};
+
+}  // namespace kvrdma::server

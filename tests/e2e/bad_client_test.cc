@@ -1,0 +1,205 @@
+// Clients that break the rules: RDMA WRITEs into read-only regions, another
+// protocol version, malformed requests. Each gets a clear error; the store
+// does not change; the server keeps serving everyone else.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "common/protocol/messages.h"
+#include "tests/e2e/e2e_util.h"
+
+namespace kvrdma::testing {
+namespace {
+
+// A client built directly on the transport and the wire protocol.
+class RogueClient {
+ public:
+  Status Connect(TransportEnv& env, uint16_t port, ConnectRequestMsg msg = {}) {
+    uint8_t req[kMaxRequestData];
+    size_t n = EncodeConnectRequest(msg, req);
+    ConnectOptions o;
+    o.host = env.addr;
+    o.port = port;
+    auto c = env.client->Connect(o, QpConfig{}, {req, n}, &reject_);
+    if (!c.ok()) return c.status();
+    conn_ = std::move(c).value();
+    auto d = DecodeServerDescriptor(conn_->peer_private_data());
+    if (!d.ok()) return d.status();
+    desc_ = *d;
+    mem_.assign(1 << 16, 0);
+    auto mr = env.client->RegisterMemory(mem_.data(), mem_.size(), kAccessLocalWrite);
+    if (!mr.ok()) return mr.status();
+    mr_ = std::move(mr).value();
+    RecvWr r[4];
+    for (uint32_t i = 0; i < 4; ++i) r[i] = RecvWr{i, mr_->Slice(32768 + i * kMaxReplySize, kMaxReplySize)};
+    return conn_->PostRecv(r);
+  }
+  // Sends raw bytes as a SEND, or as WRITE_WITH_IMM into ring slot `slot`
+  // with an immediate that claims `imm_len` bytes.
+  Status Send(std::span<const uint8_t> msg) {
+    std::memcpy(mem_.data(), msg.data(), msg.size());
+    SendWr w;
+    w.opcode = WrOpcode::kSend;
+    w.local = mr_->Slice(0, static_cast<uint32_t>(msg.size()));
+    return Post(w);
+  }
+  Status WriteImm(std::span<const uint8_t> msg, uint32_t slot, uint32_t imm_len) {
+    std::memcpy(mem_.data(), msg.data(), msg.size());
+    SendWr w;
+    w.opcode = WrOpcode::kWriteImm;
+    w.local = mr_->Slice(0, static_cast<uint32_t>(msg.size()));
+    w.remote_addr = desc_.ring.addr;
+    w.rkey = desc_.ring.rkey;
+    w.imm = (slot << 24) | imm_len;
+    return Post(w);
+  }
+  // An RDMA WRITE of 64 bytes to region r.
+  Completion WriteTo(const RemoteRegion& r) {
+    std::memset(mem_.data(), 0xee, 64);
+    SendWr w;
+    w.opcode = WrOpcode::kWrite;
+    w.local = mr_->Slice(0, 64);
+    w.remote_addr = r.addr;
+    w.rkey = r.rkey;
+    EXPECT_TRUE(conn_->PostSend({&w, 1}).ok());
+    auto c = WaitForSend(*conn_, 1);
+    return c.empty() ? Completion{0, WcStatus::kOther} : c[0];
+  }
+  // The next reply, as (status, message).
+  std::pair<Status::Code, std::string> Reply() {
+    auto got = WaitFor(conn_->recv_cq(), 1);
+    if (got.empty()) return {Status::Code::kTimeout, "no reply"};
+    auto* b = mem_.data() + 32768 + got[0].wr_id * kMaxReplySize;
+    auto p = ParseReply({b, got[0].byte_len});
+    RecvWr r{got[0].wr_id, mr_->Slice(32768 + got[0].wr_id * kMaxReplySize, kMaxReplySize)};
+    (void)conn_->PostRecv({&r, 1});
+    if (!p.ok()) return {Status::Code::kProtocol, p.status().ToString()};
+    return {p->header.status, std::string(p->body.begin(), p->body.end())};
+  }
+  const ServerDescriptor& desc() const { return desc_; }
+  const std::vector<uint8_t>& reject() const { return reject_; }
+  Connection& conn() { return *conn_; }
+
+ private:
+  Status Post(const SendWr& w) {
+    KVRDMA_RETURN_IF_ERROR(conn_->PostSend({&w, 1}));
+    auto c = WaitForSend(*conn_, 1);
+    if (c.empty()) return Status::Timeout("no send completion");
+    return CompletionStatus(c[0]);
+  }
+  std::vector<uint8_t> reject_;
+  std::unique_ptr<Connection> conn_;
+  ServerDescriptor desc_;
+  std::vector<uint8_t> mem_;
+  std::unique_ptr<MemoryRegion> mr_;
+};
+
+std::vector<uint8_t> PutMsg(std::string_view key, std::string_view value) {
+  RequestHeader h;
+  h.key_len = static_cast<uint16_t>(key.size());
+  h.value_len = h.frag_len = static_cast<uint32_t>(value.size());
+  h.request_id = 5;
+  std::vector<uint8_t> m(kRequestHeaderSize);
+  EncodeRequestHeader(h, m.data());
+  m.insert(m.end(), key.begin(), key.end());
+  m.insert(m.end(), value.begin(), value.end());
+  return m;
+}
+
+class BadClientTest : public ::testing::TestWithParam<Kind> {
+ protected:
+  void SetUp() override {
+    env_ = TransportEnv::Make(GetParam());
+    if (!env_.skip_reason.empty()) GTEST_SKIP() << env_.skip_reason;
+    server_ = std::make_unique<TestServer>(env_);
+    auto c = server_->Connect(PutMode::kSend);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    good_ = std::move(c).value();
+    ASSERT_TRUE(good_->Put("precious", "value that must survive").ok());
+  }
+  void TearDown() override {
+    good_.reset();
+    server_.reset();
+  }
+  void ExpectStoreIntactAndServing() {
+    std::string got;
+    ASSERT_TRUE(good_->Get("precious", &got).ok());
+    EXPECT_EQ(got, "value that must survive");
+    ASSERT_TRUE(good_->Put("still", "serving").ok());
+    ASSERT_TRUE(good_->Get("still", &got).ok());
+    EXPECT_EQ(got, "serving");
+  }
+  TransportEnv env_;
+  std::unique_ptr<TestServer> server_;
+  std::unique_ptr<Client> good_;
+};
+
+TEST_P(BadClientTest, RdmaWriteIntoIndexOrLogIsRemoteAccessAndChangesNothing) {
+  for (int target = 0; target < 3; ++target) {
+    RogueClient r;
+    ASSERT_TRUE(r.Connect(env_, server_->port()).ok());
+    const RemoteRegion& reg = target == 0 ? r.desc().index : target == 1 ? r.desc().log : r.desc().locks;
+    Completion c = r.WriteTo(reg);
+    EXPECT_EQ(c.status, WcStatus::kRemoteAccessError) << "target " << target << ": " << WcStatusName(c.status);
+    EXPECT_TRUE(r.conn().broken());
+  }
+  ExpectStoreIntactAndServing();
+}
+
+TEST_P(BadClientTest, AnotherProtocolVersionIsRefusedWithAReason) {
+  RogueClient r;
+  ConnectRequestMsg m;
+  m.major = 99;
+  Status st = r.Connect(env_, server_->port(), m);
+  ASSERT_FALSE(st.ok());
+  auto why = DecodeReject(r.reject());
+  ASSERT_TRUE(why.ok()) << "no reason in the reject";
+  EXPECT_EQ(why->code, Status::Code::kProtocol);
+  EXPECT_NE(why->reason.find("protocol 99.0"), std::string::npos) << why->reason;
+  ExpectStoreIntactAndServing();
+}
+
+TEST_P(BadClientTest, MalformedRequestsGetClearErrorsAndTheStoreDoesNotChange) {
+  RogueClient r;
+  ASSERT_TRUE(r.Connect(env_, server_->port()).ok());
+  auto msg = PutMsg("precious", "overwritten?");
+  // Bad opcode.
+  auto bad_op = msg;
+  bad_op[0] = 77;
+  ASSERT_TRUE(r.Send(bad_op).ok());
+  auto [c1, m1] = r.Reply();
+  EXPECT_EQ(c1, Status::Code::kInvalidArgument);
+  EXPECT_NE(m1.find("unknown opcode 77"), std::string::npos) << m1;
+  // Lengths that do not add up (one byte missing).
+  auto short_msg = msg;
+  short_msg.pop_back();
+  ASSERT_TRUE(r.Send(short_msg).ok());
+  auto [c2, m2] = r.Reply();
+  EXPECT_EQ(c2, Status::Code::kInvalidArgument);
+  EXPECT_NE(m2.find("do not add up"), std::string::npos) << m2;
+  // A value over the limit (claimed in the header).
+  auto big = msg;
+  uint32_t huge = server_->config().max_value_bytes + 1;
+  std::memcpy(big.data() + 4, &huge, 4);
+  ASSERT_TRUE(r.Send(big).ok());
+  auto [c3, m3] = r.Reply();
+  EXPECT_EQ(c3, Status::Code::kTooLarge) << m3;
+  // A ring slot out of range and a length over the slot (WRITE_WITH_IMM).
+  ASSERT_TRUE(r.WriteImm(msg, 200, static_cast<uint32_t>(msg.size())).ok());
+  auto [c4, m4] = r.Reply();
+  EXPECT_EQ(c4, Status::Code::kInvalidArgument);
+  EXPECT_NE(m4.find("out of range"), std::string::npos) << m4;
+  ASSERT_TRUE(r.WriteImm(msg, 0, 1u << 20).ok());
+  auto [c5, m5] = r.Reply();
+  EXPECT_EQ(c5, Status::Code::kInvalidArgument) << m5;
+  // The rogue's connection still works for a well-formed request.
+  ASSERT_TRUE(r.Send(PutMsg("rogue", "ok")).ok());
+  EXPECT_EQ(r.Reply().first, Status::Code::kOk);
+  ExpectStoreIntactAndServing();
+}
+
+INSTANTIATE_TEST_SUITE_P(Loopback, BadClientTest, ::testing::Values(Kind::kLoopback), KindName);
+INSTANTIATE_TEST_SUITE_P(Verbs, BadClientTest, ::testing::Values(Kind::kVerbs), KindName);
+
+}  // namespace
+}  // namespace kvrdma::testing

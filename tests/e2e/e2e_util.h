@@ -1,0 +1,90 @@
+// An in-process kvserver (real Server + Store) on a transport, and clients.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <thread>
+
+#include "client/client_internal.h"
+#include "common/protocol/handshake.h"
+#include "server/server.h"
+#include "server/store_backend.h"
+#include "tests/common/transport_test_util.h"
+
+namespace kvrdma::testing {
+
+struct E2eParam {
+  Kind kind;
+  PutMode put_mode;
+};
+
+inline std::string E2eName(const ::testing::TestParamInfo<E2eParam>& i) {
+  return std::string(i.param.kind == Kind::kLoopback ? "loopback" : "verbs") +
+         (i.param.put_mode == PutMode::kSend ? "_send" : "_writeimm");
+}
+
+inline void PrintTo(const E2eParam& p, std::ostream* os) { *os << E2eName({p, 0}); }
+
+class TestServer {
+ public:
+  TestServer(TransportEnv& env, server::ServerConfig cfg = Defaults()) : env_(env), cfg_(cfg) {
+    StoreConfig sc;
+    sc.index_buckets = 1 << 12;
+    sc.segment_bytes = 4 << 20;  // > the largest entry (1 MiB value)
+    sc.log_bytes = 64 << 20;
+    sc.workers = cfg_.workers;
+    sc.max_key_bytes = cfg_.max_key_bytes;
+    sc.max_value_bytes = cfg_.max_value_bytes;
+    sc.huge_pages = HugePages::kOff;
+    sc.grace_period = std::chrono::milliseconds(cfg_.grace_period_ms);
+    auto b = server::StoreBackend::Create(sc);
+    EXPECT_TRUE(b.ok()) << b.status().ToString();
+    backend_ = std::move(b).value();
+    cfg_.listen = env.kind_is_verbs() ? env.addr : "";
+    cfg_.port = 0;
+    server_ = std::make_unique<server::Server>(cfg_, env.server, *backend_);
+    Status st = server_->Start();
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    thread_ = std::thread([this] { (void)server_->Run(); });
+  }
+  ~TestServer() { Stop(); }
+  void Stop() {
+    if (!server_) return;
+    server_->RequestStop();
+    thread_.join();
+    server_.reset();
+  }
+  static server::ServerConfig Defaults() {
+    server::ServerConfig c;
+    c.workers = 2;
+    c.credits = 8;
+    c.slot_bytes = 4096;
+    c.srq_depth = 256;
+    c.lock_slots = 1024;
+    c.max_value_bytes = 1 << 20;
+    c.max_key_bytes = 1023;
+    return c;
+  }
+  uint16_t port() const { return server_->port(); }
+  const server::ServerConfig& config() const { return cfg_; }
+  server::Backend& backend() { return *backend_; }
+
+  Result<std::unique_ptr<Client>> Connect(PutMode mode) {
+    ClientOptions o;
+    o.host = env_.addr;
+    o.port = port();
+    o.put_mode = mode;
+    o.op_timeout_ms = 10000;
+    return ClientFactory::ConnectWith(env_.client, o);
+  }
+
+ private:
+  TransportEnv& env_;
+  server::ServerConfig cfg_;
+  std::unique_ptr<server::StoreBackend> backend_;
+  std::unique_ptr<server::Server> server_;
+  std::thread thread_;
+};
+
+}  // namespace kvrdma::testing
