@@ -17,7 +17,7 @@ struct ServerConfig {
   uint32_t workers = 2;
   CapacityMode mode = CapacityMode::kStore;
   uint32_t max_value_bytes = 1u << 20;
-  uint32_t max_key_bytes = 1024;
+  uint32_t max_key_bytes = kMaxKeyBytes;  // 1023: what a log entry header can express
   HugePages huge_pages = HugePages::kAuto;
   // Flow control: requests in flight per connection, and the size of a ring
   // slot / receive buffer (a larger message is sent in fragments).

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# kvctl round trip against a real kvserver on an RDMA device:
+# start kvserver, put/get/del/stats (exit codes 0/1/2 as documented),
+# values from stdin, then SIGTERM: kvserver must exit 0.
+# Usage: kvctl_test.sh BUILD_DIR   (KVRDMA_TEST_ADDR must name the device's address)
+set -u
+BUILD=${1:?usage: kvctl_test.sh BUILD_DIR}
+ADDR=${KVRDMA_TEST_ADDR:-}
+if [ -z "$ADDR" ]; then echo "SKIP: KVRDMA_TEST_ADDR unset (run under tools/with-rdma)"; exit 77; fi
+KVSERVER=$BUILD/server/kvserver
+KVCTL=$BUILD/tools/kvctl
+PORT=$((20000 + $$ % 20000))
+LOG=$(mktemp)
+fails=0
+check() {  # check NAME EXPECTED_RC ACTUAL_RC
+  if [ "$2" = "$3" ]; then echo "ok   $1"; else echo "FAIL $1: exit $3, expected $2"; fails=$((fails + 1)); fi
+}
+"$KVSERVER" --listen "$ADDR" --port "$PORT" --index-mb 4 --log-mb 64 --workers 2 > "$LOG" 2>&1 &
+PID=$!
+trap 'kill -9 $PID 2>/dev/null; rm -f "$LOG"' EXIT
+ctl() { "$KVCTL" --server "$ADDR:$PORT" "$@"; }
+for _ in $(seq 1 100); do
+  ctl stats > /dev/null 2>&1 && break
+  kill -0 $PID 2>/dev/null || { echo "FAIL kvserver died:"; cat "$LOG"; exit 1; }
+  sleep 0.1
+done
+
+ctl put greeting "hello world"; check "put" 0 $?
+out=$(ctl get greeting); check "get found" 0 $?
+[ "$out" = "hello world" ] && echo "ok   get value" || { echo "FAIL get value: '$out'"; fails=$((fails + 1)); }
+ctl get missing > /dev/null; check "get missing -> 1" 1 $?
+head -c 100000 /dev/urandom > "$LOG.val"
+ctl put blob - < "$LOG.val"; check "put from stdin (100 kB)" 0 $?
+ctl get --raw blob > "$LOG.got"; check "get blob" 0 $?
+cmp -s "$LOG.val" "$LOG.got" && echo "ok   blob round trip" || { echo "FAIL blob differs"; fails=$((fails + 1)); }
+rm -f "$LOG.val" "$LOG.got"
+ctl del greeting; check "del" 0 $?
+ctl del greeting; check "del again -> 1" 1 $?
+ctl get greeting > /dev/null; check "get deleted -> 1" 1 $?
+ctl --put-mode write-imm put viaimm yes; check "put via write-imm" 0 $?
+[ "$(ctl get viaimm)" = yes ] && echo "ok   write-imm value" || { echo "FAIL write-imm value"; fails=$((fails + 1)); }
+stats=$(ctl stats); check "stats" 0 $?
+echo "$stats" | grep -q '^puts [0-9]' && echo "$stats" | grep -q '^items 2$' && echo "ok   stats content" \
+  || { echo "FAIL stats content:"; echo "$stats"; fails=$((fails + 1)); }
+ctl put "" x 2> /dev/null; check "empty key -> 2" 2 $?
+err=$("$KVCTL" --server "$ADDR:$((PORT + 1))" get k 2>&1); check "no server -> 2" 2 $?
+echo "$err" | grep -q "kvctl: connecting" && echo "ok   error message: $err" || { echo "FAIL message: $err"; fails=$((fails + 1)); }
+
+kill -TERM $PID
+for _ in $(seq 1 100); do kill -0 $PID 2>/dev/null || break; sleep 0.1; done
+wait $PID; rc=$?
+check "kvserver exits 0 on SIGTERM" 0 $rc
+grep -q "stopped cleanly" "$LOG" && echo "ok   clean stop logged" || { echo "FAIL no clean stop:"; cat "$LOG"; fails=$((fails + 1)); }
+echo "kvctl test: $fails failure(s)"
+[ $fails = 0 ]
