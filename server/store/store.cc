@@ -70,23 +70,27 @@ Result<uint64_t> Store::ReserveSpace(uint32_t head, uint64_t bytes) {
   for (;;) {
     auto r = log_->Reserve(head, bytes, /*may_use_reserve=*/false);
     if (r.ok() || r.status().code() != Status::Code::kNoResource) return r;
+    bool evicted = false;
     if (cfg_.mode == CapacityMode::kCache) {
       // Evict the oldest sealed segment ourselves unless one is already
       // waiting out its grace period; then wait for it.
       std::unique_lock<std::mutex> lock(evict_mu_, std::try_to_lock);
       if (lock.owns_lock() && log_->Count().retired == 0) {
         const int64_t seg = log_->ClaimOldest();
-        if (seg >= 0) EvictSegment(head, static_cast<uint32_t>(seg));
+        if (seg >= 0) {
+          EvictSegment(head, static_cast<uint32_t>(seg));
+          evicted = true;
+        }
       }
     } else {
       std::lock_guard<std::mutex> lock(cleaner_mu_);
       cleaner_kick_ = true;
       cleaner_cv_.notify_one();
     }
+    if (evicted) continue;
     const auto now = ValueLog::Clock::now();
-    if (now >= deadline || !log_->WaitForFree(std::min(deadline, now + std::chrono::milliseconds(1)))) {
-      if (ValueLog::Clock::now() >= deadline) return Status::ServerFull("value log full");
-    }
+    if (now >= deadline) return Status::ServerFull("value log full");
+    log_->WaitForFree(std::min(deadline, now + std::chrono::milliseconds(1)));
   }
 }
 

@@ -1,0 +1,105 @@
+// A GET done the way a client does it over RDMA, but on local memory: copy
+// the two candidate buckets and then the entry with RacyLoad (what a NIC's
+// READ does to memory the server is changing), and decide with the pure
+// read-path functions. Used by the store tests and the stress test.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "common/format/read_path.h"
+#include "common/memory/racy_copy.h"
+#include "common/status.h"
+
+namespace kvrdma::test {
+
+struct ReadCounters {
+  uint64_t gets = 0;
+  uint64_t rounds = 0;          // bucket rounds (a miss takes >= 2)
+  uint64_t restarts = 0;        // GETs restarted (torn / malformed / deadline)
+  uint64_t torn = 0;            // checksum failures seen
+  uint64_t malformed = 0;       // lengths disagreeing with the slot
+  uint64_t wrong_key = 0;       // fingerprint collisions
+  uint64_t deadline = 0;        // restarts because the GET outlived its deadline
+  uint64_t second_reads = 0;    // entries larger than the size hint
+};
+
+struct NativeGetResult {
+  std::span<const std::byte> value;  // into the caller's buffer
+  uint32_t version = 0;
+  uint64_t log_offset = 0;
+  uint64_t slot = 0;
+};
+
+// REQUIRES: buf.size() >= the largest entry. Returns OK, NotFound, or Retry
+// after `max_attempts` restarts.
+inline Status NativeGet(const IndexParams& p, const std::byte* index, const std::byte* log,
+                        std::string_view key, std::vector<std::byte>& buf, NativeGetResult* out,
+                        ReadCounters* c, std::chrono::nanoseconds deadline = std::chrono::seconds(1),
+                        int max_attempts = 1000) {
+  using Clock = std::chrono::steady_clock;
+  auto reads = CandidateBucketReads(p, key);
+  if (!reads.ok()) return reads.status();
+  ++c->gets;
+  alignas(64) std::byte buckets[2][kBucketBytes];
+  for (int attempt = 0; attempt < max_attempts; ++attempt) {
+    const auto start = Clock::now();
+    MissCheck miss;
+    bool restart = false;
+    while (!restart) {
+      ++c->rounds;
+      RacyLoad(buckets[0], index + reads->reads[0].offset, kBucketBytes);
+      RacyLoad(buckets[1], index + reads->reads[1].offset, kBucketBytes);
+      std::atomic_thread_fence(std::memory_order_acquire);  // later READs see what the slot published
+      ProbeResult probe;
+      KVRDMA_RETURN_IF_ERROR(ProbeBuckets(buckets[0], buckets[1], reads->hash, p, &probe));
+      for (int i = 0; i < probe.count && !restart; ++i) {
+        const SlotCandidate& cand = probe.candidates[i];
+        size_t len = std::min<size_t>(cand.entry.length, buf.size());
+        RacyLoad(buf.data(), log + cand.entry.offset, len);
+        EntryView v = DecodeEntry(std::span(buf).first(len), key, cand.slot, p.seed, false);
+        if (v.verdict == EntryVerdict::kNeedMore && v.total_bytes <= buf.size() &&
+            cand.entry.offset + v.total_bytes <= p.log_bytes) {
+          ++c->second_reads;
+          len = v.total_bytes;
+          RacyLoad(buf.data(), log + cand.entry.offset, len);
+          v = DecodeEntry(std::span(buf).first(len), key, cand.slot, p.seed, false);
+        }
+        switch (v.verdict) {
+          case EntryVerdict::kWrongKey: ++c->wrong_key; continue;
+          case EntryVerdict::kTorn: ++c->torn; restart = true; continue;
+          case EntryVerdict::kValue:
+          case EntryVerdict::kTombstone:
+            if (Clock::now() - start > deadline) {
+              ++c->deadline;
+              restart = true;
+              continue;
+            }
+            out->value = v.value;
+            out->version = v.version;
+            out->log_offset = cand.entry.offset;
+            out->slot = cand.slot;
+            return v.verdict == EntryVerdict::kValue ? Status::OK() : Status::NotFound();
+          default: ++c->malformed; restart = true; continue;
+        }
+      }
+      if (restart) break;
+      if (miss.rounds() >= 16) break;  // buckets keep changing: start over
+      if (miss.ConfirmMiss(probe)) {
+        if (Clock::now() - start > deadline) {
+          ++c->deadline;
+          break;
+        }
+        return Status::NotFound();
+      }
+    }
+    ++c->restarts;
+  }
+  return Status::Retry("GET kept racing writers");
+}
+
+}  // namespace kvrdma::test

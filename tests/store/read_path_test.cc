@@ -1,0 +1,218 @@
+// The pure read path on good, torn, corrupt, recycled and wrong-key bytes.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/format/read_path.h"
+
+namespace kvrdma {
+namespace {
+
+constexpr uint64_t kSeed = 1234;
+
+struct Encoded {
+  std::vector<std::byte> bytes;
+  uint64_t slot;
+};
+
+Encoded Make(std::string_view key, std::string_view value, uint32_t version = 1, bool tomb = false,
+             uint64_t off = 64) {
+  Encoded e;
+  e.bytes.resize(EntryBytes(key.size(), value.size()));
+  EXPECT_EQ(EncodeEntry(e.bytes, key, value, version, tomb, kSeed), e.bytes.size());
+  const KeyHash kh = MakeKeyHash(key, kSeed, 1024);
+  e.slot = PackSlot(kh.fingerprint, SlotHintFor(e.bytes.size()), off);
+  return e;
+}
+
+TEST(ReadPath, CandidateBucketReads) {
+  IndexParams p{1024, kSeed, 1 << 20};
+  auto r = CandidateBucketReads(p, "hello");
+  ASSERT_TRUE(r.ok());
+  const KeyHash kh = MakeKeyHash("hello", kSeed, 1024);
+  EXPECT_EQ(r->reads[0].offset, kh.bucket[0] * 64);
+  EXPECT_EQ(r->reads[1].offset, kh.bucket[1] * 64);
+  EXPECT_EQ(r->reads[0].length, 64u);
+  EXPECT_FALSE(CandidateBucketReads(IndexParams{1000, kSeed, 1 << 20}, "k").ok());
+  EXPECT_FALSE(CandidateBucketReads(IndexParams{1, kSeed, 1 << 20}, "k").ok());
+  EXPECT_FALSE(CandidateBucketReads(IndexParams{1024, kSeed, 0}, "k").ok());
+  EXPECT_FALSE(CandidateBucketReads(p, "").ok());
+  EXPECT_FALSE(CandidateBucketReads(p, std::string(2000, 'k')).ok());
+}
+
+TEST(ReadPath, ProbeBucketsFindsFingerprintMatches) {
+  IndexParams p{1024, kSeed, 1 << 20};
+  const KeyHash kh = MakeKeyHash("hello", kSeed, 1024);
+  IndexBucket b[2] = {};
+  b[0].version = 5;
+  b[1].version = 9;
+  b[0].slots[3] = PackSlot(kh.fingerprint, 4, 800);
+  b[0].slots[4] = PackSlot(kh.fingerprint ^ 1, 4, 800);          // other fingerprint
+  b[1].slots[6] = PackSlot(kh.fingerprint, 4, (1 << 20) - 8);     // clamped read
+  b[1].slots[0] = PackSlot(kh.fingerprint, 4, 1 << 21);           // outside the log
+  b[1].slots[1] = PackSlot(kh.fingerprint, 1, 64);                // impossible hint
+  ProbeResult r;
+  ASSERT_TRUE(ProbeBuckets(std::as_bytes(std::span(&b[0], 1)), std::as_bytes(std::span(&b[1], 1)), kh, p, &r).ok());
+  EXPECT_EQ(r.count, 1);  // (1<<20)-8 + 16 > log: rejected too
+  EXPECT_EQ(r.rejected, 3);
+  EXPECT_EQ(r.candidates[0].entry.offset, 800u);
+  EXPECT_EQ(r.candidates[0].entry.length, 32u);
+  EXPECT_EQ(r.versions[0], 5u);
+  EXPECT_EQ(r.versions[1], 9u);
+  b[1].slots[6] = PackSlot(kh.fingerprint, 4, (1 << 20) - 16);
+  ASSERT_TRUE(ProbeBuckets(std::as_bytes(std::span(&b[0], 1)), std::as_bytes(std::span(&b[1], 1)), kh, p, &r).ok());
+  EXPECT_EQ(r.count, 2);
+  EXPECT_EQ(r.candidates[1].entry.length, 16u);
+  std::byte short_bucket[63] = {};
+  EXPECT_FALSE(ProbeBuckets(short_bucket, std::as_bytes(std::span(&b[1], 1)), kh, p, &r).ok());
+}
+
+TEST(ReadPath, DecodeValidEntry) {
+  Encoded e = Make("key", "the value", 3);
+  EntryView v = DecodeEntry(e.bytes, "key", e.slot, kSeed, true);
+  ASSERT_EQ(v.verdict, EntryVerdict::kValue);
+  EXPECT_EQ(v.version, 3u);
+  EXPECT_EQ(std::string_view(reinterpret_cast<const char*>(v.value.data()), v.value.size()), "the value");
+  EXPECT_TRUE(EntryVerdictStatus(v.verdict).ok());
+}
+
+TEST(ReadPath, RejectsEveryByteFlip) {
+  Encoded e = Make("key", "the value", 3);
+  for (size_t i = 0; i < e.bytes.size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::vector<std::byte> b = e.bytes;
+      b[i] ^= std::byte(1 << bit);
+      EntryView v = DecodeEntry(b, "key", e.slot, kSeed, false);
+      if (i == 7 && bit == 7) {  // the superseded bit is outside the checksum
+        EXPECT_EQ(v.verdict, EntryVerdict::kValue);
+        EXPECT_TRUE(v.superseded);
+        continue;
+      }
+      if (i >= 16 + 3 + 9) {  // padding: not covered, value unaffected
+        EXPECT_EQ(v.verdict, EntryVerdict::kValue);
+        continue;
+      }
+      EXPECT_NE(v.verdict, EntryVerdict::kValue) << "byte " << i << " bit " << bit;
+      EXPECT_NE(v.verdict, EntryVerdict::kTombstone);
+    }
+  }
+}
+
+TEST(ReadPath, TornEntryIsRejected) {
+  // Old and new entries of the same length at the same place: any mix of
+  // 8-byte words from the two must not decode as a value unless it equals one.
+  Encoded a = Make("key", std::string(40, 'a'), 1);
+  Encoded b = Make("key", std::string(40, 'b'), 2);
+  ASSERT_EQ(a.bytes.size(), b.bytes.size());
+  const size_t words = a.bytes.size() / 8;
+  int torn = 0;
+  for (uint32_t mask = 1; mask + 1 < (1u << words); ++mask) {
+    std::vector<std::byte> m = a.bytes;
+    for (size_t w = 0; w < words; ++w) {
+      if (mask & (1u << w)) std::memcpy(&m[w * 8], &b.bytes[w * 8], 8);
+    }
+    EntryView v = DecodeEntry(m, "key", a.slot, kSeed, false);
+    if (v.verdict == EntryVerdict::kValue) {
+      const bool is_a = std::memcmp(v.value.data(), "aaaa", 4) == 0 && v.version == 1;
+      const bool is_b = std::memcmp(v.value.data(), "bbbb", 4) == 0 && v.version == 2;
+      EXPECT_TRUE(is_a || is_b);
+      for (std::byte c : v.value) EXPECT_EQ(c, v.value[0]);
+    } else {
+      ++torn;
+    }
+  }
+  EXPECT_GT(torn, 0);
+}
+
+TEST(ReadPath, WrongKeyRecycledAndMalformed) {
+  Encoded e = Make("key", "value");
+  EXPECT_EQ(DecodeEntry(e.bytes, "kez", e.slot, kSeed, false).verdict, EntryVerdict::kWrongKey);
+  EXPECT_EQ(DecodeEntry(e.bytes, "key2", e.slot, kSeed, false).verdict, EntryVerdict::kWrongKey);
+  // Recycled: another entry of a different length now lives at the location.
+  Encoded other = Make("other-key-long", "some other value that is longer");
+  EXPECT_EQ(DecodeEntry(other.bytes, "key", e.slot, kSeed, false).verdict, EntryVerdict::kMalformed);
+  // Recycled with the same length: the key check rejects it.
+  Encoded same_len = Make("kez", "value");
+  EXPECT_EQ(DecodeEntry(same_len.bytes, "key", e.slot, kSeed, false).verdict, EntryVerdict::kWrongKey);
+  // Zeroed (freshly mapped or scrubbed) memory.
+  std::vector<std::byte> zero(64);
+  EXPECT_EQ(DecodeEntry(zero, "key", e.slot, kSeed, false).verdict, EntryVerdict::kMalformed);
+  // Too short for a header.
+  EXPECT_EQ(DecodeEntry(std::span(e.bytes).first(15), "key", e.slot, kSeed, false).verdict,
+            EntryVerdict::kMalformed);
+  // Other seed (another server's data): checksum mismatch.
+  EXPECT_EQ(DecodeEntry(e.bytes, "key", e.slot, kSeed + 1, false).verdict, EntryVerdict::kTorn);
+  // Status mapping.
+  EXPECT_EQ(EntryVerdictStatus(EntryVerdict::kTorn).code(), Status::Code::kRetry);
+  EXPECT_EQ(EntryVerdictStatus(EntryVerdict::kMalformed).code(), Status::Code::kRetry);
+  EXPECT_EQ(EntryVerdictStatus(EntryVerdict::kTombstone).code(), Status::Code::kNotFound);
+}
+
+TEST(ReadPath, SupersededAndTombstone) {
+  Encoded e = Make("key", "value");
+  e.bytes[7] |= std::byte{0x80};
+  EXPECT_EQ(DecodeEntry(e.bytes, "key", e.slot, kSeed, false).verdict, EntryVerdict::kValue);
+  EXPECT_EQ(DecodeEntry(e.bytes, "key", e.slot, kSeed, true).verdict, EntryVerdict::kSuperseded);
+  Encoded t = Make("key", "", 4, true);
+  EntryView v = DecodeEntry(t.bytes, "key", t.slot, kSeed, true);
+  EXPECT_EQ(v.verdict, EntryVerdict::kTombstone);
+  EXPECT_EQ(v.version, 4u);
+}
+
+TEST(ReadPath, LargeEntryNeedsSecondRead) {
+  const std::string big(40000, 'x');
+  Encoded e = Make("big", big);
+  EXPECT_EQ(SlotHint(e.slot), kMaxSlotHint);
+  EntryView v = DecodeEntry(std::span(e.bytes).first(SlotReadBytes(e.slot)), "big", e.slot, kSeed, false);
+  ASSERT_EQ(v.verdict, EntryVerdict::kNeedMore);
+  EXPECT_EQ(v.total_bytes, e.bytes.size());
+  EXPECT_EQ(EntryVerdictStatus(v.verdict).code(), Status::Code::kTooLarge);
+  v = DecodeEntry(e.bytes, "big", e.slot, kSeed, false);
+  ASSERT_EQ(v.verdict, EntryVerdict::kValue);
+  EXPECT_EQ(v.value.size(), big.size());
+  // A saturated hint on a small entry is a recycled/garbage combination.
+  Encoded small = Make("big", "x");
+  const uint64_t fake = PackSlot(SlotFingerprint(small.slot), kMaxSlotHint, 64);
+  EXPECT_EQ(DecodeEntry(small.bytes, "big", fake, kSeed, false).verdict, EntryVerdict::kMalformed);
+}
+
+TEST(ReadPath, RandomBytesNeverDecodeAsValue) {
+  std::mt19937_64 rng(7);
+  std::vector<std::byte> buf(256);
+  for (int iter = 0; iter < 200000; ++iter) {
+    for (size_t i = 0; i < buf.size(); i += 8) {
+      uint64_t w = rng();
+      std::memcpy(&buf[i], &w, 8);
+    }
+    const size_t len = rng() % buf.size();
+    const uint64_t slot = rng();
+    const EntryView v = DecodeEntry(std::span(buf).first(len), "key", slot, kSeed, false);
+    ASSERT_NE(v.verdict, EntryVerdict::kValue);
+    ASSERT_NE(v.verdict, EntryVerdict::kTombstone);
+    IndexParams p{uint64_t{1} << (rng() % 20 + 1), rng(), (rng() % (1 << 20) + 1) * 8};
+    ProbeResult r;
+    const KeyHash kh = MakeKeyHash("key", p.seed, p.bucket_count);
+    if (buf.size() >= 128) {
+      ASSERT_TRUE(ProbeBuckets(std::span(buf).first(64), std::span(buf).subspan(64, 64), kh, p, &r).ok());
+      for (int c = 0; c < r.count; ++c) {
+        ASSERT_LE(r.candidates[c].entry.offset + r.candidates[c].entry.length, p.log_bytes);
+      }
+    }
+  }
+}
+
+TEST(ReadPath, MissCheckNeedsTwoEqualRounds) {
+  MissCheck m;
+  ProbeResult r;
+  r.versions = {1, 2};
+  EXPECT_FALSE(m.ConfirmMiss(r));
+  r.versions = {1, 3};  // a slot moved out of bucket 1 meanwhile
+  EXPECT_FALSE(m.ConfirmMiss(r));
+  EXPECT_TRUE(m.ConfirmMiss(r));
+  EXPECT_EQ(m.rounds(), 3);
+}
+
+}  // namespace
+}  // namespace kvrdma

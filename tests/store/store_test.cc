@@ -1,0 +1,248 @@
+// Store operations, capacity modes and memory arenas.
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "tests/store/store_test_util.h"
+
+namespace kvrdma::test {
+namespace {
+
+TEST(Store, PutGetUpdateDelete) {
+  auto s = OpenOrDie(SmallConfig());
+  ASSERT_TRUE(s);
+  std::string v;
+  EXPECT_TRUE(s->Get("a", &v).IsNotFound());
+  auto r = s->Put(0, "a", "one");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, 1u);
+  uint32_t ver = 0;
+  ASSERT_TRUE(s->Get("a", &v, &ver).ok());
+  EXPECT_EQ(v, "one");
+  EXPECT_EQ(ver, 1u);
+  NativeGetResult first;
+  ASSERT_TRUE(ReadNative(*s, "a", &v, &first).ok());
+  EXPECT_EQ(v, "one");
+
+  r = s->Put(1, "a", "two, longer");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, 2u);
+  ASSERT_TRUE(ReadNative(*s, "a", &v).ok());
+  EXPECT_EQ(v, "two, longer");
+  // The old entry was marked superseded before the slot moved.
+  std::vector<std::byte> old(SlotReadBytes(first.slot));
+  RacyLoad(old.data(), s->log_base() + first.log_offset, old.size());
+  EXPECT_EQ(DecodeEntry(old, "a", first.slot, s->config().seed, true).verdict, EntryVerdict::kSuperseded);
+  EXPECT_EQ(DecodeEntry(old, "a", first.slot, s->config().seed, false).verdict, EntryVerdict::kValue);
+
+  r = s->Delete(0, "a");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, 3u);
+  EXPECT_TRUE(s->Get("a", &v).IsNotFound());
+  EXPECT_TRUE(ReadNative(*s, "a", &v).IsNotFound());
+  EXPECT_TRUE(s->Delete(0, "a").status().IsNotFound());
+  EXPECT_TRUE(s->Delete(0, "never").status().IsNotFound());
+  r = s->Put(0, "a", "three");  // versions continue across a delete
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, 4u);
+  ASSERT_TRUE(ReadNative(*s, "a", &v).ok());
+  EXPECT_EQ(v, "three");
+
+  ASSERT_TRUE(s->Put(0, "b", "").ok());  // empty values are values
+  ASSERT_TRUE(ReadNative(*s, "b", &v).ok());
+  EXPECT_EQ(v, "");
+  StoreStats st = s->Stats();
+  EXPECT_EQ(st.items, 2u);
+  EXPECT_EQ(st.tombstones, 0u);
+  EXPECT_EQ(st.index_slots, 1024u * 7);
+  EXPECT_EQ(st.index_bytes_used, 16u);
+}
+
+TEST(Store, RejectsBadArguments) {
+  auto s = OpenOrDie(SmallConfig());
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->Put(0, "", "x").status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(s->Put(2, "k", "x").status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(s->Put(0, std::string(1024, 'k'), "x").status().code(), Status::Code::kTooLarge);
+  EXPECT_EQ(s->Put(0, "k", std::string((16 << 10) + 1, 'v')).status().code(), Status::Code::kTooLarge);
+  StoreConfig bad = SmallConfig();
+  bad.index_buckets = 1000;
+  EXPECT_FALSE(Store::Open(bad).ok());
+  bad = SmallConfig();
+  bad.log_bytes = 3 * bad.segment_bytes;
+  EXPECT_FALSE(Store::Open(bad).ok());
+}
+
+TEST(Store, LargeValuesNeedASecondRead) {
+  auto s = OpenOrDie(SmallConfig());
+  ASSERT_TRUE(s);
+  const std::string big = Value(1, 1, 16 << 10);
+  ASSERT_TRUE(s->Put(0, "big", big).ok());
+  std::vector<std::byte> buf(64 << 10);
+  ReadCounters c;
+  NativeGetResult r;
+  ASSERT_TRUE(NativeGet(s->index_params(), s->index_base(), s->log_base(), "big", buf, &r, &c).ok());
+  EXPECT_EQ(std::string_view(reinterpret_cast<const char*>(r.value.data()), r.value.size()), big);
+  EXPECT_EQ(c.second_reads, 0u);  // 16 KiB fits the hint
+}
+
+TEST(Store, IndexFillsBeyond90PercentThenServerFull) {
+  StoreConfig c = SmallConfig();
+  c.log_bytes = 16 << 20;
+  auto s = OpenOrDie(c);
+  ASSERT_TRUE(s);
+  const int slots = 1024 * 7;
+  int n = 0;
+  Status last;
+  for (; n < slots + 10; ++n) {
+    auto r = s->Put(n % 2, Key(n), Value(n, 1, 8));
+    if (!r.ok()) {
+      last = r.status();
+      break;
+    }
+  }
+  EXPECT_EQ(last.code(), Status::Code::kServerFull);
+  const double load = static_cast<double>(n) / slots;
+  std::printf("index load at first ServerFull: %.4f (%d of %d slots, %llu cuckoo moves)\n", load, n, slots,
+              static_cast<unsigned long long>(s->Stats().cuckoo_moves));
+  EXPECT_GE(load, 0.90);
+  EXPECT_GT(s->Stats().cuckoo_moves, 0u);
+  // Nothing already stored is lost, and updates of stored keys still work.
+  std::string v;
+  for (int i = 0; i < n; ++i) {
+    ASSERT_TRUE(ReadNative(*s, Key(i), &v).ok()) << i;
+    ASSERT_EQ(v, Value(i, 1, 8));
+  }
+  EXPECT_TRUE(s->Put(0, Key(5), "updated").ok());
+  EXPECT_EQ(s->Stats().items, static_cast<uint64_t>(n));
+}
+
+TEST(Store, IndexFullCacheModeEvictsOldest) {
+  StoreConfig c = SmallConfig();
+  c.mode = CapacityMode::kCache;
+  c.log_bytes = 16 << 20;
+  auto s = OpenOrDie(c);
+  ASSERT_TRUE(s);
+  const int total = 1024 * 7 * 2;
+  for (int i = 0; i < total; ++i) ASSERT_TRUE(s->Put(0, Key(i), Value(i, 1, 8)).ok()) << i;
+  StoreStats st = s->Stats();
+  EXPECT_GT(st.evictions, 0u);
+  EXPECT_EQ(st.items + st.evictions, static_cast<uint64_t>(total));
+  EXPECT_GE(st.items, 1024u * 7 * 9 / 10);
+  std::string v;
+  for (int i = total - 200; i < total; ++i) {  // the newest are never the oldest
+    ASSERT_TRUE(ReadNative(*s, Key(i), &v).ok()) << i;
+    EXPECT_EQ(v, Value(i, 1, 8));
+  }
+}
+
+TEST(Store, LogFullStoreModeLosesNothing) {
+  StoreConfig c = SmallConfig();
+  c.log_bytes = 16 * (16 << 10);
+  c.segment_bytes = 16 << 10;
+  c.max_value_bytes = 1024;
+  auto s = OpenOrDie(c);
+  ASSERT_TRUE(s);
+  int n = 0;
+  Status last;
+  for (; n < 100000; ++n) {
+    auto r = s->Put(0, Key(n), Value(n, 1, 200));
+    if (!r.ok()) {
+      last = r.status();
+      break;
+    }
+  }
+  EXPECT_EQ(last.code(), Status::Code::kServerFull);
+  EXPECT_GT(n, 500);
+  std::string v;
+  for (int i = 0; i < n; ++i) {
+    ASSERT_TRUE(ReadNative(*s, Key(i), &v).ok()) << i;
+    ASSERT_EQ(v, Value(i, 1, 200));
+  }
+  // All live: the cleaner cannot make room either.
+  s->RunCleanerOnce();
+  EXPECT_EQ(s->Put(0, Key(n), Value(n, 1, 200)).status().code(), Status::Code::kServerFull);
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(ReadNative(*s, Key(i), &v).ok()) << i;
+}
+
+TEST(Store, LogFullCacheModeEvictsOldestSegment) {
+  StoreConfig c = SmallConfig();
+  c.mode = CapacityMode::kCache;
+  c.log_bytes = 16 * (16 << 10);
+  c.segment_bytes = 16 << 10;
+  c.max_value_bytes = 1024;
+  auto s = OpenOrDie(c);
+  ASSERT_TRUE(s);
+  const int total = 5000;  // ~ 1.2 MB of entries into a 256 KiB log
+  for (int i = 0; i < total; ++i) ASSERT_TRUE(s->Put(0, Key(i), Value(i, 1, 200)).ok()) << i;
+  StoreStats st = s->Stats();
+  EXPECT_GT(st.evictions, 3000u);
+  EXPECT_EQ(st.items + st.evictions, static_cast<uint64_t>(total));
+  std::string v;
+  for (int i = total - 50; i < total; ++i) {
+    ASSERT_TRUE(ReadNative(*s, Key(i), &v).ok()) << i;
+    EXPECT_EQ(v, Value(i, 1, 200));
+  }
+  int present = 0;
+  for (int i = 0; i < total; ++i) {
+    Status g = ReadNative(*s, Key(i), &v);
+    ASSERT_TRUE(g.ok() || g.IsNotFound());
+    if (g.ok()) {
+      ++present;
+      ASSERT_EQ(v, Value(i, 1, 200));
+    }
+  }
+  EXPECT_EQ(static_cast<uint64_t>(present), st.items);
+}
+
+TEST(Store, ConcurrentWorkersDistinctKeys) {
+  StoreConfig c = SmallConfig();
+  c.workers = 4;
+  c.log_bytes = 16 << 20;
+  c.cleaner_thread = true;
+  auto s = OpenOrDie(c);
+  ASSERT_TRUE(s);
+  std::vector<std::thread> ts;
+  for (uint32_t w = 0; w < 4; ++w) {
+    ts.emplace_back([&, w] {
+      for (int i = 0; i < 1000; ++i) {
+        for (int ver = 1; ver <= 3; ++ver) {
+          auto r = s->Put(w, Key(w * 1000 + i), Value(w * 1000 + i, ver));
+          ASSERT_TRUE(r.ok());
+          ASSERT_EQ(*r, static_cast<uint32_t>(ver));
+        }
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  std::string v;
+  for (int i = 0; i < 4000; ++i) {
+    ASSERT_TRUE(ReadNative(*s, Key(i), &v).ok());
+    EXPECT_EQ(v, Value(i, 3));
+  }
+  EXPECT_EQ(s->Stats().items, 4000u);
+}
+
+TEST(Arena, HugePageModes) {
+  auto off = Arena::Create(3 << 20, HugePages::kOff, "test");
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(off->backing(), Arena::Backing::kNormal);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(off->data()) % 4096, 0u);
+  EXPECT_GE(off->mapped_size(), off->size());
+  auto aut = Arena::Create(4 << 20, HugePages::kAuto, "test");
+  ASSERT_TRUE(aut.ok());
+  EXPECT_NE(aut->data(), nullptr);
+  std::printf("auto arena backing: %s\n", Arena::BackingName(aut->backing()));
+  auto on = Arena::Create(2 << 20, HugePages::kOn, "test");
+  if (on.ok()) {
+    EXPECT_EQ(on->backing(), Arena::Backing::kHugeTlb);
+  } else {
+    EXPECT_EQ(on.status().code(), Status::Code::kNoResource);
+  }
+  Arena moved = std::move(off).value();
+  EXPECT_NE(moved.data(), nullptr);
+}
+
+}  // namespace
+}  // namespace kvrdma::test
