@@ -1,1 +1,298 @@
+// Concurrent stress test of the store and the client read path.
+//
+// Writer threads update and delete keys through the Store while reader
+// threads run the client read path directly on the index and log memory
+// (copying with RacyLoad as a NIC would), an injector copies entries in small
+// chunks with yields in between (sometimes waiting until the segment under it
+// is recycled) to produce torn reads, and the cleaner thread compacts and
+// recycles small segments. Values are self-verifying (key, sequence number,
+// pattern), so a wrong or torn value returned to a reader is detected:
+// wrong values, stale values and false misses must all be 0.
+//
+// Environment: KVRDMA_STRESS_READS (reads; default 10M for Full, 300k for
+// Short), KVRDMA_STRESS_READERS, KVRDMA_STRESS_WRITERS, KVRDMA_STRESS_INJECTORS.
 #include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "tests/store/store_test_util.h"
+
+namespace kvrdma::test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kKeys = 6000;            // in 1024 buckets x 7 slots: 84% load
+constexpr int kStableKeys = kKeys / 2; // never deleted: a miss on them is a bug
+constexpr auto kGrace = std::chrono::milliseconds(20);
+constexpr auto kDeadline = std::chrono::milliseconds(10);  // < grace (DESIGN.md rule)
+
+uint64_t EnvOr(const char* name, uint64_t def) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::strtoull(v, nullptr, 10) : def;
+}
+
+std::string KeyName(int k) {
+  char b[16];
+  std::snprintf(b, sizeof(b), "k%07d", k);
+  return b;
+}
+
+size_t ValueLen(uint64_t k, uint64_t seq) { return 16 + (k * 7919 + seq * 104729) % 185; }
+uint8_t Pattern(uint64_t k, uint64_t seq, size_t i) { return static_cast<uint8_t>(k * 131 + seq * 17 + i * 7); }
+
+void MakeValue(uint64_t k, uint64_t seq, std::string* out) {
+  out->resize(ValueLen(k, seq));
+  std::memcpy(out->data(), &k, 8);
+  std::memcpy(out->data() + 8, &seq, 8);
+  for (size_t i = 16; i < out->size(); ++i) (*out)[i] = static_cast<char>(Pattern(k, seq, i));
+}
+
+// True if `v` is exactly the value written for key k at some sequence; *seq gets it.
+bool CheckValue(uint64_t k, std::span<const std::byte> v, uint64_t* seq) {
+  if (v.size() < 16) return false;
+  uint64_t key;
+  std::memcpy(&key, v.data(), 8);
+  std::memcpy(seq, v.data() + 8, 8);
+  if (key != k || v.size() != ValueLen(k, *seq)) return false;
+  for (size_t i = 16; i < v.size(); ++i) {
+    if (static_cast<uint8_t>(v[i]) != Pattern(k, *seq, i)) return false;
+  }
+  return true;
+}
+
+struct Totals {
+  std::atomic<uint64_t> reads{0}, hits{0}, misses{0}, restarts{0}, torn{0}, malformed{0}, deadline{0},
+      gave_up{0}, wrong{0}, stale{0}, false_miss{0};
+  std::atomic<uint64_t> inj_reads{0}, inj_tears{0}, inj_malformed{0}, inj_wrong_key{0}, inj_values{0},
+      inj_waited{0}, inj_wrong{0};
+  std::atomic<uint64_t> puts{0}, deletes{0}, full{0};
+};
+
+void RunStress(uint64_t target_reads) {
+  const int readers = static_cast<int>(EnvOr("KVRDMA_STRESS_READERS", 2));
+  const int writers = static_cast<int>(EnvOr("KVRDMA_STRESS_WRITERS", 2));
+  StoreConfig c;
+  c.index_buckets = 1024;
+  c.segment_bytes = 16 << 10;
+  c.log_bytes = 256 * c.segment_bytes;
+  c.workers = static_cast<uint32_t>(writers);
+  c.huge_pages = HugePages::kOff;
+  c.grace_period = kGrace;
+  c.max_value_bytes = 1024;
+  c.cleaner_thread = true;
+  c.cleaner_interval = std::chrono::microseconds(200);
+  c.min_free_segments = 16;
+  c.full_wait = std::chrono::milliseconds(2000);
+  auto store = OpenOrDie(c);
+  ASSERT_TRUE(store);
+  Store& s = *store;
+  const IndexParams params = s.index_params();
+
+  // floor[k]: sequence number of the last completed write (put or delete) of k.
+  std::vector<std::atomic<uint64_t>> floor(kKeys);
+  std::vector<uint64_t> next_seq(kKeys, 1);
+  std::string val;
+  for (int k = 0; k < kKeys; ++k) {
+    MakeValue(k, 1, &val);
+    ASSERT_TRUE(s.Put(0, KeyName(k), val).ok()) << k;
+    floor[k].store(1);
+    next_seq[k] = 2;
+  }
+  Totals t;
+  std::atomic<bool> stop{false};
+  const auto t0 = Clock::now();
+
+  std::vector<std::thread> threads;
+  for (int w = 0; w < writers; ++w) {
+    threads.emplace_back([&, w] {
+      std::mt19937_64 rng(100 + w);
+      std::string v;
+      while (!stop.load(std::memory_order_relaxed)) {
+        // Worker w owns the keys k with k % writers == w.
+        const int k = static_cast<int>(rng() % (kKeys / writers)) * writers + w;
+        if (k >= kKeys) continue;
+        const uint64_t seq = next_seq[k]++;
+        const bool del = k >= kStableKeys && rng() % 2 == 0;
+        Status st;
+        if (del) {
+          st = s.Delete(static_cast<uint32_t>(w), KeyName(k)).status();
+          if (st.IsNotFound()) st = Status::OK();
+          t.deletes.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          MakeValue(k, seq, &v);
+          st = s.Put(static_cast<uint32_t>(w), KeyName(k), v).status();
+          t.puts.fetch_add(1, std::memory_order_relaxed);
+        }
+        if (st.ok()) {
+          floor[k].store(seq, std::memory_order_release);
+        } else {
+          // ServerFull (log or index momentarily full): the old state stands.
+          t.full.fetch_add(1, std::memory_order_relaxed);
+          ASSERT_EQ(st.code(), Status::Code::kServerFull) << st.ToString();
+        }
+      }
+    });
+  }
+  for (int r = 0; r < readers; ++r) {
+    threads.emplace_back([&, r] {
+      std::mt19937_64 rng(200 + r);
+      std::vector<std::byte> buf(4096);
+      ReadCounters rc;
+      uint64_t reads = 0, hits = 0, misses = 0, gave_up = 0, wrong = 0, stale = 0, false_miss = 0;
+      while (t.reads.load(std::memory_order_relaxed) < target_reads) {
+        for (int batch = 0; batch < 256; ++batch) {
+          const int k = static_cast<int>(rng() % kKeys);
+          const std::string key = KeyName(k);
+          const uint64_t fl = floor[k].load(std::memory_order_acquire);
+          NativeGetResult res;
+          Status st = NativeGet(params, s.index_base(), s.log_base(), key, buf, &res, &rc, kDeadline);
+          ++reads;
+          if (st.ok()) {
+            ++hits;
+            uint64_t seq = 0;
+            if (!CheckValue(k, res.value, &seq)) {
+              ++wrong;
+            } else if (seq < fl) {
+              ++stale;
+            }
+          } else if (st.IsNotFound()) {
+            ++misses;
+            if (k < kStableKeys) ++false_miss;
+          } else {
+            ++gave_up;
+          }
+        }
+        t.reads.fetch_add(256, std::memory_order_relaxed);
+      }
+      t.hits += hits;
+      t.misses += misses;
+      t.gave_up += gave_up;
+      t.wrong += wrong;
+      t.stale += stale;
+      t.false_miss += false_miss;
+      t.restarts += rc.restarts;
+      t.torn += rc.torn;
+      t.malformed += rc.malformed;
+      t.deadline += rc.deadline;
+      (void)reads;
+    });
+  }
+  const int injectors = static_cast<int>(EnvOr("KVRDMA_STRESS_INJECTORS", 4));
+  for (int inj = 0; inj < injectors; ++inj) threads.emplace_back([&, inj] {  // injectors: very slow NICs
+    std::mt19937_64 rng(300 + inj);
+    alignas(64) std::byte buckets[2][kBucketBytes];
+    std::vector<std::byte> buf(4096);
+    while (!stop.load(std::memory_order_relaxed)) {
+      const int k = static_cast<int>(rng() % kKeys);
+      const std::string key = KeyName(k);
+      auto reads = CandidateBucketReads(params, key);
+      RacyLoad(buckets[0], s.index_base() + reads->reads[0].offset, kBucketBytes);
+      RacyLoad(buckets[1], s.index_base() + reads->reads[1].offset, kBucketBytes);
+      ProbeResult probe;
+      if (!ProbeBuckets(buckets[0], buckets[1], reads->hash, params, &probe).ok() || probe.count == 0) continue;
+      const SlotCandidate& cand = probe.candidates[0];
+      const size_t len = std::min<size_t>(cand.entry.length, buf.size());
+      const std::byte* src = s.log_base() + cand.entry.offset;
+      const uint64_t gen = s.SegmentGeneration(cand.entry.offset);
+      const bool wait_for_reuse = rng() % 2 == 0;
+      for (size_t done = 0; done < len;) {
+        const size_t n = std::min<size_t>(len - done, 8 * (1 + rng() % 8));
+        RacyLoad(buf.data() + done, src + done, n);
+        done += n;
+        if (wait_for_reuse && done == n) {
+          // Hold the READ open until the segment is recycled (or 100 ms).
+          const auto until = Clock::now() + std::chrono::milliseconds(100);
+          while (s.SegmentGeneration(cand.entry.offset) == gen && Clock::now() < until &&
+                 !stop.load(std::memory_order_relaxed)) {
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+          }
+          // Then let writers fill the reused segment a little.
+          std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+          t.inj_waited.fetch_add(1, std::memory_order_relaxed);
+        }
+        std::this_thread::yield();
+      }
+      t.inj_reads.fetch_add(1, std::memory_order_relaxed);
+      const EntryView v = DecodeEntry(std::span(buf).first(len), key, cand.slot, params.seed, false);
+      uint64_t seq;
+      switch (v.verdict) {
+        case EntryVerdict::kTorn: t.inj_tears.fetch_add(1, std::memory_order_relaxed); break;
+        case EntryVerdict::kMalformed: t.inj_malformed.fetch_add(1, std::memory_order_relaxed); break;
+        case EntryVerdict::kWrongKey: t.inj_wrong_key.fetch_add(1, std::memory_order_relaxed); break;
+        case EntryVerdict::kValue:
+          t.inj_values.fetch_add(1, std::memory_order_relaxed);
+          if (!CheckValue(k, v.value, &seq)) t.inj_wrong.fetch_add(1, std::memory_order_relaxed);
+          break;
+        default: break;
+      }
+    }
+  });
+  // Stop the writers and the injector when the readers are done.
+  while (t.reads.load() < target_reads) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  // Readers exit on their own; give them a moment, then stop the rest.
+  for (int i = 0; i < readers; ++i) threads[writers + i].join();
+  stop.store(true);
+  for (size_t i = 0; i < threads.size(); ++i) {
+    if (i < static_cast<size_t>(writers) || i >= static_cast<size_t>(writers + readers)) threads[i].join();
+  }
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  const StoreStats st = s.Stats();
+  std::printf(
+      "stress: %.1f s, %d writers, %d readers, %d injectors, cleaner thread\n"
+      "  readers : reads %llu, hits %llu, misses %llu, restarts %llu (checksum failures %llu, malformed %llu, "
+      "deadline %llu), gave up %llu\n"
+      "            WRONG VALUES %llu, STALE VALUES %llu, FALSE MISSES %llu\n"
+      "  injector: reads %llu (held open across reuse %llu), detected tears (checksum failures) %llu, "
+      "malformed/recycled %llu, wrong key %llu, valid values %llu, WRONG VALUES %llu\n"
+      "  writers : puts %llu, deletes %llu, server-full %llu\n"
+      "  store   : items %llu, tombstones %llu, cuckoo moves %llu, cleaner runs %llu, segments cleaned %llu, "
+      "relocations %llu, segments free %llu / used %llu\n",
+      secs, writers, readers, injectors, (unsigned long long)t.reads.load(), (unsigned long long)t.hits.load(),
+      (unsigned long long)t.misses.load(), (unsigned long long)t.restarts.load(),
+      (unsigned long long)t.torn.load(), (unsigned long long)t.malformed.load(),
+      (unsigned long long)t.deadline.load(), (unsigned long long)t.gave_up.load(),
+      (unsigned long long)t.wrong.load(), (unsigned long long)t.stale.load(),
+      (unsigned long long)t.false_miss.load(), (unsigned long long)t.inj_reads.load(),
+      (unsigned long long)t.inj_waited.load(), (unsigned long long)t.inj_tears.load(),
+      (unsigned long long)t.inj_malformed.load(), (unsigned long long)t.inj_wrong_key.load(),
+      (unsigned long long)t.inj_values.load(), (unsigned long long)t.inj_wrong.load(),
+      (unsigned long long)t.puts.load(), (unsigned long long)t.deletes.load(), (unsigned long long)t.full.load(),
+      (unsigned long long)st.items, (unsigned long long)st.tombstones, (unsigned long long)st.cuckoo_moves,
+      (unsigned long long)st.cleaner_runs, (unsigned long long)st.segments_cleaned,
+      (unsigned long long)st.relocations, (unsigned long long)st.segments_free,
+      (unsigned long long)st.segments_used);
+  std::fflush(stdout);
+  EXPECT_GE(t.reads.load(), target_reads);
+  EXPECT_EQ(t.wrong.load(), 0u);
+  EXPECT_EQ(t.stale.load(), 0u);
+  EXPECT_EQ(t.false_miss.load(), 0u);
+  EXPECT_EQ(t.inj_wrong.load(), 0u);
+  EXPECT_EQ(t.gave_up.load(), 0u);
+  EXPECT_GT(t.inj_tears.load(), 0u) << "the injector produced no torn reads";
+  EXPECT_GT(st.segments_cleaned, 0u);
+  EXPECT_GT(st.relocations, 0u);
+  // Final state: every stable key has its last written value.
+  std::vector<std::byte> buf(4096);
+  ReadCounters rc;
+  for (int k = 0; k < kStableKeys; ++k) {
+    NativeGetResult res;
+    ASSERT_TRUE(NativeGet(params, s.index_base(), s.log_base(), KeyName(k), buf, &res, &rc).ok()) << k;
+    uint64_t seq = 0;
+    ASSERT_TRUE(CheckValue(k, res.value, &seq));
+    ASSERT_EQ(seq, floor[k].load());
+  }
+}
+
+TEST(StoreStress, Full) { RunStress(EnvOr("KVRDMA_STRESS_READS", 10'000'000)); }
+TEST(StoreStress, Short) { RunStress(EnvOr("KVRDMA_STRESS_READS", 300'000)); }
+
+}  // namespace
+}  // namespace kvrdma::test
