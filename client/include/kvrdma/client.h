@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -37,6 +38,21 @@ struct ClientOptions {
   PutMode put_mode = PutMode::kSend;
   int connect_timeout_ms = 5000;
   int op_timeout_ms = 5000;        // per operation; past it the call returns Timeout
+};
+
+// One operation of the asynchronous API. Owned by the caller, who keeps it
+// (and the memory its views point to) alive and unchanged from Submit until
+// Poll/Wait hands it back; the library allocates nothing per operation.
+struct Op {
+  enum class Type : uint8_t { kGet, kPut, kDelete };
+  Type type = Type::kGet;
+  std::string_view key;
+  std::string_view value;        // kPut
+  std::string* result = nullptr;  // kGet: receives the value (reuse it to avoid allocations)
+  void* user = nullptr;           // the caller's tag, untouched
+  // Set when the operation completes:
+  Status status;                  // as the synchronous call of the same name would return
+  uint64_t version = 0;           // kPut/kDelete: the key's version after the write
 };
 
 // Counters of what this client did (for tests and benchmarks).
@@ -74,6 +90,25 @@ class Client {
   Status Delete(std::string_view key);
   // The server's counters (connections, puts, deletes, errors, items, ...).
   Result<std::vector<std::pair<std::string, uint64_t>>> Stats();
+
+  // --- Asynchronous, pipelined API. The synchronous calls above are built on
+  // it. Operations submitted together are posted with one doorbell; GETs
+  // overlap their READs (within the QP's READ limit), PUT/DELETE overlap
+  // within the server's credits. Completion order is not submission order.
+
+  // Starts up to ops.size() operations; returns how many were taken (the
+  // first n). Fewer when max_in_flight() would be exceeded: Poll, then
+  // resubmit the rest. An invalid operation is taken and completes at the
+  // next Poll with its error.
+  size_t Submit(std::span<Op* const> ops);
+  // Makes progress without blocking; stores completed operations in `done`
+  // and returns how many.
+  size_t Poll(std::span<Op*> done);
+  // Like Poll, but waits until at least one operation completes or
+  // timeout_ms passes (then returns 0).
+  size_t Wait(std::span<Op*> done, int timeout_ms);
+  size_t in_flight() const;
+  size_t max_in_flight() const;
 
   // The version the server reported for the last successful Put/Delete.
   uint64_t last_version() const;

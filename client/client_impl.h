@@ -1,0 +1,146 @@
+// The client's engine: per-operation state machines over one QP.
+//
+// GET   kStartRound -> (2 bucket READs, one doorbell) -> probe
+//         -> (entry READ) -> decode -> value | tombstone | next candidate
+//         -> (big entry: second READ into the shared large buffer)
+//         -> nothing found: a second round confirms the miss (MissCheck)
+//         -> torn/superseded/too slow: a new round
+// PUT/DELETE/STATS: request messages (fragments for big values) within the
+//         server's credits; replies arrive in order (one worker per
+//         connection) and are matched FIFO, checked by request id.
+//
+// Limits: at most kMaxInFlight operations; READs in flight <= the QP's
+// max_rd_atomic; messages in flight <= credits; one fragmented PUT at a time
+// (the server reassembles one per connection). All buffers are registered
+// once at connect; nothing is allocated per operation.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdlib>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "client/client_internal.h"
+#include "common/format/read_path.h"
+#include "common/protocol/handshake.h"
+#include "common/protocol/messages.h"
+
+namespace kvrdma {
+
+class Client::Impl {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr uint32_t kMaxInFlight = 64;
+  static constexpr size_t kSlotEntryBytes = kMaxHintedEntryBytes + 8;  // one hinted READ
+
+  Impl(const ClientOptions& o, std::shared_ptr<Device> dev) : opts_(o), dev_(std::move(dev)) {}
+  Status Connect();
+
+  size_t Submit(std::span<Op* const> ops);
+  size_t Poll(std::span<Op*> done);
+  size_t Wait(std::span<Op*> done, int timeout_ms);
+  // Runs one operation to completion (the synchronous API).
+  void RunSync(Op* op, bool stats = false);
+  Result<std::vector<std::pair<std::string, uint64_t>>> Stats();
+  size_t in_flight() const { return in_flight_; }
+
+  ClientOptions opts_;
+  std::shared_ptr<Device> dev_;
+  ServerDescriptor desc_;
+  IndexParams params_;
+  ClientStats stats_;
+  uint64_t last_version_ = 0;
+
+ private:
+  enum class Step : uint8_t {
+    kFree,
+    kReady,       // GET: waits to post its next READs (or the large buffer)
+    kBuckets,     // GET: bucket READs in flight
+    kEntry,       // GET: entry READ in flight
+    kSending,     // message op: not all messages sent yet
+    kReplies,     // message op: all sent, replies pending
+  };
+  struct Slot {
+    Op* op = nullptr;
+    Step step = Step::kFree;
+    Opcode opcode = Opcode::kPut;  // message ops (kStats for Stats())
+    Clock::time_point deadline;
+    // GET
+    BucketReads br;
+    ProbeResult probe;
+    MissCheck miss;
+    Clock::time_point round_start;
+    enum class Next : uint8_t { kBuckets, kEntry, kBigEntry };
+    Next next = Next::kBuckets;  // what a kReady GET posts next
+    uint8_t cand = 0;        // candidate being read
+    bool big = false;        // this slot holds the large buffer
+    uint32_t entry_len = 0;
+    // messages
+    RequestHeader hdr;
+    size_t sent = 0;         // value bytes sent
+    bool first = true;
+    uint32_t outstanding = 0;  // messages awaiting replies
+    Status result;             // first error seen
+  };
+  struct PendingReply {
+    uint32_t slot;
+    uint64_t request_id;
+  };
+
+  uint32_t SlotOf(const Slot& s) const { return static_cast<uint32_t>(&s - slots_.data()); }
+  uint8_t* Mem(size_t off) { return mem_.get() + off; }
+  size_t BucketOff(uint32_t i) const { return slot_off_ + size_t{i} * SlotBytes(); }
+  size_t EntryOff(uint32_t i) const { return BucketOff(i) + kCandidateBuckets * kBucketBytes; }
+  static constexpr size_t SlotBytes() { return (kCandidateBuckets * kBucketBytes + kSlotEntryBytes + 63) & ~size_t{63}; }
+
+  Status CheckKey(std::string_view key) const;
+  // Takes a free slot for op (msg_op: kStats for Stats(), else from op->type).
+  void Start(Op* op, bool stats);
+  void Finish(Slot& s, Status st);
+  void FailAll(const Status& st);
+  // Posting: GET steps go through batch_ and one PostSend per Progress.
+  void Progress();
+  bool StageGet(Slot& s);
+  void FlushBatch();
+  void PumpMessages();
+  bool SendNextMessage(Slot& s);
+  // Completions.
+  void OnReadDone(Slot& s);
+  void OnBuckets(Slot& s);
+  void OnEntry(Slot& s);
+  void NewRound(Slot& s, bool retry);
+  void Miss(Slot& s);
+  void CheckDeadlines();
+  void OnReply(const Completion& c);
+  void PollCompletions();
+
+  struct FreeDeleter {
+    void operator()(void* p) const noexcept { std::free(p); }
+  };
+  // Local memory: [staging slots][reply buffers][large entry buffer][per-op slots].
+  size_t stage_off_ = 0, reply_off_ = 0, big_off_ = 0, big_cap_ = 0, slot_off_ = 0;
+  std::unique_ptr<uint8_t, FreeDeleter> mem_;
+  std::unique_ptr<MemoryRegion> mr_;
+  std::unique_ptr<Connection> conn_;  // destroyed before mr_
+
+  std::array<Slot, kMaxInFlight> slots_;
+  std::vector<uint32_t> free_;            // free slot indexes
+  std::deque<uint32_t> ready_;            // GETs waiting to post (READ budget / large buffer)
+  std::deque<uint32_t> senders_;          // message ops with messages left to send
+  std::deque<PendingReply> replies_;      // in send order
+  std::vector<Op*> done_;                 // completed, not yet handed out
+  std::array<SendWr, 2 * kMaxInFlight> batch_;
+  size_t batch_len_ = 0;
+  uint32_t reads_in_flight_ = 0;
+  uint32_t msgs_in_flight_ = 0;
+  uint32_t in_flight_ = 0;
+  int32_t frag_owner_ = -1;  // slot sending a fragmented PUT
+  int32_t big_owner_ = -1;   // slot using the large entry buffer
+  uint64_t next_request_ = 1;
+  uint64_t seq_ = 0;         // messages sent; staging slot = seq % credits
+  Status broken_;            // set once the connection failed
+};
+
+}  // namespace kvrdma

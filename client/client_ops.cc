@@ -1,0 +1,440 @@
+// The client engine: GET and message state machines (see client_impl.h).
+#include <cstring>
+
+#include "client/client_impl.h"
+
+namespace kvrdma {
+namespace {
+constexpr uint64_t kReadTag = 1ull << 62;  // READ wr_id: tag | slot; messages: sequence number
+}  // namespace
+
+Status Client::Impl::CheckKey(std::string_view key) const {
+  if (key.empty()) return Status::InvalidArgument("empty key");
+  if (key.size() > desc_.max_key_bytes) {
+    return Status::TooLarge("key of " + std::to_string(key.size()) + " bytes (server limit " +
+                            std::to_string(desc_.max_key_bytes) + ")");
+  }
+  return Status::OK();
+}
+
+// ------------------------------------------------------------- lifecycle
+
+void Client::Impl::Start(Op* op, bool stats) {
+  uint32_t idx = free_.back();
+  free_.pop_back();
+  ++in_flight_;
+  Slot& s = slots_[idx];
+  s = Slot{};
+  s.op = op;
+  op->status = Status::OK();
+  op->version = 0;
+  s.deadline = Clock::now() + std::chrono::milliseconds(opts_.op_timeout_ms);
+  if (!broken_.ok()) return Finish(s, broken_);
+  if (!stats) {
+    if (Status st = CheckKey(op->key); !st.ok()) return Finish(s, st);
+  }
+  if (!stats && op->type == Op::Type::kGet) {
+    if (op->result == nullptr) return Finish(s, Status::InvalidArgument("GET without a result string"));
+    auto br = CandidateBucketReads(params_, op->key);
+    if (!br.ok()) return Finish(s, br.status());
+    s.br = *br;
+    s.round_start = Clock::now();
+    s.step = Step::kReady;
+    ++stats_.gets;
+    ready_.push_back(idx);
+    return;
+  }
+  s.opcode = stats ? Opcode::kStats : op->type == Op::Type::kPut ? Opcode::kPut : Opcode::kDelete;
+  std::string_view value = s.opcode == Opcode::kPut ? op->value : std::string_view{};
+  if (value.size() > desc_.max_value_bytes) {
+    return Finish(s, Status::TooLarge("value of " + std::to_string(value.size()) + " bytes (server limit " +
+                                      std::to_string(desc_.max_value_bytes) + ")"));
+  }
+  s.hdr.opcode = s.opcode;
+  s.hdr.request_id = next_request_++;
+  s.hdr.key_len = stats ? 0 : static_cast<uint16_t>(op->key.size());
+  s.hdr.value_len = static_cast<uint32_t>(value.size());
+  s.step = Step::kSending;
+  senders_.push_back(idx);
+}
+
+void Client::Impl::Finish(Slot& s, Status st) {
+  Op* op = s.op;
+  if (st.ok()) {
+    if (s.opcode == Opcode::kPut && s.step == Step::kReplies) ++stats_.puts;
+    if (s.opcode == Opcode::kDelete && s.step == Step::kReplies) ++stats_.deletes;
+  }
+  op->status = std::move(st);
+  uint32_t idx = SlotOf(s);
+  if (big_owner_ == static_cast<int32_t>(idx)) big_owner_ = -1;
+  if (frag_owner_ == static_cast<int32_t>(idx)) frag_owner_ = -1;
+  s.step = Step::kFree;
+  s.op = nullptr;
+  free_.push_back(idx);
+  --in_flight_;
+  done_.push_back(op);
+}
+
+void Client::Impl::FailAll(const Status& st) {
+  if (broken_.ok()) broken_ = st;
+  conn_->MarkBroken();
+  ready_.clear();
+  senders_.clear();
+  replies_.clear();
+  reads_in_flight_ = msgs_in_flight_ = 0;
+  for (Slot& s : slots_) {
+    if (s.step != Step::kFree) Finish(s, st);
+  }
+}
+
+size_t Client::Impl::Submit(std::span<Op* const> ops) {
+  size_t n = 0;
+  for (Op* op : ops) {
+    if (free_.empty()) break;
+    Start(op, false);
+    ++n;
+  }
+  Progress();
+  return n;
+}
+
+size_t Client::Impl::Poll(std::span<Op*> done) {
+  if (done_.empty()) Progress();
+  size_t n = std::min(done.size(), done_.size());
+  for (size_t i = 0; i < n; ++i) done[i] = done_[i];
+  done_.erase(done_.begin(), done_.begin() + static_cast<ptrdiff_t>(n));
+  return n;
+}
+
+size_t Client::Impl::Wait(std::span<Op*> done, int timeout_ms) {
+  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (uint32_t spins = 0;; ++spins) {
+    size_t n = Poll(done);
+    if (n > 0 || (in_flight_ == 0 && done_.empty())) return n;
+    if ((spins & 255) == 0 && Clock::now() > deadline) return 0;
+  }
+}
+
+void Client::Impl::RunSync(Op* op, bool stats) {
+  while (free_.empty()) Progress();  // async operations hold every slot
+  Start(op, stats);
+  Progress();
+  for (;;) {
+    for (size_t i = 0; i < done_.size(); ++i) {
+      if (done_[i] == op) {  // other completed operations stay for Poll
+        done_.erase(done_.begin() + static_cast<ptrdiff_t>(i));
+        if (op->status.ok() && op->type != Op::Type::kGet) last_version_ = op->version;
+        return;
+      }
+    }
+    Progress();
+  }
+}
+
+Result<std::vector<std::pair<std::string, uint64_t>>> Client::Impl::Stats() {
+  Op op;
+  std::string body;
+  op.result = &body;
+  RunSync(&op, /*stats=*/true);
+  if (!op.status.ok()) return op.status;
+  return DecodeStats({reinterpret_cast<const uint8_t*>(body.data()), body.size()});
+}
+
+// --------------------------------------------------------------- progress
+
+void Client::Impl::Progress() {
+  PollCompletions();
+  for (size_t n = ready_.size(); n > 0 && broken_.ok(); --n) {
+    uint32_t idx = ready_.front();
+    ready_.pop_front();
+    if (!StageGet(slots_[idx])) ready_.push_back(idx);
+  }
+  FlushBatch();
+  PumpMessages();
+}
+
+void Client::Impl::PollCompletions() {
+  if (!broken_.ok()) return;
+  Completion wc[32];
+  int n = conn_->PollSend(wc);
+  bool progress = n > 0;
+  for (int i = 0; i < n; ++i) {
+    if (wc[i].status != WcStatus::kSuccess) return FailAll(CompletionStatus(wc[i]));
+    if (wc[i].wr_id & kReadTag) OnReadDone(slots_[wc[i].wr_id & 0xffff]);
+  }
+  if (n < 0) return FailAll(Status::ConnectionLost("completion queue failed"));
+  n = conn_->recv_cq().Poll(wc);
+  progress |= n > 0;
+  for (int i = 0; i < n && broken_.ok(); ++i) {
+    if (wc[i].status != WcStatus::kSuccess) return FailAll(CompletionStatus(wc[i]));
+    OnReply(wc[i]);
+  }
+  if (!progress && in_flight_ > 0) CheckDeadlines();
+}
+
+void Client::Impl::CheckDeadlines() {
+  auto now = Clock::now();
+  for (Slot& s : slots_) {
+    if (s.step == Step::kFree || now <= s.deadline) continue;
+    if (s.step == Step::kReady || (s.step == Step::kSending && s.outstanding == 0 && s.sent == 0 && s.first)) {
+      // Nothing of it on the wire: fail just this operation.
+      if (s.step == Step::kReady) std::erase(ready_, SlotOf(s));
+      if (s.step == Step::kSending) std::erase(senders_, SlotOf(s));
+      Finish(s, Status::Timeout("operation timed out before it could be sent"));
+      continue;
+    }
+    // A READ or a reply that never came: the connection is not usable.
+    return FailAll(Status::Timeout("no answer from the server within " + std::to_string(opts_.op_timeout_ms) +
+                                   " ms; the connection is abandoned"));
+  }
+}
+
+// -------------------------------------------------------------------- GET
+
+bool Client::Impl::StageGet(Slot& s) {
+  uint32_t idx = SlotOf(s);
+  auto now = Clock::now();
+  if (now > s.deadline) {
+    Finish(s, Status::Timeout("GET of a key that writers kept changing: no consistent read within " +
+                              std::to_string(opts_.op_timeout_ms) + " ms"));
+    return true;
+  }
+  uint32_t budget = std::max<uint32_t>(conn_->max_rd_atomic(), kCandidateBuckets);
+  uint32_t need = s.next == Slot::Next::kBuckets ? kCandidateBuckets : 1;
+  if (reads_in_flight_ + need > budget) return false;
+  if (s.next == Slot::Next::kBigEntry) {
+    if (big_owner_ != -1 && big_owner_ != static_cast<int32_t>(idx)) return false;
+    big_owner_ = static_cast<int32_t>(idx);
+    s.big = true;
+  }
+  if (s.next == Slot::Next::kBuckets) {
+    // A round must finish within the server's GET deadline, so what it READs
+    // cannot have been recycled under it (DESIGN.md): a late round starts over.
+    if (now - s.round_start > std::chrono::microseconds(desc_.get_deadline_us)) s.miss = MissCheck{};
+    s.round_start = now;
+    ++stats_.get_rounds;
+    for (size_t b = 0; b < kCandidateBuckets; ++b) {
+      SendWr& w = batch_[batch_len_++];
+      w = SendWr{};
+      w.wr_id = kReadTag | idx;
+      w.opcode = WrOpcode::kRead;
+      w.signaled = b + 1 == kCandidateBuckets;  // READs complete in order: the last one covers both
+      w.local = mr_->Slice(BucketOff(idx) + b * kBucketBytes, kBucketBytes);
+      w.remote_addr = desc_.index.addr + s.br.reads[b].offset;
+      w.rkey = desc_.index.rkey;
+    }
+    s.step = Step::kBuckets;
+  } else {
+    const SlotCandidate& c = s.probe.candidates[s.cand];
+    SendWr& w = batch_[batch_len_++];
+    w = SendWr{};
+    w.wr_id = kReadTag | idx;
+    w.opcode = WrOpcode::kRead;
+    if (s.next == Slot::Next::kEntry) s.entry_len = std::min<uint32_t>(c.entry.length, kSlotEntryBytes);
+    w.local = mr_->Slice(s.big ? big_off_ : EntryOff(idx), s.entry_len);
+    w.remote_addr = desc_.log.addr + c.entry.offset;
+    w.rkey = desc_.log.rkey;
+    s.step = Step::kEntry;
+  }
+  reads_in_flight_ += need;
+  stats_.reads += need;
+  return true;
+}
+
+void Client::Impl::FlushBatch() {
+  if (batch_len_ == 0) return;
+  Status st = conn_->PostSend({batch_.data(), batch_len_});
+  batch_len_ = 0;
+  if (!st.ok()) FailAll(st.IsConnectionLost() ? st : Status::ConnectionLost(st.ToString()));
+}
+
+void Client::Impl::OnReadDone(Slot& s) {
+  if (s.step == Step::kBuckets) {
+    reads_in_flight_ -= kCandidateBuckets;
+    OnBuckets(s);
+  } else if (s.step == Step::kEntry) {
+    reads_in_flight_ -= 1;
+    OnEntry(s);
+  }
+}
+
+void Client::Impl::OnBuckets(Slot& s) {
+  uint32_t idx = SlotOf(s);
+  const auto* b = reinterpret_cast<const std::byte*>(Mem(BucketOff(idx)));
+  if (Status st = ProbeBuckets({b, kBucketBytes}, {b + kBucketBytes, kBucketBytes}, s.br.hash, params_, &s.probe);
+      !st.ok()) {
+    return Finish(s, st);
+  }
+  s.cand = 0;
+  if (s.probe.count == 0) return Miss(s);
+  s.next = Slot::Next::kEntry;
+  s.step = Step::kReady;
+  ready_.push_back(idx);
+}
+
+void Client::Impl::Miss(Slot& s) {
+  // Nothing in either bucket: real only if a second round sees the same
+  // bucket versions (no key was moved between the buckets meanwhile).
+  if (s.miss.ConfirmMiss(s.probe)) return Finish(s, Status::NotFound());
+  NewRound(s, /*retry=*/false);
+}
+
+void Client::Impl::NewRound(Slot& s, bool retry) {
+  if (retry) {
+    ++stats_.get_retries;
+    s.miss = MissCheck{};
+  }
+  s.next = Slot::Next::kBuckets;
+  s.step = Step::kReady;
+  ready_.push_back(SlotOf(s));
+}
+
+void Client::Impl::OnEntry(Slot& s) {
+  uint32_t idx = SlotOf(s);
+  const SlotCandidate& c = s.probe.candidates[s.cand];
+  const auto* bytes = reinterpret_cast<const std::byte*>(Mem(s.big ? big_off_ : EntryOff(idx)));
+  EntryView v = DecodeEntry({bytes, s.entry_len}, s.op->key, c.slot, params_.seed, /*require_current=*/false);
+  auto release_big = [&] {
+    if (s.big) big_owner_ = -1;
+    s.big = false;
+  };
+  if (v.verdict == EntryVerdict::kNeedMore) {
+    release_big();
+    if (s.next == Slot::Next::kBigEntry || v.total_bytes > big_cap_ ||
+        c.entry.offset + v.total_bytes > desc_.log.length) {
+      return NewRound(s, /*retry=*/true);  // implausible: a torn header
+    }
+    s.entry_len = v.total_bytes;
+    s.next = Slot::Next::kBigEntry;
+    s.step = Step::kReady;
+    ready_.push_back(idx);
+    return;
+  }
+  switch (v.verdict) {
+    case EntryVerdict::kValue:
+      if (Clock::now() - s.round_start > std::chrono::microseconds(desc_.get_deadline_us)) {
+        release_big();
+        return NewRound(s, /*retry=*/true);  // too slow: the entry may have been recycled meanwhile
+      }
+      s.op->result->assign(reinterpret_cast<const char*>(v.value.data()), v.value.size());
+      release_big();
+      return Finish(s, Status::OK());
+    case EntryVerdict::kTombstone:
+      release_big();
+      return Finish(s, Status::NotFound());
+    case EntryVerdict::kWrongKey:
+      release_big();
+      if (++s.cand < s.probe.count) {
+        s.next = Slot::Next::kEntry;
+        s.step = Step::kReady;
+        ready_.push_back(idx);
+        return;
+      }
+      return Miss(s);  // only fingerprint collisions: the key is not in these buckets
+    default:           // torn, malformed, superseded
+      release_big();
+      return NewRound(s, /*retry=*/true);
+  }
+}
+
+// --------------------------------------------------------------- messages
+
+void Client::Impl::PumpMessages() {
+  while (!senders_.empty() && broken_.ok()) {
+    Slot& s = slots_[senders_.front()];
+    if (!SendNextMessage(s)) break;
+    if (s.step == Step::kReplies) senders_.pop_front();
+  }
+}
+
+bool Client::Impl::SendNextMessage(Slot& s) {
+  if (msgs_in_flight_ >= desc_.credits) return false;
+  uint32_t idx = SlotOf(s);
+  std::string_view key = s.opcode == Opcode::kStats ? std::string_view{} : s.op->key;
+  std::string_view value = s.opcode == Opcode::kPut ? s.op->value : std::string_view{};
+  size_t room = desc_.slot_size - kRequestHeaderSize - (s.first ? key.size() : 0);
+  size_t chunk = std::min(room, value.size() - s.sent);
+  bool last = s.sent + chunk == value.size();
+  if (s.first && !last) {  // a fragmented PUT: one at a time per connection
+    if (frag_owner_ != -1 && frag_owner_ != static_cast<int32_t>(idx)) return false;
+    frag_owner_ = static_cast<int32_t>(idx);
+  }
+  RequestHeader h = s.hdr;
+  h.flags = static_cast<uint8_t>((s.first ? kFlagFirst : 0) | (last ? kFlagLast : 0));
+  h.frag_offset = static_cast<uint32_t>(s.sent);
+  h.frag_len = static_cast<uint32_t>(chunk);
+  uint32_t stage = static_cast<uint32_t>(seq_ % desc_.credits);
+  size_t off = stage_off_ + size_t{stage} * desc_.slot_size;
+  uint8_t* m = Mem(off);
+  EncodeRequestHeader(h, m);
+  size_t len = kRequestHeaderSize;
+  if (s.first) {
+    std::memcpy(m + len, key.data(), key.size());
+    len += key.size();
+  }
+  if (chunk != 0) std::memcpy(m + len, value.data() + s.sent, chunk);
+  len += chunk;
+
+  SendWr w;
+  w.wr_id = seq_;
+  w.local = mr_->Slice(off, static_cast<uint32_t>(len));
+  // A staging buffer is reused only after the reply to its message, which
+  // implies the server read it: completions only reap send-queue slots.
+  w.signaled = seq_ % desc_.credits == desc_.credits - 1u;
+  if (opts_.put_mode == PutMode::kWriteImm) {
+    w.opcode = WrOpcode::kWriteImm;
+    w.remote_addr = desc_.ring.addr + size_t{stage} * desc_.slot_size;
+    w.rkey = desc_.ring.rkey;
+    w.imm = (stage << 24) | static_cast<uint32_t>(len);
+  } else {
+    w.opcode = WrOpcode::kSend;
+  }
+  w.inline_data = len <= conn_->max_inline();
+  if (Status st = conn_->PostSend({&w, 1}); !st.ok()) {
+    FailAll(st.IsConnectionLost() ? st : Status::ConnectionLost(st.ToString()));
+    return false;
+  }
+  ++seq_;
+  ++msgs_in_flight_;
+  ++stats_.messages;
+  ++s.outstanding;
+  replies_.push_back({idx, h.request_id});
+  s.sent += chunk;
+  s.first = false;
+  if (last) {
+    s.step = Step::kReplies;
+    if (frag_owner_ == static_cast<int32_t>(idx)) frag_owner_ = -1;
+  }
+  return true;
+}
+
+void Client::Impl::OnReply(const Completion& c) {
+  uint64_t i = c.wr_id;
+  const uint8_t* buf = Mem(reply_off_ + i * kMaxReplySize);
+  auto p = ParseReply({buf, c.byte_len});
+  if (replies_.empty()) return FailAll(Status::Protocol("a reply nobody asked for"));
+  PendingReply pr = replies_.front();
+  replies_.pop_front();
+  --msgs_in_flight_;
+  if (!p.ok()) return FailAll(p.status());
+  if (p->header.request_id != pr.request_id) {
+    return FailAll(Status::Protocol("reply to request " + std::to_string(p->header.request_id) + ", expected " +
+                                    std::to_string(pr.request_id)));
+  }
+  Slot& s = slots_[pr.slot];
+  --s.outstanding;
+  if (p->header.status != Status::Code::kOk && s.result.ok()) {
+    s.result = Status(p->header.status, std::string(reinterpret_cast<const char*>(p->body.data()), p->body.size()));
+  }
+  if (!(p->header.flags & kReplyFragmentAck)) {
+    s.op->version = p->header.version;
+    if (s.opcode == Opcode::kStats && s.op->result != nullptr) {
+      s.op->result->assign(reinterpret_cast<const char*>(p->body.data()), p->body.size());
+    }
+  }
+  RecvWr r{i, mr_->Slice(reply_off_ + i * kMaxReplySize, kMaxReplySize)};
+  if (Status st = conn_->PostRecv({&r, 1}); !st.ok()) return FailAll(Status::ConnectionLost(st.ToString()));
+  if (s.step == Step::kReplies && s.outstanding == 0) Finish(s, s.result);
+}
+
+}  // namespace kvrdma
