@@ -11,8 +11,9 @@
 //      DecodeEntry(entry bytes, key, slot)    -> value / tombstone / need more /
 //                                                wrong key (next candidate) /
 //                                                retry (torn, malformed, superseded)
-//   4. nothing matched: MissCheck over two consecutive rounds decides whether
-//      the miss is real (bucket versions unchanged) or another round is needed.
+//   4. nothing matched: MissCheck over consecutive rounds decides whether the
+//      miss is real (bucket versions unchanged around a round) or another
+//      round is needed.
 // The whole sequence must finish within the GET deadline (<= the server's
 // grace period), else it restarts from step 1.
 #pragma once
@@ -103,22 +104,45 @@ EntryView DecodeEntry(std::span<const std::byte> bytes, std::string_view key, ui
 // Status for a verdict: OK, NotFound, TooLarge (need more), Retry.
 Status EntryVerdictStatus(EntryVerdict v);
 
-// Step 4: call after each round that found no value. Returns true when the
-// miss is real: two consecutive rounds missed and saw the same versions.
+// Step 4: a GET that found no value must tell a real miss from a key that a
+// cuckoo move carried from the bucket it had not read yet into the one it had
+// already read. Every move bumps the source bucket's version between writing
+// the destination slot and clearing the source slot, so:
+//
+//   a round that found nothing is a real miss (the key was absent at some
+//   instant during that round) if the bucket versions read by the round
+//   before it and by the round after it are equal.
+//
+// The rounds must be sequential (each posted after the previous completed).
+// Call ConfirmMiss after every round that found nothing, in order; it returns
+// true once the miss is confirmed (from the third round on: the first round
+// is the GET itself, a miss costs two more). DESIGN.md has the proof; a client
+// whose responder executes the READs of one doorbell in order may instead
+// READ the two version words again behind the bucket READs of the second
+// round and use MissIsReal(first round's versions, second round, trailing
+// versions): two rounds.
 class MissCheck {
  public:
   bool ConfirmMiss(const ProbeResult& r) noexcept {
-    bool same = rounds_ > 0 && r.versions == last_;
-    last_ = r.versions;
+    const bool real = rounds_ >= 2 && r.versions == prev2_;
+    prev2_ = prev1_;
+    prev1_ = r.versions;
     ++rounds_;
-    return same;
+    return real;
   }
   int rounds() const noexcept { return rounds_; }
-  void Reset() noexcept { rounds_ = 0; }
 
  private:
-  std::array<uint64_t, kCandidateBuckets> last_{};
+  std::array<uint64_t, kCandidateBuckets> prev1_{}, prev2_{};
   int rounds_ = 0;
 };
+
+// `round` found no value; `before` were read strictly before its bucket READs
+// and `after` strictly after them.
+inline bool MissIsReal(const std::array<uint64_t, kCandidateBuckets>& before, const ProbeResult& round,
+                       const std::array<uint64_t, kCandidateBuckets>& after) noexcept {
+  (void)round;
+  return before == after;
+}
 
 }  // namespace kvrdma

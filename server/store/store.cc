@@ -151,6 +151,19 @@ Store::SlotRef Store::FindLocation(const KeyHash& kh, uint64_t off) const {
   return {};
 }
 
+Store::SlotRef Store::FindTombstone(const KeyHash& kh) const {
+  for (uint64_t b : kh.bucket) {
+    IndexBucket& bucket = index_->bucket(b);
+    for (size_t i = 0; i < kSlotsPerBucket; ++i) {
+      const uint64_t s = Index::LoadSlot(bucket, i);
+      if (s == kEmptySlot) continue;
+      const EntryHeader h = ReadHeader(SlotLogOffset(s));
+      if (LengthsTombstone(h.lengths)) return SlotRef{&bucket, i, s, h};
+    }
+  }
+  return {};
+}
+
 void Store::Supersede(uint64_t off) noexcept {
   std::atomic_ref<uint64_t> g(*reinterpret_cast<uint64_t*>(log_->data() + off));
   g.store(g.load(std::memory_order_relaxed) | kGuardSupersededBit, std::memory_order_release);
@@ -216,6 +229,15 @@ Result<uint32_t> Store::Write(uint32_t head, std::string_view key, std::string_v
           index = static_cast<size_t>(e);
           break;
         }
+      }
+    }
+    if (bucket == nullptr) {
+      // Reuse the slot of another key's tombstone: that key stays deleted.
+      const SlotRef tomb = FindTombstone(kh);
+      if (tomb.bucket != nullptr) {
+        RemoveSlot(head, tomb);
+        bucket = tomb.bucket;
+        index = tomb.index;
       }
     }
     if (bucket == nullptr) {

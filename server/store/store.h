@@ -107,6 +107,8 @@ class Store {
   SlotRef FindKey(const KeyHash& kh, std::string_view key) const;
   // REQUIRES: kh's bucket locks. The slot pointing at log offset `off`.
   SlotRef FindLocation(const KeyHash& kh, uint64_t off) const;
+  // REQUIRES: kh's bucket locks. A tombstone slot in kh's buckets (any key).
+  SlotRef FindTombstone(const KeyHash& kh) const;
   // Sets the superseded bit of the entry at `off` (before its slot moves).
   void Supersede(uint64_t off) noexcept;
   // Removes a slot (tombstone purge or eviction). REQUIRES its bucket locks.

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "common/format/read_path.h"
@@ -36,11 +37,12 @@ struct NativeGetResult {
 };
 
 // REQUIRES: buf.size() >= the largest entry. Returns OK, NotFound, or Retry
-// after `max_attempts` restarts.
+// after `max_attempts` restarts. `slow_buckets` yields between the two
+// bucket copies (tests: widens the window a cuckoo move can race).
 inline Status NativeGet(const IndexParams& p, const std::byte* index, const std::byte* log,
                         std::string_view key, std::vector<std::byte>& buf, NativeGetResult* out,
                         ReadCounters* c, std::chrono::nanoseconds deadline = std::chrono::seconds(1),
-                        int max_attempts = 1000) {
+                        int max_attempts = 1000, bool slow_buckets = false) {
   using Clock = std::chrono::steady_clock;
   auto reads = CandidateBucketReads(p, key);
   if (!reads.ok()) return reads.status();
@@ -53,8 +55,11 @@ inline Status NativeGet(const IndexParams& p, const std::byte* index, const std:
     while (!restart) {
       ++c->rounds;
       RacyLoad(buckets[0], index + reads->reads[0].offset, kBucketBytes);
+      if (slow_buckets) std::this_thread::yield();  // a slow NIC: widen the race window
       RacyLoad(buckets[1], index + reads->reads[1].offset, kBucketBytes);
+#ifndef KVRDMA_TSAN  // (TSan does not model fences; the checksum catches what it would order)
       std::atomic_thread_fence(std::memory_order_acquire);  // later READs see what the slot published
+#endif
       ProbeResult probe;
       KVRDMA_RETURN_IF_ERROR(ProbeBuckets(buckets[0], buckets[1], reads->hash, p, &probe));
       for (int i = 0; i < probe.count && !restart; ++i) {

@@ -203,15 +203,23 @@ TEST(ReadPath, RandomBytesNeverDecodeAsValue) {
   }
 }
 
-TEST(ReadPath, MissCheckNeedsTwoEqualRounds) {
+TEST(ReadPath, MissCheckNeedsEqualVersionsAroundARound) {
   MissCheck m;
   ProbeResult r;
   r.versions = {1, 2};
+  EXPECT_FALSE(m.ConfirmMiss(r));  // the GET's own round
+  r.versions = {1, 3};             // a slot moved out of bucket 1 meanwhile
   EXPECT_FALSE(m.ConfirmMiss(r));
-  r.versions = {1, 3};  // a slot moved out of bucket 1 meanwhile
-  EXPECT_FALSE(m.ConfirmMiss(r));
-  EXPECT_TRUE(m.ConfirmMiss(r));
-  EXPECT_EQ(m.rounds(), 3);
+  EXPECT_FALSE(m.ConfirmMiss(r));  // {1,2} before round 2, {1,3} after: not proven
+  EXPECT_TRUE(m.ConfirmMiss(r));   // {1,3} on both sides of round 3
+  EXPECT_EQ(m.rounds(), 4);
+  MissCheck quiet;
+  r.versions = {5, 5};
+  EXPECT_FALSE(quiet.ConfirmMiss(r));
+  EXPECT_FALSE(quiet.ConfirmMiss(r));
+  EXPECT_TRUE(quiet.ConfirmMiss(r));
+  EXPECT_TRUE(MissIsReal({1, 2}, r, {1, 2}));
+  EXPECT_FALSE(MissIsReal({1, 2}, r, {2, 2}));
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <random>
 #include <thread>
 #include <vector>
@@ -291,8 +292,89 @@ void RunStress(uint64_t target_reads) {
   }
 }
 
+// A tiny index (8 buckets, 56 slots) at ~90% load: a writer deletes and
+// re-inserts volatile keys, which keeps displacing the stable keys between
+// their two buckets, while readers GET the stable keys with a yield between
+// the two bucket copies. Without MissCheck's extra rounds some of those GETs
+// would report NotFound for a key present throughout; with them: none.
+void RunDisplacement(uint64_t target_reads) {
+  StoreConfig c;
+  c.index_buckets = 8;
+  c.segment_bytes = 4096;
+  c.log_bytes = 128 * c.segment_bytes;
+  c.workers = 1;
+  c.huge_pages = HugePages::kOff;
+  c.grace_period = kGrace;
+  c.max_value_bytes = 1024;
+  c.cleaner_interval = std::chrono::microseconds(200);
+  c.min_free_segments = 16;
+  c.full_wait = std::chrono::milliseconds(2000);
+  auto store = OpenOrDie(c);
+  ASSERT_TRUE(store);
+  Store& s = *store;
+  const IndexParams params = s.index_params();
+  std::vector<int> stable, volatile_keys;
+  std::string v;
+  for (int k = 0; stable.size() + volatile_keys.size() < 50 && k < 1000; ++k) {
+    MakeValue(k, 1, &v);
+    if (!s.Put(0, KeyName(k), v).ok()) continue;
+    (stable.size() < 40 ? stable : volatile_keys).push_back(k);
+  }
+  ASSERT_EQ(stable.size(), 40u);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> reads{0}, false_miss{0}, wrong{0}, rounds{0};
+  std::thread writer([&] {
+    // Replace the oldest volatile key by a new one: new keys land in full
+    // buckets and displace the stable keys.
+    std::deque<int> vol(volatile_keys.begin(), volatile_keys.end());
+    int next = 1000;
+    std::string val;
+    while (!stop.load(std::memory_order_relaxed)) {
+      if (!vol.empty() && vol.size() >= volatile_keys.size()) {
+        (void)s.Delete(0, KeyName(vol.front()));
+        vol.pop_front();
+      }
+      MakeValue(next, 1, &val);
+      if (s.Put(0, KeyName(next), val).ok()) vol.push_back(next);
+      ++next;
+    }
+  });
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 2; ++r) {
+    readers.emplace_back([&, r] {
+      std::mt19937_64 rng(10 + r);
+      std::vector<std::byte> buf(4096);
+      ReadCounters rc;
+      while (reads.load(std::memory_order_relaxed) < target_reads) {
+        const int k = stable[rng() % stable.size()];
+        NativeGetResult res;
+        Status st = NativeGet(params, s.index_base(), s.log_base(), KeyName(k), buf, &res, &rc, kDeadline, 1000,
+                              /*slow_buckets=*/true);
+        uint64_t seq;
+        if (st.IsNotFound()) false_miss.fetch_add(1, std::memory_order_relaxed);
+        if (st.ok() && !CheckValue(k, res.value, &seq)) wrong.fetch_add(1, std::memory_order_relaxed);
+        reads.fetch_add(1, std::memory_order_relaxed);
+      }
+      rounds += rc.rounds;
+    });
+  }
+  for (auto& t : readers) t.join();
+  stop = true;
+  writer.join();
+  const StoreStats st = s.Stats();
+  std::printf("displacement: reads %llu, bucket rounds %llu, cuckoo moves %llu, false misses %llu, wrong %llu\n",
+              (unsigned long long)reads.load(), (unsigned long long)rounds.load(),
+              (unsigned long long)st.cuckoo_moves, (unsigned long long)false_miss.load(),
+              (unsigned long long)wrong.load());
+  EXPECT_GT(st.cuckoo_moves, 100u);
+  EXPECT_EQ(false_miss.load(), 0u);
+  EXPECT_EQ(wrong.load(), 0u);
+}
+
 TEST(StoreStress, Full) { RunStress(EnvOr("KVRDMA_STRESS_READS", 10'000'000)); }
 TEST(StoreStress, Short) { RunStress(EnvOr("KVRDMA_STRESS_READS", 300'000)); }
+TEST(StoreStress, FullDisplacement) { RunDisplacement(EnvOr("KVRDMA_STRESS_READS", 2'000'000)); }
+TEST(StoreStress, ShortDisplacement) { RunDisplacement(EnvOr("KVRDMA_STRESS_READS", 100'000)); }
 
 }  // namespace
 }  // namespace kvrdma::test
