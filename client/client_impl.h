@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "client/client_internal.h"
+#include "client/location_cache.h"
 #include "common/format/read_path.h"
 #include "common/protocol/handshake.h"
 #include "common/protocol/messages.h"
@@ -35,7 +36,8 @@ class Client::Impl {
   static constexpr uint32_t kMaxInFlight = 64;
   static constexpr size_t kSlotEntryBytes = kMaxHintedEntryBytes + 8;  // one hinted READ
 
-  Impl(const ClientOptions& o, std::shared_ptr<Device> dev) : opts_(o), dev_(std::move(dev)) {}
+  Impl(const ClientOptions& o, std::shared_ptr<Device> dev)
+      : opts_(o), dev_(std::move(dev)), cache_(o.location_cache_entries) {}
   Status Connect();
 
   size_t Submit(std::span<Op* const> ops);
@@ -72,9 +74,11 @@ class Client::Impl {
     ProbeResult probe;
     MissCheck miss;
     Clock::time_point round_start;
-    enum class Next : uint8_t { kBuckets, kEntry, kBigEntry };
+    enum class Next : uint8_t { kCached, kBuckets, kEntry, kBigEntry };
     Next next = Next::kBuckets;  // what a kReady GET posts next
     uint8_t cand = 0;        // candidate being read
+    uint64_t cached_slot = 0;  // the location-cache slot being tried (kCached)
+    bool cached_read = false;  // the entry READ in flight is the cached one
     bool big = false;        // this slot holds the large buffer
     uint32_t entry_len = 0;
     // messages
@@ -110,6 +114,7 @@ class Client::Impl {
   void OnReadDone(Slot& s);
   void OnBuckets(Slot& s);
   void OnEntry(Slot& s);
+  void OnCachedEntry(Slot& s);
   void NewRound(Slot& s, bool retry);
   void Miss(Slot& s);
   void CheckDeadlines();
@@ -125,6 +130,7 @@ class Client::Impl {
   std::unique_ptr<MemoryRegion> mr_;
   std::unique_ptr<Connection> conn_;  // destroyed before mr_
 
+  LocationCache cache_;
   std::array<Slot, kMaxInFlight> slots_;
   std::vector<uint32_t> free_;            // free slot indexes
   std::deque<uint32_t> ready_;            // GETs waiting to post (READ budget / large buffer)

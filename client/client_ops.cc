@@ -40,6 +40,7 @@ void Client::Impl::Start(Op* op, bool stats) {
     s.br = *br;
     s.round_start = Clock::now();
     s.step = Step::kReady;
+    if ((s.cached_slot = cache_.Lookup(s.br.hash.hash)) != 0) s.next = Slot::Next::kCached;
     ++stats_.gets;
     ready_.push_back(idx);
     return;
@@ -50,6 +51,7 @@ void Client::Impl::Start(Op* op, bool stats) {
     return Finish(s, Status::TooLarge("value of " + std::to_string(value.size()) + " bytes (server limit " +
                                       std::to_string(desc_.max_value_bytes) + ")"));
   }
+  if (!stats) cache_.Erase(HashKeyBytes(op->key, params_.seed));  // our own write: the old location is stale
   s.hdr.opcode = s.opcode;
   s.hdr.request_id = next_request_++;
   s.hdr.key_len = stats ? 0 : static_cast<uint16_t>(op->key.size());
@@ -207,6 +209,31 @@ bool Client::Impl::StageGet(Slot& s) {
     big_owner_ = static_cast<int32_t>(idx);
     s.big = true;
   }
+  if (s.next == Slot::Next::kCached) {
+    uint64_t off = SlotLogOffset(s.cached_slot);
+    uint32_t len = std::min<uint32_t>(static_cast<uint32_t>(SlotReadBytes(s.cached_slot)), kSlotEntryBytes);
+    if (off + len > desc_.log.length) {  // cannot be: treat as stale
+      cache_.Erase(s.br.hash.hash);
+      s.next = Slot::Next::kBuckets;
+      need = kCandidateBuckets;
+      if (reads_in_flight_ + need > budget) return false;
+    } else {
+      s.round_start = now;
+      s.entry_len = len;
+      s.cached_read = true;
+      SendWr& w = batch_[batch_len_++];
+      w = SendWr{};
+      w.wr_id = kReadTag | idx;
+      w.opcode = WrOpcode::kRead;
+      w.local = mr_->Slice(EntryOff(idx), len);
+      w.remote_addr = desc_.log.addr + off;
+      w.rkey = desc_.log.rkey;
+      s.step = Step::kEntry;
+      reads_in_flight_ += 1;
+      stats_.reads += 1;
+      return true;
+    }
+  }
   if (s.next == Slot::Next::kBuckets) {
     // A round must finish within the server's GET deadline, so what it READs
     // cannot have been recycled under it (DESIGN.md): a late round starts over.
@@ -289,8 +316,32 @@ void Client::Impl::NewRound(Slot& s, bool retry) {
   ready_.push_back(SlotOf(s));
 }
 
+void Client::Impl::OnCachedEntry(Slot& s) {
+  s.cached_read = false;
+  const auto* bytes = reinterpret_cast<const std::byte*>(Mem(EntryOff(SlotOf(s))));
+  // Accepted only when current: checksum, key, and superseded clear (the
+  // server sets superseded before the index slot moves away from the entry).
+  EntryView v = DecodeEntry({bytes, s.entry_len}, s.op->key, s.cached_slot, params_.seed, /*require_current=*/true);
+  bool in_time = Clock::now() - s.round_start <= std::chrono::microseconds(desc_.get_deadline_us);
+  if (in_time && v.verdict == EntryVerdict::kValue) {
+    ++stats_.cache_hits;
+    s.op->result->assign(reinterpret_cast<const char*>(v.value.data()), v.value.size());
+    return Finish(s, Status::OK());
+  }
+  if (in_time && v.verdict == EntryVerdict::kTombstone) {
+    cache_.Erase(s.br.hash.hash);
+    return Finish(s, Status::NotFound());
+  }
+  // Superseded, recycled, torn, another key, or too long for one READ: the
+  // index path decides (and refreshes the cache).
+  ++stats_.cache_stale;
+  cache_.Erase(s.br.hash.hash);
+  NewRound(s, /*retry=*/false);
+}
+
 void Client::Impl::OnEntry(Slot& s) {
   uint32_t idx = SlotOf(s);
+  if (s.cached_read) return OnCachedEntry(s);
   const SlotCandidate& c = s.probe.candidates[s.cand];
   const auto* bytes = reinterpret_cast<const std::byte*>(Mem(s.big ? big_off_ : EntryOff(idx)));
   EntryView v = DecodeEntry({bytes, s.entry_len}, s.op->key, c.slot, params_.seed, /*require_current=*/false);
@@ -318,9 +369,11 @@ void Client::Impl::OnEntry(Slot& s) {
       }
       s.op->result->assign(reinterpret_cast<const char*>(v.value.data()), v.value.size());
       release_big();
+      cache_.Insert(s.br.hash.hash, c.slot);
       return Finish(s, Status::OK());
     case EntryVerdict::kTombstone:
       release_big();
+      cache_.Erase(s.br.hash.hash);
       return Finish(s, Status::NotFound());
     case EntryVerdict::kWrongKey:
       release_big();
@@ -368,7 +421,7 @@ bool Client::Impl::SendNextMessage(Slot& s) {
   uint8_t* m = Mem(off);
   EncodeRequestHeader(h, m);
   size_t len = kRequestHeaderSize;
-  if (s.first) {
+  if (s.first && !key.empty()) {
     std::memcpy(m + len, key.data(), key.size());
     len += key.size();
   }

@@ -177,7 +177,9 @@ void Worker::HandleMessage(ConnState& cs, std::span<const uint8_t> msg) {
           ReplyError(cs, h.request_id, Status::InvalidArgument("value fragment out of order"));
           return;
         }
-        std::memcpy(cs.asm_value.data() + h.frag_offset, parsed->value.data(), parsed->value.size());
+        if (!parsed->value.empty()) {
+          std::memcpy(cs.asm_value.data() + h.frag_offset, parsed->value.data(), parsed->value.size());
+        }
         cs.asm_received += h.frag_len;
         if (!last) {
           rh.flags = kReplyFragmentAck;

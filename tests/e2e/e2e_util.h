@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -28,7 +29,9 @@ inline void PrintTo(const E2eParam& p, std::ostream* os) { *os << E2eName({p, 0}
 
 class TestServer {
  public:
-  TestServer(TransportEnv& env, server::ServerConfig cfg = Defaults()) : env_(env), cfg_(cfg) {
+  TestServer(TransportEnv& env, server::ServerConfig cfg = Defaults(),
+             const std::function<void(StoreConfig&)>& tweak = {})
+      : env_(env), cfg_(cfg) {
     StoreConfig sc;
     sc.index_buckets = 1 << 12;
     sc.segment_bytes = 4 << 20;  // > the largest entry (1 MiB value)
@@ -38,6 +41,7 @@ class TestServer {
     sc.max_value_bytes = cfg_.max_value_bytes;
     sc.huge_pages = HugePages::kOff;
     sc.grace_period = std::chrono::milliseconds(cfg_.grace_period_ms);
+    if (tweak) tweak(sc);
     auto b = server::StoreBackend::Create(sc);
     EXPECT_TRUE(b.ok()) << b.status().ToString();
     backend_ = std::move(b).value();
@@ -68,7 +72,7 @@ class TestServer {
   }
   uint16_t port() const { return server_->port(); }
   const server::ServerConfig& config() const { return cfg_; }
-  server::Backend& backend() { return *backend_; }
+  server::StoreBackend& backend() { return *backend_; }
 
   Result<std::unique_ptr<Client>> Connect(PutMode mode) {
     ClientOptions o;

@@ -38,6 +38,10 @@ struct ClientOptions {
   PutMode put_mode = PutMode::kSend;
   int connect_timeout_ms = 5000;
   int op_timeout_ms = 5000;        // per operation; past it the call returns Timeout
+  // Keys whose entry location is remembered, so that a GET of a cached,
+  // unchanged key is one RDMA READ (least recently used evicted; 0 = off).
+  // Always linearizable: a stale location is detected and refreshed.
+  size_t location_cache_entries = 4096;
 };
 
 // One operation of the asynchronous API. Owned by the caller, who keeps it
@@ -61,6 +65,8 @@ struct ClientStats {
   uint64_t get_rounds = 0;   // bucket-READ rounds (1 per GET without races)
   uint64_t get_retries = 0;  // rounds repeated: torn/superseded entry, concurrent move
   uint64_t reads = 0;        // RDMA READs posted
+  uint64_t cache_hits = 0;   // GETs answered by one READ at a cached location
+  uint64_t cache_stale = 0;  // cached locations found superseded/recycled (fell back to the index)
   uint64_t puts = 0;
   uint64_t deletes = 0;
   uint64_t messages = 0;     // request messages sent (fragments count)

@@ -1,0 +1,108 @@
+// The client's location cache: one READ for a cached, unchanged key; a
+// correct fallback (and refresh) after the key is updated, deleted, or moved
+// by the cleaner. Counted with the client's transport statistics.
+#include <gtest/gtest.h>
+
+#include "tests/e2e/e2e_util.h"
+
+namespace kvrdma::testing {
+namespace {
+
+class LocationCacheTest : public ::testing::TestWithParam<Kind> {
+ protected:
+  void SetUp() override {
+    env_ = TransportEnv::Make(GetParam());
+    if (!env_.skip_reason.empty()) GTEST_SKIP() << env_.skip_reason;
+    // The cleaner runs only when the test says so.
+    server_ = std::make_unique<TestServer>(env_, TestServer::Defaults(),
+                                           [](StoreConfig& sc) { sc.cleaner_thread = false; });
+    reader_ = Connect();
+    writer_ = Connect();
+    ASSERT_TRUE(reader_ && writer_);
+  }
+  void TearDown() override {
+    reader_.reset();
+    writer_.reset();
+    server_.reset();
+  }
+  std::unique_ptr<Client> Connect() {
+    auto c = server_->Connect(PutMode::kSend);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? std::move(c).value() : nullptr;
+  }
+  // GETs key with the reader; returns the READs it took.
+  uint64_t ReadsFor(const std::string& key, Status* st, std::string* v) {
+    uint64_t before = reader_->stats().reads;
+    *st = reader_->Get(key, v);
+    return reader_->stats().reads - before;
+  }
+  TransportEnv env_;
+  std::unique_ptr<TestServer> server_;
+  std::unique_ptr<Client> reader_, writer_;
+};
+
+TEST_P(LocationCacheTest, CachedUnchangedKeyIsOneRead) {
+  ASSERT_TRUE(writer_->Put("hot", "v1").ok());
+  Status st;
+  std::string v;
+  EXPECT_EQ(ReadsFor("hot", &st, &v), 3u);  // 2 bucket READs + 1 entry READ, then cached
+  ASSERT_TRUE(st.ok());
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(ReadsFor("hot", &st, &v), 1u);
+    ASSERT_TRUE(st.ok());
+    EXPECT_EQ(v, "v1");
+  }
+  EXPECT_EQ(reader_->stats().cache_hits, 20u);
+}
+
+TEST_P(LocationCacheTest, FallsBackAfterUpdateAndDelete) {
+  ASSERT_TRUE(writer_->Put("k", "old").ok());
+  Status st;
+  std::string v;
+  ReadsFor("k", &st, &v);
+  ASSERT_EQ(ReadsFor("k", &st, &v), 1u);
+  // Another client updates: the cached entry is superseded.
+  ASSERT_TRUE(writer_->Put("k", "new value").ok());
+  EXPECT_EQ(ReadsFor("k", &st, &v), 4u);  // stale cached READ + index path
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(v, "new value");
+  EXPECT_EQ(reader_->stats().cache_stale, 1u);
+  EXPECT_EQ(ReadsFor("k", &st, &v), 1u);  // refreshed
+  EXPECT_EQ(v, "new value");
+  // Deleted by another client: never the old value.
+  ASSERT_TRUE(writer_->Delete("k").ok());
+  ReadsFor("k", &st, &v);
+  EXPECT_TRUE(st.IsNotFound()) << st.ToString();
+  EXPECT_EQ(reader_->stats().cache_stale, 2u);
+}
+
+TEST_P(LocationCacheTest, FallsBackAfterTheCleanerRelocatesTheEntry) {
+  ASSERT_TRUE(writer_->Put("survivor", "moved but intact").ok());
+  Status st;
+  std::string v;
+  ReadsFor("survivor", &st, &v);
+  ASSERT_EQ(ReadsFor("survivor", &st, &v), 1u);
+  // Fill the survivor's segment with entries, then supersede them, so the
+  // segment's live ratio drops and the cleaner compacts it.
+  const std::string filler(4000, 'f');
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < 1100; ++i) ASSERT_TRUE(writer_->Put("filler" + std::to_string(i), filler).ok());
+  }
+  StoreStats before = server_->backend().store().Stats();
+  server_->backend().store().RunCleanerOnce();
+  StoreStats after = server_->backend().store().Stats();
+  ASSERT_GT(after.relocations, before.relocations) << "the cleaner did not relocate anything";
+  uint64_t stale = reader_->stats().cache_stale;
+  EXPECT_GT(ReadsFor("survivor", &st, &v), 1u);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(v, "moved but intact");
+  EXPECT_EQ(reader_->stats().cache_stale, stale + 1);
+  EXPECT_EQ(ReadsFor("survivor", &st, &v), 1u);
+  EXPECT_EQ(v, "moved but intact");
+}
+
+INSTANTIATE_TEST_SUITE_P(Loopback, LocationCacheTest, ::testing::Values(Kind::kLoopback), KindName);
+INSTANTIATE_TEST_SUITE_P(Verbs, LocationCacheTest, ::testing::Values(Kind::kVerbs), KindName);
+
+}  // namespace
+}  // namespace kvrdma::testing
