@@ -45,7 +45,8 @@ Status Client::Impl::Connect() {
   reply_off_ = align(size_t{desc_.credits} * desc_.slot_size);
   big_off_ = align(reply_off_ + size_t{desc_.credits} * kMaxReplySize);
   big_cap_ = std::max(EntryBytes(desc_.max_key_bytes, desc_.max_value_bytes), kSlotEntryBytes);
-  slot_off_ = align(big_off_ + big_cap_);
+  scratch_off_ = align(big_off_ + big_cap_);
+  slot_off_ = scratch_off_ + 64;
   size_t total = (slot_off_ + size_t{kMaxInFlight} * SlotBytes() + 4095) & ~size_t{4095};
   mem_.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, total)));
   if (!mem_) return Status::NoResource("out of memory for client buffers");
@@ -104,6 +105,13 @@ Status Client::Delete(std::string_view key) {
 }
 
 Result<std::vector<std::pair<std::string, uint64_t>>> Client::Stats() { return impl_->Stats(); }
+Status Client::Lock(std::string_view key, std::chrono::milliseconds lease) {
+  return impl_->Lock(key, static_cast<uint64_t>(lease.count()), /*wait=*/true);
+}
+Status Client::TryLock(std::string_view key, std::chrono::milliseconds lease) {
+  return impl_->Lock(key, static_cast<uint64_t>(lease.count()), /*wait=*/false);
+}
+Status Client::Unlock(std::string_view key) { return impl_->Unlock(key); }
 size_t Client::Submit(std::span<Op* const> ops) { return impl_->Submit(ops); }
 size_t Client::Poll(std::span<Op*> done) { return impl_->Poll(done); }
 size_t Client::Wait(std::span<Op*> done, int timeout_ms) { return impl_->Wait(done, timeout_ms); }

@@ -19,6 +19,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <deque>
+#include <string>
+#include <unordered_map>
 #include <memory>
 #include <vector>
 
@@ -29,6 +31,9 @@
 #include "common/protocol/messages.h"
 
 namespace kvrdma {
+
+inline constexpr uint64_t kReadTag = 1ull << 62;  // READ wr_id: tag | slot; messages: sequence number
+inline constexpr uint64_t kSyncTag = 3ull << 62;  // the one lock-table WR of a Lock/Unlock step
 
 class Client::Impl {
  public:
@@ -47,6 +52,10 @@ class Client::Impl {
   void RunSync(Op* op, bool stats = false);
   Result<std::vector<std::pair<std::string, uint64_t>>> Stats();
   size_t in_flight() const { return in_flight_; }
+  // Locks (client_locks.cc).
+  Status TryLockOnce(std::string_view key, uint64_t lease_ms, bool* locked_by_other);
+  Status Unlock(std::string_view key);
+  Status Lock(std::string_view key, uint64_t lease_ms, bool wait);
 
   ClientOptions opts_;
   std::shared_ptr<Device> dev_;
@@ -120,12 +129,15 @@ class Client::Impl {
   void CheckDeadlines();
   void OnReply(const Completion& c);
   void PollCompletions();
+  // One READ or atomic on the lock table, waited for; returns the 8 bytes.
+  Result<uint64_t> LockTableOp(WrOpcode op, uint64_t word_index, uint64_t compare_add, uint64_t swap);
+  uint64_t TokenFor(std::string_view key) const;
 
   struct FreeDeleter {
     void operator()(void* p) const noexcept { std::free(p); }
   };
   // Local memory: [staging slots][reply buffers][large entry buffer][per-op slots].
-  size_t stage_off_ = 0, reply_off_ = 0, big_off_ = 0, big_cap_ = 0, slot_off_ = 0;
+  size_t stage_off_ = 0, reply_off_ = 0, big_off_ = 0, big_cap_ = 0, slot_off_ = 0, scratch_off_ = 0;
   std::unique_ptr<uint8_t, FreeDeleter> mem_;
   std::unique_ptr<MemoryRegion> mr_;
   std::unique_ptr<Connection> conn_;  // destroyed before mr_
@@ -147,6 +159,9 @@ class Client::Impl {
   uint64_t next_request_ = 1;
   uint64_t seq_ = 0;         // messages sent; staging slot = seq % credits
   Status broken_;            // set once the connection failed
+  bool sync_done_ = false;   // the lock-table WR completed
+  // Locks this client holds: key -> the lock word it installed (its token).
+  std::unordered_map<std::string, uint64_t> held_;
 };
 
 }  // namespace kvrdma

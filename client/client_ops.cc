@@ -5,7 +5,6 @@
 
 namespace kvrdma {
 namespace {
-constexpr uint64_t kReadTag = 1ull << 62;  // READ wr_id: tag | slot; messages: sequence number
 }  // namespace
 
 Status Client::Impl::CheckKey(std::string_view key) const {
@@ -53,6 +52,7 @@ void Client::Impl::Start(Op* op, bool stats) {
   }
   if (!stats) cache_.Erase(HashKeyBytes(op->key, params_.seed));  // our own write: the old location is stale
   s.hdr.opcode = s.opcode;
+  if (!stats && !held_.empty()) s.hdr.lock_token = TokenFor(op->key);
   s.hdr.request_id = next_request_++;
   s.hdr.key_len = stats ? 0 : static_cast<uint16_t>(op->key.size());
   s.hdr.value_len = static_cast<uint32_t>(value.size());
@@ -162,7 +162,11 @@ void Client::Impl::PollCompletions() {
   bool progress = n > 0;
   for (int i = 0; i < n; ++i) {
     if (wc[i].status != WcStatus::kSuccess) return FailAll(CompletionStatus(wc[i]));
-    if (wc[i].wr_id & kReadTag) OnReadDone(slots_[wc[i].wr_id & 0xffff]);
+    if (wc[i].wr_id == kSyncTag) {
+      sync_done_ = true;
+    } else if (wc[i].wr_id & kReadTag) {
+      OnReadDone(slots_[wc[i].wr_id & 0xffff]);
+    }
   }
   if (n < 0) return FailAll(Status::ConnectionLost("completion queue failed"));
   n = conn_->recv_cq().Poll(wc);

@@ -69,6 +69,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(256, 1 << 24));
   app.add_option("--srq-depth", cfg.srq_depth, "Receive buffers in the shared receive queue")
       ->capture_default_str()->check(CLI::Range(16, 1 << 20));
+  app.add_option("--lock-slots", cfg.lock_slots,
+                 "Lock words in the lock table (keys hashing to the same word share a lock)")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 26));
   app.add_option("--grace-ms", cfg.grace_period_ms,
                  "A freed log segment is reused only after this long; clients must finish a GET in half")
       ->capture_default_str()->check(CLI::Range(2, 60000));

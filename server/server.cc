@@ -1,6 +1,7 @@
 #include "server/server.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "common/log.h"
@@ -49,6 +50,14 @@ Status Server::Start() {
   auto kmr = reg(locks_.get(), locks_bytes_, kAccessRemoteAtomic | kAccessRemoteRead, "lock table");
   if (!kmr.ok()) return kmr.status();
   locks_mr_ = std::move(kmr).value();
+  // The server clock clients measure leases on: ms since start, +1 (never 0).
+  clock_ = std::thread([this, start = std::chrono::steady_clock::now()] {
+    while (!clock_stop_.load(std::memory_order_relaxed)) {
+      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+      __atomic_store_n(&locks_.get()[0], static_cast<uint64_t>(ms.count()) + 1, __ATOMIC_RELEASE);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
 
   // Shared receive queue and its buffers.
   uint32_t depth = std::min(cfg_.srq_depth, device_->info().max_srq_wr);
@@ -73,7 +82,8 @@ Status Server::Start() {
     reply_mem_.push_back(AlignedAlloc(rb));
     auto mr = reg(reply_mem_.back().get(), rb, kAccessLocalWrite, "reply buffers");
     if (!mr.ok()) return mr.status();
-    workers_.push_back(std::make_unique<Worker>(w, cfg_, backend_, counters_, pool, std::move(cq).value(),
+    LockView lv{locks_.get(), cfg_.lock_slots, r.hash_seed};
+    workers_.push_back(std::make_unique<Worker>(w, cfg_, backend_, counters_, pool, lv, std::move(cq).value(),
                                                 std::move(mr).value()));
     workers_.back()->Start();
   }
@@ -144,6 +154,7 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
   d.max_key_bytes = static_cast<uint16_t>(cfg_.max_key_bytes);
   d.max_value_bytes = cfg_.max_value_bytes;
   d.get_deadline_us = cfg_.grace_period_ms * 1000 / 2;
+  d.lock_slots = cfg_.lock_slots;
   uint8_t buf[kMaxAcceptData];
   size_t n = EncodeServerDescriptor(d, buf);
 
@@ -197,6 +208,8 @@ void Server::Shutdown() {
   srq_.reset();
   recv_mr_.reset();
   recv_mem_.reset();
+  clock_stop_.store(true);
+  if (clock_.joinable()) clock_.join();
   locks_mr_.reset();
   locks_.reset();
   log_mr_.reset();

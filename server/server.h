@@ -58,6 +58,8 @@ class Server {
   std::unique_ptr<uint64_t, FreeDeleter> locks_;
   size_t locks_bytes_ = 0;
   std::unique_ptr<MemoryRegion> locks_mr_;
+  std::thread clock_;  // stores the server clock into lock word 0 every millisecond
+  std::atomic<bool> clock_stop_{false};
   std::unique_ptr<uint8_t, FreeDeleter> recv_mem_;
   std::unique_ptr<MemoryRegion> recv_mr_;
   std::unique_ptr<SharedReceiveQueue> srq_;

@@ -22,13 +22,25 @@ uint64_t PeekRequestId(std::span<const uint8_t> msg) {
 
 }  // namespace
 
+Status LockView::Check(std::span<const uint8_t> key, uint64_t token) const {
+  if (words == nullptr) return Status::OK();
+  std::string_view k(reinterpret_cast<const char*>(key.data()), key.size());
+  uint64_t word = __atomic_load_n(&words[LockWordIndex(k, seed, slots)], __ATOMIC_ACQUIRE);
+  uint64_t now = __atomic_load_n(&words[0], __ATOMIC_ACQUIRE);
+  if (LockAllows(word, token, now)) return Status::OK();
+  return Status::Locked("the key is locked by another client (lease ends in " +
+                        std::to_string(LockExpiry(word) - now) + " ms)");
+}
+
 Worker::Worker(uint32_t index, const ServerConfig& cfg, Backend& backend, ServerCounters& counters,
-               ReceivePool pool, std::unique_ptr<CompletionQueue> cq, std::unique_ptr<MemoryRegion> reply_mr)
+               ReceivePool pool, LockView locks, std::unique_ptr<CompletionQueue> cq,
+               std::unique_ptr<MemoryRegion> reply_mr)
     : index_(index),
       cfg_(cfg),
       backend_(backend),
       counters_(counters),
       pool_(pool),
+      locks_(locks),
       cq_(std::move(cq)),
       reply_mr_(std::move(reply_mr)) {}
 
@@ -157,13 +169,15 @@ void Worker::HandleMessage(ConnState& cs, std::span<const uint8_t> msg) {
       return;
     }
     case Opcode::kDelete:
-      st = backend_.Delete(index_, parsed->key, &rh.version);
+      st = locks_.Check(parsed->key, h.lock_token);
+      if (st.ok()) st = backend_.Delete(index_, parsed->key, &rh.version);
       if (st.ok()) counters_.deletes.fetch_add(1, std::memory_order_relaxed);
       break;
     case Opcode::kPut: {
       bool first = h.flags & kFlagFirst, last = h.flags & kFlagLast;
       if (first && last) {
-        st = backend_.Put(index_, parsed->key, parsed->value, &rh.version);
+        st = locks_.Check(parsed->key, h.lock_token);
+        if (st.ok()) st = backend_.Put(index_, parsed->key, parsed->value, &rh.version);
       } else {
         if (first) {
           cs.assembling = true;
@@ -187,14 +201,17 @@ void Worker::HandleMessage(ConnState& cs, std::span<const uint8_t> msg) {
           return;
         }
         cs.assembling = false;
-        st = backend_.Put(index_, cs.asm_key, cs.asm_value, &rh.version);
+        st = locks_.Check(cs.asm_key, h.lock_token);
+        if (st.ok()) st = backend_.Put(index_, cs.asm_key, cs.asm_value, &rh.version);
       }
       if (st.ok()) counters_.puts.fetch_add(1, std::memory_order_relaxed);
       break;
     }
   }
   if (!st.ok()) {
-    if (!st.IsNotFound()) counters_.errors.fetch_add(1, std::memory_order_relaxed);
+    if (!st.IsNotFound() && st.code() != Status::Code::kLocked) {
+      counters_.errors.fetch_add(1, std::memory_order_relaxed);
+    }
     ReplyError(cs, h.request_id, st);
     return;
   }

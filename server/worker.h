@@ -15,6 +15,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/protocol/locks.h"
 #include "common/protocol/messages.h"
 #include "server/backend.h"
 #include "server/config.h"
@@ -42,10 +43,21 @@ struct ReceivePool {
   }
 };
 
+// The lock table as the workers see it: they only load words (never a CPU
+// read-modify-write: clients change lock words with NIC atomics).
+struct LockView {
+  const uint64_t* words = nullptr;  // word 0: server clock (ms); 1..slots: lock words
+  uint32_t slots = 0;
+  uint64_t seed = 0;
+  // Status to answer a PUT/DELETE of key carrying token: OK or Locked.
+  Status Check(std::span<const uint8_t> key, uint64_t token) const;
+};
+
 class Worker {
  public:
   Worker(uint32_t index, const ServerConfig& cfg, Backend& backend, ServerCounters& counters,
-         ReceivePool pool, std::unique_ptr<CompletionQueue> cq, std::unique_ptr<MemoryRegion> reply_mr);
+         ReceivePool pool, LockView locks, std::unique_ptr<CompletionQueue> cq,
+         std::unique_ptr<MemoryRegion> reply_mr);
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -75,6 +87,7 @@ class Worker {
   Backend& backend_;
   ServerCounters& counters_;
   ReceivePool pool_;
+  LockView locks_;
   std::unique_ptr<CompletionQueue> cq_;
   std::unique_ptr<MemoryRegion> reply_mr_;
   uint32_t next_reply_ = 0;

@@ -4,6 +4,11 @@
 //   kvctl --server HOST[:PORT] put KEY VALUE  (VALUE "-" reads it from stdin)
 //   kvctl --server HOST[:PORT] del KEY        exit 1 if absent
 //   kvctl --server HOST[:PORT] stats          the server's counters, one per line
+//   kvctl --server HOST[:PORT] lock KEY [--lease-ms N] [--hold-ms M]
+//                                             waits for the lock, prints "locked", holds it
+//                                             M ms (-1: until killed), unlocks
+//   kvctl --server HOST[:PORT] trylock KEY    exit 0 if the lock was free (taken and
+//                                             released again), 1 if another client holds it
 //
 // Exit codes: 0 found / done, 1 not found, 2 error (message on stderr).
 #include <unistd.h>
@@ -53,7 +58,7 @@ bool ParseServer(const std::string& s, std::string* host, uint16_t* port) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"kvctl: command-line client for kvrdma.\nExit codes: 0 found/done, 1 not found, 2 error."};
+  CLI::App app{"kvctl: command-line client for kvrdma.\nExit codes: 0 found/done, 1 not found (or lock held), 2 error."};
   app.require_subcommand(1);
   std::string server = "127.0.0.1", device, put_mode = "send";
   int timeout_ms = 5000;
@@ -73,6 +78,15 @@ int main(int argc, char** argv) {
   auto* del = app.add_subcommand("del", "Delete KEY (exit 1 if absent)");
   del->add_option("KEY", key, "The key")->required();
   auto* stats = app.add_subcommand("stats", "Print the server's counters");
+  int64_t lease_ms = 10000, hold_ms = 0;
+  auto* lock = app.add_subcommand("lock", "Wait for KEY's lock, print 'locked', hold it, unlock");
+  lock->add_option("KEY", key, "The key")->required();
+  lock->add_option("--lease-ms", lease_ms, "Lease: the lock frees itself this long after it was taken")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
+  lock->add_option("--hold-ms", hold_ms, "How long to hold it before unlocking (-1: until killed)")
+      ->capture_default_str();
+  auto* trylock = app.add_subcommand("trylock", "Exit 0 if KEY's lock is free (taken and released), 1 if held");
+  trylock->add_option("KEY", key, "The key")->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -112,6 +126,25 @@ int main(int argc, char** argv) {
     kvrdma::Status st = c.Delete(key);
     if (st.IsNotFound()) return kExitNotFound;
     return st.ok() ? kExitOk : Fail("del", st);
+  }
+  if (lock->parsed()) {
+    kvrdma::Status st = c.Lock(key, std::chrono::milliseconds(lease_ms));
+    if (!st.ok()) return Fail("lock", st);
+    std::printf("locked\n");
+    std::fflush(stdout);
+    if (hold_ms < 0) {
+      for (;;) pause();
+    }
+    if (hold_ms > 0) usleep(static_cast<useconds_t>(hold_ms) * 1000);
+    st = c.Unlock(key);
+    return st.ok() ? kExitOk : Fail("unlock", st);
+  }
+  if (trylock->parsed()) {
+    kvrdma::Status st = c.TryLock(key, std::chrono::milliseconds(1000));
+    if (st.code() == kvrdma::Status::Code::kLocked) return kExitNotFound;
+    if (!st.ok()) return Fail("trylock", st);
+    st = c.Unlock(key);
+    return st.ok() ? kExitOk : Fail("unlock", st);
   }
   if (stats->parsed()) {
     auto s = c.Stats();

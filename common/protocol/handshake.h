@@ -67,6 +67,7 @@ struct ServerDescriptor {
   uint16_t max_key_bytes = 0;
   uint32_t max_value_bytes = 0;
   uint32_t get_deadline_us = 0;   // a GET older than this restarts (reclamation)
+  uint32_t lock_slots = 0;        // lock words after the clock word (common/protocol/locks.h)
   bool operator==(const ServerDescriptor&) const = default;
 };
 

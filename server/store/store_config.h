@@ -36,7 +36,7 @@ struct StoreConfig {
   // Value log: log_bytes / segment_bytes segments (both multiples of 8;
   // log_bytes a multiple of segment_bytes).
   uint64_t log_bytes = uint64_t{256} << 20;
-  uint64_t segment_bytes = uint64_t{1} << 20;
+  uint64_t segment_bytes = uint64_t{4} << 20;
   // Worker threads that call Put/Delete; each has its own log head. Worker ids
   // are 0..workers-1 and a worker id is used by one thread at a time.
   uint32_t workers = 1;

@@ -24,6 +24,7 @@ ServerDescriptor SampleDescriptor() {
   d.max_key_bytes = 1024;
   d.max_value_bytes = 1 << 20;
   d.get_deadline_us = 100000;
+  d.lock_slots = 1000;
   return d;
 }
 

@@ -77,7 +77,7 @@ struct Totals {
   std::atomic<uint64_t> puts{0}, deletes{0}, full{0};
 };
 
-void RunStress(uint64_t target_reads) {
+void RunStress(uint64_t target_reads, uint64_t min_tears) {
   const int readers = static_cast<int>(EnvOr("KVRDMA_STRESS_READERS", 2));
   const int writers = static_cast<int>(EnvOr("KVRDMA_STRESS_WRITERS", 2));
   StoreConfig c;
@@ -108,7 +108,7 @@ void RunStress(uint64_t target_reads) {
     next_seq[k] = 2;
   }
   Totals t;
-  std::atomic<bool> stop{false};
+  std::atomic<bool> stop{false}, stop_readers{false};
   const auto t0 = Clock::now();
 
   std::vector<std::thread> threads;
@@ -148,7 +148,7 @@ void RunStress(uint64_t target_reads) {
       std::vector<std::byte> buf(4096);
       ReadCounters rc;
       uint64_t reads = 0, hits = 0, misses = 0, gave_up = 0, wrong = 0, stale = 0, false_miss = 0;
-      while (t.reads.load(std::memory_order_relaxed) < target_reads) {
+      while (!stop_readers.load(std::memory_order_relaxed)) {
         for (int batch = 0; batch < 256; ++batch) {
           const int k = static_cast<int>(rng() % kKeys);
           const std::string key = KeyName(k);
@@ -236,9 +236,13 @@ void RunStress(uint64_t target_reads) {
       }
     }
   });
-  // Stop the writers and the injector when the readers are done.
-  while (t.reads.load() < target_reads) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  // Readers exit on their own; give them a moment, then stop the rest.
+  // Run until the readers did their reads and the injectors saw some tears
+  // (or 60 s passed), then stop everyone.
+  while (t.reads.load() < target_reads ||
+         (t.inj_tears.load() < min_tears && Clock::now() - t0 < std::chrono::seconds(60))) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  stop_readers.store(true);
   for (int i = 0; i < readers; ++i) threads[writers + i].join();
   stop.store(true);
   for (size_t i = 0; i < threads.size(); ++i) {
@@ -371,8 +375,8 @@ void RunDisplacement(uint64_t target_reads) {
   EXPECT_EQ(wrong.load(), 0u);
 }
 
-TEST(StoreStress, Full) { RunStress(EnvOr("KVRDMA_STRESS_READS", 10'000'000)); }
-TEST(StoreStress, Short) { RunStress(EnvOr("KVRDMA_STRESS_READS", 300'000)); }
+TEST(StoreStress, Full) { RunStress(EnvOr("KVRDMA_STRESS_READS", 10'000'000), 50); }
+TEST(StoreStress, Short) { RunStress(EnvOr("KVRDMA_STRESS_READS", 300'000), 3); }
 TEST(StoreStress, FullDisplacement) { RunDisplacement(EnvOr("KVRDMA_STRESS_READS", 2'000'000)); }
 TEST(StoreStress, ShortDisplacement) { RunDisplacement(EnvOr("KVRDMA_STRESS_READS", 100'000)); }
 

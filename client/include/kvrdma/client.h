@@ -14,6 +14,7 @@
 // one.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -96,6 +97,23 @@ class Client {
   Status Delete(std::string_view key);
   // The server's counters (connections, puts, deletes, errors, items, ...).
   Result<std::vector<std::pair<std::string, uint64_t>>> Stats();
+
+  // --- Locks: leases taken with RDMA compare-and-swap on the server's lock
+  // table, measured on the server's clock. While this client holds a key's
+  // lock, its Put/Delete of that key carry the lock's token; the server
+  // refuses a Put/Delete of a key locked by another client with Locked until
+  // the lock is released or its lease ends. A holder that dies loses the lock
+  // when the lease ends. Keys may share a lock word (the table is hashed).
+  //
+  // Takes the lock, waiting (with backoff) while another client holds it.
+  // OK, Timeout (still held by another after op_timeout_ms), InvalidArgument,
+  // ConnectionLost.
+  Status Lock(std::string_view key, std::chrono::milliseconds lease);
+  // One attempt: OK, or Locked when another client holds an unexpired lease.
+  Status TryLock(std::string_view key, std::chrono::milliseconds lease);
+  // Releases it: OK; NotFound if this client does not hold it; Locked if the
+  // lease had ended and another client took the lock over meanwhile.
+  Status Unlock(std::string_view key);
 
   // --- Asynchronous, pipelined API. The synchronous calls above are built on
   // it. Operations submitted together are posted with one doorbell; GETs

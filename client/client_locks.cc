@@ -1,0 +1,112 @@
+// Locks with leases: RDMA compare-and-swap on the server's lock table
+// (common/protocol/locks.h), leases measured on the server clock word.
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "client/client_impl.h"
+#include "common/protocol/locks.h"
+
+namespace kvrdma {
+
+uint64_t Client::Impl::TokenFor(std::string_view key) const {
+  auto it = held_.find(std::string(key));
+  return it == held_.end() ? 0 : it->second;
+}
+
+Result<uint64_t> Client::Impl::LockTableOp(WrOpcode op, uint64_t word_index, uint64_t compare_add, uint64_t swap) {
+  if (!broken_.ok()) return broken_;
+  SendWr w;
+  w.wr_id = kSyncTag;
+  w.opcode = op;
+  w.local = mr_->Slice(scratch_off_, 8);
+  w.remote_addr = desc_.locks.addr + word_index * 8;
+  w.rkey = desc_.locks.rkey;
+  w.compare_add = compare_add;
+  w.swap = swap;
+  sync_done_ = false;
+  if (Status st = conn_->PostSend({&w, 1}); !st.ok()) {
+    FailAll(st.IsConnectionLost() ? st : Status::ConnectionLost(st.ToString()));
+    return broken_;
+  }
+  auto deadline = Clock::now() + std::chrono::milliseconds(opts_.op_timeout_ms);
+  while (!sync_done_) {
+    Progress();
+    if (!broken_.ok()) return broken_;
+    if (Clock::now() > deadline) {
+      FailAll(Status::Timeout("no answer to a lock-table operation; the connection is abandoned"));
+      return broken_;
+    }
+  }
+  uint64_t v;
+  std::memcpy(&v, Mem(scratch_off_), 8);
+  return v;
+}
+
+// One attempt. *locked_by_other tells a lease held by someone else from errors.
+Status Client::Impl::TryLockOnce(std::string_view key, uint64_t lease_ms, bool* locked_by_other) {
+  *locked_by_other = false;
+  const uint64_t idx = LockWordIndex(key, desc_.hash_seed, desc_.lock_slots);
+  const uint32_t me = LockOwnerId(desc_.conn_id);
+  auto now = LockTableOp(WrOpcode::kRead, desc_.clock_offset / 8, 0, 0);
+  if (!now.ok()) return now.status();
+  const uint64_t mine = PackLock(me, *now + lease_ms);
+  auto old = LockTableOp(WrOpcode::kCompareSwap, idx, 0, mine);
+  if (!old.ok()) return old.status();
+  uint64_t seen = *old;
+  if (seen != 0) {
+    // Held: take it over only if the lease has ended (or it is ours already:
+    // keys sharing the word, or a renewal), with a CAS on the exact word seen.
+    if (LockOwner(seen) != me && LockExpiry(seen) > *now) {
+      *locked_by_other = true;
+      return Status::Locked("held by another client for " + std::to_string(LockExpiry(seen) - *now) + " ms more");
+    }
+    auto again = LockTableOp(WrOpcode::kCompareSwap, idx, seen, mine);
+    if (!again.ok()) return again.status();
+    if (*again != seen) {
+      *locked_by_other = true;
+      return Status::Locked("another client took the lock first");
+    }
+    for (auto& [k, token] : held_) {  // our other keys on this word carry the new token
+      if (token == seen) token = mine;
+    }
+  }
+  held_[std::string(key)] = mine;
+  return Status::OK();
+}
+
+Status Client::Impl::Lock(std::string_view key, uint64_t lease_ms, bool wait) {
+  if (Status st = CheckKey(key); !st.ok()) return st;
+  if (lease_ms == 0 || lease_ms > (uint64_t{1} << 32)) return Status::InvalidArgument("lease must be 1 ms .. 49 days");
+  if (desc_.lock_slots == 0) return Status::Unavailable("the server has no lock table");
+  auto deadline = Clock::now() + std::chrono::milliseconds(opts_.op_timeout_ms);
+  std::minstd_rand jitter(static_cast<uint32_t>(reinterpret_cast<uintptr_t>(this)));
+  auto backoff = std::chrono::microseconds(50);
+  for (;;) {
+    bool other = false;
+    Status st = TryLockOnce(key, lease_ms, &other);
+    if (st.ok() || !other || !wait) return st;
+    if (Clock::now() + backoff > deadline) {
+      return Status::Timeout("lock still held by another client after " + std::to_string(opts_.op_timeout_ms) +
+                             " ms: " + st.message());
+    }
+    std::this_thread::sleep_for(backoff + std::chrono::microseconds(jitter() % (backoff.count() + 1)));
+    backoff = std::min(backoff * 2, std::chrono::microseconds(10000));
+  }
+}
+
+Status Client::Impl::Unlock(std::string_view key) {
+  auto it = held_.find(std::string(key));
+  if (it == held_.end()) return Status::NotFound("this client does not hold that lock");
+  uint64_t token = it->second;
+  held_.erase(it);
+  for (const auto& [k, t] : held_) {
+    if (t == token) return Status::OK();  // another held key shares the word: keep it
+  }
+  auto old = LockTableOp(WrOpcode::kCompareSwap, LockWordIndex(key, desc_.hash_seed, desc_.lock_slots), token, 0);
+  if (!old.ok()) return old.status();
+  if (*old != token) return Status::Locked("the lease had ended and another client took the lock over");
+  return Status::OK();
+}
+
+}  // namespace kvrdma
