@@ -57,8 +57,7 @@ Status Client::Impl::Connect() {
   for (uint32_t i = 0; i < desc_.credits; ++i) {
     r.push_back(RecvWr{i, mr_->Slice(reply_off_ + size_t{i} * kMaxReplySize, kMaxReplySize)});
   }
-  free_.reserve(kMaxInFlight);
-  for (uint32_t i = kMaxInFlight; i > 0; --i) free_.push_back(i - 1);
+  ResetEngine();
   done_.reserve(kMaxInFlight);
   return conn_->PostRecv(r);
 }

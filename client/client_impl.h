@@ -44,6 +44,9 @@ class Client::Impl {
   Impl(const ClientOptions& o, std::shared_ptr<Device> dev)
       : opts_(o), dev_(std::move(dev)), cache_(o.location_cache_entries) {}
   Status Connect();
+  // After a failure: drops the connection and its buffers, and connects
+  // again (rate-limited with exponential backoff). REQUIRES no operation in flight.
+  Status Reconnect();
 
   size_t Submit(std::span<Op* const> ops);
   size_t Poll(std::span<Op*> done);
@@ -111,6 +114,7 @@ class Client::Impl {
   Status CheckKey(std::string_view key) const;
   // Takes a free slot for op (msg_op: kStats for Stats(), else from op->type).
   void Start(Op* op, bool stats);
+  void ResetEngine();
   void Finish(Slot& s, Status st);
   void FailAll(const Status& st);
   // Posting: GET steps go through batch_ and one PostSend per Progress.
@@ -159,6 +163,9 @@ class Client::Impl {
   uint64_t next_request_ = 1;
   uint64_t seq_ = 0;         // messages sent; staging slot = seq % credits
   Status broken_;            // set once the connection failed
+  Clock::time_point next_reconnect_{};
+  std::chrono::milliseconds reconnect_backoff_{0};
+  uint32_t idle_polls_ = 0;  // empty polls since the last CM event check
   bool sync_done_ = false;   // the lock-table WR completed
   // Locks this client holds: key -> the lock word it installed (its token).
   std::unordered_map<std::string, uint64_t> held_;

@@ -19,6 +19,9 @@ Status Client::Impl::CheckKey(std::string_view key) const {
 // ------------------------------------------------------------- lifecycle
 
 void Client::Impl::Start(Op* op, bool stats) {
+  // A failed connection is rebuilt when nothing is in flight on it any more.
+  Status reconnect;
+  if (!broken_.ok() && in_flight_ == 0) reconnect = Reconnect();
   uint32_t idx = free_.back();
   free_.pop_back();
   ++in_flight_;
@@ -28,6 +31,7 @@ void Client::Impl::Start(Op* op, bool stats) {
   op->status = Status::OK();
   op->version = 0;
   s.deadline = Clock::now() + std::chrono::milliseconds(opts_.op_timeout_ms);
+  if (!reconnect.ok()) return Finish(s, reconnect);
   if (!broken_.ok()) return Finish(s, broken_);
   if (!stats) {
     if (Status st = CheckKey(op->key); !st.ok()) return Finish(s, st);
@@ -176,6 +180,54 @@ void Client::Impl::PollCompletions() {
     OnReply(wc[i]);
   }
   if (!progress && in_flight_ > 0) CheckDeadlines();
+  // Now and then, read connection-manager events: a server that went away
+  // (DISCONNECTED) fails what is in flight at once instead of at a timeout.
+  if (!progress && ++idle_polls_ >= 4096) {
+    idle_polls_ = 0;
+    conn_->PollCmEvents();
+    if (conn_->broken() && broken_.ok()) FailAll(Status::ConnectionLost("the server closed the connection"));
+  }
+}
+
+void Client::Impl::ResetEngine() {
+  for (Slot& s : slots_) s = Slot{};
+  free_.clear();
+  for (uint32_t i = kMaxInFlight; i > 0; --i) free_.push_back(i - 1);
+  ready_.clear();
+  senders_.clear();
+  replies_.clear();
+  batch_len_ = 0;
+  reads_in_flight_ = msgs_in_flight_ = 0;
+  frag_owner_ = big_owner_ = -1;
+  seq_ = 0;
+  held_.clear();    // locks belong to the old connection (they lapse with their lease)
+  cache_.Clear();   // locations may name another server's memory now
+}
+
+Status Client::Impl::Reconnect() {
+  auto now = Clock::now();
+  if (now < next_reconnect_) {
+    return Status::ConnectionLost("connection lost (" + broken_.message() + "); next reconnect attempt in " +
+                                  std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                     next_reconnect_ - now).count()) + " ms");
+  }
+  conn_.reset();
+  mr_.reset();
+  mem_.reset();
+  ResetEngine();
+  Status st = Connect();
+  if (st.ok()) {
+    broken_ = Status::OK();
+    reconnect_backoff_ = std::chrono::milliseconds(0);
+    return st;
+  }
+  reconnect_backoff_ = std::clamp(reconnect_backoff_ * 2, std::chrono::milliseconds(10), std::chrono::milliseconds(2000));
+  next_reconnect_ = Clock::now() + reconnect_backoff_;
+  conn_.reset();
+  mr_.reset();
+  mem_.reset();
+  broken_ = Status::ConnectionLost("reconnecting failed: " + st.ToString());
+  return broken_;
 }
 
 void Client::Impl::CheckDeadlines() {

@@ -45,8 +45,7 @@ class TestServer {
     auto b = server::StoreBackend::Create(sc);
     EXPECT_TRUE(b.ok()) << b.status().ToString();
     backend_ = std::move(b).value();
-    cfg_.listen = env.kind_is_verbs() ? env.addr : "";
-    cfg_.port = 0;
+    cfg_.listen = env.kind_is_verbs() ? env.addr : "";  // cfg.port 0: any free port
     server_ = std::make_unique<server::Server>(cfg_, env.server, *backend_);
     Status st = server_->Start();
     EXPECT_TRUE(st.ok()) << st.ToString();
@@ -61,6 +60,7 @@ class TestServer {
   }
   static server::ServerConfig Defaults() {
     server::ServerConfig c;
+    c.port = 0;  // any free port
     c.workers = 2;
     c.credits = 8;
     c.slot_bytes = 4096;
