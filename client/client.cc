@@ -10,6 +10,11 @@ namespace kvrdma {
 Status Client::Impl::Connect() {
   ConnectRequestMsg m;
   m.put_path = opts_.put_mode == PutMode::kWriteImm ? PutPath::kWriteImm : PutPath::kSend;
+  if (opts_.auth_token.size() > kMaxAuthToken) {
+    return Status::InvalidArgument("auth token longer than " + std::to_string(kMaxAuthToken) + " bytes");
+  }
+  m.auth_len = static_cast<uint8_t>(opts_.auth_token.size());
+  std::memcpy(m.auth.data(), opts_.auth_token.data(), opts_.auth_token.size());
   uint8_t req[kMaxRequestData];
   size_t n = EncodeConnectRequest(m, req);
   ConnectOptions co;

@@ -28,6 +28,9 @@ struct ServerConfig {
   // A freed log segment is reused only after this long; clients are told to
   // finish a GET within half of it (the descriptor's get_deadline_us).
   uint32_t grace_period_ms = 100;
+  // If not empty, a client must present this token (<= 32 bytes) in its
+  // connect request, or it is refused before it learns any rkey.
+  std::string auth_token;
 };
 
 }  // namespace kvrdma::server

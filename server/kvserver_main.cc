@@ -4,11 +4,14 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <random>
 #include <thread>
 
 #include "common/log.h"
+#include "common/protocol/handshake.h"
 #include "common/transport/verbs_transport.h"
 #include "server/server.h"
 #include "server/store_backend.h"
@@ -75,11 +78,27 @@ int main(int argc, char** argv) {
   app.add_option("--grace-ms", cfg.grace_period_ms,
                  "A freed log segment is reused only after this long; clients must finish a GET in half")
       ->capture_default_str()->check(CLI::Range(2, 60000));
+  std::string token_file;
+  app.add_option("--auth-token", cfg.auth_token,
+                 "Shared secret (<= 32 bytes) clients must present when they connect; without it they\n"
+                 "are refused before they learn any rkey (prefer --auth-token-file: argv is visible)");
+  app.add_option("--auth-token-file", token_file, "Read the shared secret from this file (trailing newline dropped)")
+      ->check(CLI::ExistingFile)->excludes("--auth-token");
   app.add_option("--log-level", level, "debug, info, warn or error")
       ->capture_default_str()->check(CLI::IsMember({"debug", "info", "warn", "error"}));
   CLI11_PARSE(app, argc, argv);
 
   kvrdma::SetLogTag("kvserver");
+  if (!token_file.empty()) {
+    std::ifstream f(token_file, std::ios::binary);
+    std::string t((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
+    cfg.auth_token = t;
+  }
+  if (cfg.auth_token.size() > kvrdma::kMaxAuthToken) {
+    std::fprintf(stderr, "kvserver: the auth token is longer than %zu bytes\n", kvrdma::kMaxAuthToken);
+    return 2;
+  }
   static const std::map<std::string, kvrdma::LogLevel> kLevels = {{"debug", kvrdma::LogLevel::kDebug},
                                                                  {"info", kvrdma::LogLevel::kInfo},
                                                                  {"warn", kvrdma::LogLevel::kWarn},

@@ -27,6 +27,9 @@ Server::~Server() { Shutdown(); }
 
 Status Server::Start() {
   if (cfg_.credits == 0 || cfg_.credits > 256) return Status::InvalidArgument("--credits must be 1..256");
+  if (cfg_.auth_token.size() > kMaxAuthToken) {
+    return Status::InvalidArgument("the auth token is longer than " + std::to_string(kMaxAuthToken) + " bytes");
+  }
   if (cfg_.slot_bytes < 256 || cfg_.slot_bytes > (1u << 24)) {
     return Status::InvalidArgument("--slot-bytes must be 256..16777216");
   }
@@ -128,6 +131,20 @@ void Server::Reject(ConnectRequest& req, const Status& why) {
 void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
   auto msg = DecodeConnectRequest(req->private_data());
   if (!msg.ok()) return Reject(*req, msg.status());
+  if (!cfg_.auth_token.empty()) {
+    // Constant-time compare: how long a refusal takes says nothing of the token.
+    const std::string& want = cfg_.auth_token;
+    uint8_t diff = static_cast<uint8_t>(msg->auth_len != want.size());
+    for (size_t i = 0; i < kMaxAuthToken; ++i) {
+      uint8_t a = i < msg->auth_len ? msg->auth[i] : 0;
+      uint8_t b = i < want.size() ? static_cast<uint8_t>(want[i]) : 0;
+      diff |= static_cast<uint8_t>(a ^ b);
+    }
+    if (diff != 0) {
+      counters_.errors.fetch_add(1);
+      return Reject(*req, Status::RemoteAccess("authentication failed: missing or wrong auth token"));
+    }
+  }
   auto cs = std::make_shared<ConnState>();
   cs->id = next_conn_id_++;
   cs->put_path = msg->put_path;

@@ -15,6 +15,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <string>
@@ -68,6 +69,10 @@ int main(int argc, char** argv) {
   app.add_option("--put-mode", put_mode, "How writes travel: send or write-imm")
       ->capture_default_str()->check(CLI::IsMember({"send", "write-imm"}));
   app.add_option("--timeout-ms", timeout_ms, "Connect and per-operation timeout")->capture_default_str();
+  std::string token, token_file;
+  app.add_option("--auth-token", token, "The server's shared secret, if it requires one");
+  app.add_option("--auth-token-file", token_file, "Read the shared secret from this file")
+      ->check(CLI::ExistingFile)->excludes("--auth-token");
   std::string key, value;
   auto* get = app.add_subcommand("get", "Print the value of KEY (exit 1 if absent)");
   get->add_option("KEY", key, "The key")->required();
@@ -102,6 +107,12 @@ int main(int argc, char** argv) {
   o.device = device;
   o.put_mode = put_mode == "write-imm" ? kvrdma::PutMode::kWriteImm : kvrdma::PutMode::kSend;
   o.connect_timeout_ms = o.op_timeout_ms = timeout_ms;
+  if (!token_file.empty()) {
+    std::ifstream f(token_file, std::ios::binary);
+    token.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+  }
+  o.auth_token = token;
   if (put->parsed() && value == "-") {
     value.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   }

@@ -43,6 +43,8 @@ struct ClientOptions {
   // unchanged key is one RDMA READ (least recently used evicted; 0 = off).
   // Always linearizable: a stale location is detected and refreshed.
   size_t location_cache_entries = 4096;
+  // The server's shared secret, if it requires one (<= 32 bytes).
+  std::string auth_token;
 };
 
 // One operation of the asynchronous API. Owned by the caller, who keeps it
