@@ -22,7 +22,7 @@ Status Client::Impl::Connect() {
   co.port = opts_.port;
   co.timeout_ms = opts_.connect_timeout_ms;
   QpConfig qc;
-  qc.max_send_wr = 2 * kMaxInFlight + 2 * 256 + 16;  // READs + messages (credits <= 256)
+  qc.max_send_wr = 2 * max_in_flight_ + 2 * 256 + 16;  // READs + messages (credits <= 256)
   qc.max_recv_wr = 256;                             // one reply buffer per credit
   qc.max_inline = 256;
   std::vector<uint8_t> reject;
@@ -52,7 +52,7 @@ Status Client::Impl::Connect() {
   big_cap_ = std::max(EntryBytes(desc_.max_key_bytes, desc_.max_value_bytes), kSlotEntryBytes);
   scratch_off_ = align(big_off_ + big_cap_);
   slot_off_ = scratch_off_ + 64;
-  size_t total = (slot_off_ + size_t{kMaxInFlight} * SlotBytes() + 4095) & ~size_t{4095};
+  size_t total = (slot_off_ + size_t{max_in_flight_} * SlotBytes() + 4095) & ~size_t{4095};
   mem_.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, total)));
   if (!mem_) return Status::NoResource("out of memory for client buffers");
   auto mr = dev_->RegisterMemory(mem_.get(), total, kAccessLocalWrite);
@@ -120,7 +120,7 @@ size_t Client::Submit(std::span<Op* const> ops) { return impl_->Submit(ops); }
 size_t Client::Poll(std::span<Op*> done) { return impl_->Poll(done); }
 size_t Client::Wait(std::span<Op*> done, int timeout_ms) { return impl_->Wait(done, timeout_ms); }
 size_t Client::in_flight() const { return impl_->in_flight(); }
-size_t Client::max_in_flight() const { return Impl::kMaxInFlight; }
+size_t Client::max_in_flight() const { return impl_->max_in_flight(); }
 uint64_t Client::last_version() const { return impl_->last_version_; }
 const ClientStats& Client::stats() const { return impl_->stats_; }
 uint32_t Client::max_value_bytes() const { return impl_->desc_.max_value_bytes; }

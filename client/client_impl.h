@@ -9,12 +9,13 @@
 //         server's credits; replies arrive in order (one worker per
 //         connection) and are matched FIFO, checked by request id.
 //
-// Limits: at most kMaxInFlight operations; READs in flight <= the QP's
+// Limits: at most max_in_flight (<= kMaxInFlight) operations; READs in flight <= the QP's
 // max_rd_atomic; messages in flight <= credits; one fragmented PUT at a time
 // (the server reassembles one per connection). All buffers are registered
 // once at connect; nothing is allocated per operation.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdlib>
@@ -42,7 +43,10 @@ class Client::Impl {
   static constexpr size_t kSlotEntryBytes = kMaxHintedEntryBytes + 8;  // one hinted READ
 
   Impl(const ClientOptions& o, std::shared_ptr<Device> dev)
-      : opts_(o), dev_(std::move(dev)), cache_(o.location_cache_entries) {}
+      : opts_(o),
+        dev_(std::move(dev)),
+        max_in_flight_(std::clamp<uint32_t>(o.max_in_flight, 1, kMaxInFlight)),
+        cache_(o.location_cache_entries) {}
   Status Connect();
   // After a failure: drops the connection and its buffers, and connects
   // again (rate-limited with exponential backoff). REQUIRES no operation in flight.
@@ -55,6 +59,7 @@ class Client::Impl {
   void RunSync(Op* op, bool stats = false);
   Result<std::vector<std::pair<std::string, uint64_t>>> Stats();
   size_t in_flight() const { return in_flight_; }
+  size_t max_in_flight() const { return max_in_flight_; }
   // Locks (client_locks.cc).
   Status TryLockOnce(std::string_view key, uint64_t lease_ms, bool* locked_by_other);
   Status Unlock(std::string_view key);
@@ -146,6 +151,7 @@ class Client::Impl {
   std::unique_ptr<MemoryRegion> mr_;
   std::unique_ptr<Connection> conn_;  // destroyed before mr_
 
+  const uint32_t max_in_flight_;
   LocationCache cache_;
   std::array<Slot, kMaxInFlight> slots_;
   std::vector<uint32_t> free_;            // free slot indexes

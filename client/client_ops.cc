@@ -192,7 +192,7 @@ void Client::Impl::PollCompletions() {
 void Client::Impl::ResetEngine() {
   for (Slot& s : slots_) s = Slot{};
   free_.clear();
-  for (uint32_t i = kMaxInFlight; i > 0; --i) free_.push_back(i - 1);
+  for (uint32_t i = max_in_flight_; i > 0; --i) free_.push_back(i - 1);
   ready_.clear();
   senders_.clear();
   replies_.clear();

@@ -43,6 +43,9 @@ struct ClientOptions {
   // unchanged key is one RDMA READ (least recently used evicted; 0 = off).
   // Always linearizable: a stale location is detected and refreshed.
   size_t location_cache_entries = 4096;
+  // Operations in flight at most (1..64): each costs ~33 KiB of registered
+  // buffers. Lower it for processes with many Clients.
+  uint32_t max_in_flight = 64;
   // The server's shared secret, if it requires one (<= 32 bytes).
   std::string auth_token;
 };
