@@ -86,7 +86,11 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile)->excludes("--auth-token");
   app.add_option("--log-level", level, "debug, info, warn or error")
       ->capture_default_str()->check(CLI::IsMember({"debug", "info", "warn", "error"}));
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help/--version: 0; a usage error: 2 (message printed)
+  }
 
   kvrdma::SetLogTag("kvserver");
   if (!token_file.empty()) {

@@ -15,9 +15,15 @@ fails=0
 check() {  # check NAME EXPECTED_RC ACTUAL_RC
   if [ "$2" = "$3" ]; then echo "ok   $1"; else echo "FAIL $1: exit $3, expected $2"; fails=$((fails + 1)); fi
 }
-"$KVSERVER" --listen "$ADDR" --port "$PORT" --index-mb 4 --log-mb 64 --workers 2 > "$LOG" 2>&1 &
+"$KVSERVER" --version | grep -q "kvserver (kvrdma)" && echo "ok   --version" || { echo "FAIL --version"; fails=$((fails + 1)); }
+"$KVSERVER" --help | grep -q -- "--max-value-bytes" && echo "ok   --help" || { echo "FAIL --help"; fails=$((fails + 1)); }
+"$KVSERVER" --mode bogus > /dev/null 2>&1; check "bad option -> usage error 2" 2 $?
+# Options from a config file (same names as the command line).
+CONF=$(mktemp)
+printf 'listen = "%s"\nport = %s\nindex-mb = 4\nlog-mb = 64\nworkers = 2\n' "$ADDR" "$PORT" > "$CONF"
+"$KVSERVER" --config "$CONF" > "$LOG" 2>&1 &
 PID=$!
-trap 'kill -9 $PID 2>/dev/null; rm -f "$LOG"' EXIT
+trap 'kill -9 $PID 2>/dev/null; rm -f "$LOG" "$CONF"' EXIT
 ctl() { "$KVCTL" --server "$ADDR:$PORT" "$@"; }
 for _ in $(seq 1 100); do
   ctl stats > /dev/null 2>&1 && break
