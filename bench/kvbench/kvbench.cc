@@ -1,0 +1,438 @@
+// kvbench: YCSB-style load generator for kvrdma.
+//
+// Each thread owns one Client per server and keeps --depth operations in
+// flight with the asynchronous API (closed loop), or starts operations at
+// --rate (open loop: latency counts from each operation's intended start, so
+// a stall is not hidden). Keys and values are formatted into per-thread
+// buffers up front: the measured loop allocates nothing.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/kvbench/histogram.h"
+#include "bench/kvbench/keygen.h"
+#include "kvrdma/client.h"
+
+namespace kvrdma::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+enum OpKind { kRead = 0, kUpdate, kInsert, kRmw, kKinds };
+const char* const kKindNames[kKinds] = {"read", "update", "insert", "rmw"};
+
+struct Config {
+  std::vector<std::string> servers{"127.0.0.1"};
+  std::string workload = "C";
+  double read_ratio = -1;
+  uint64_t keys = 100000;
+  size_t key_size = 16;
+  std::string value_size = "100";
+  size_t vmin = 100, vmax = 100;
+  std::string distribution;  // default from the workload
+  double theta = 0.99;
+  unsigned threads = 1, depth = 1;
+  double duration = 5, warmup = 1;
+  uint64_t ops = 0;
+  bool preload = false;
+  double rate = 0;
+  std::string put_mode = "send";
+  std::string json;
+  // Derived mix.
+  double p_read = 1, p_update = 0, p_insert = 0, p_rmw = 0;
+};
+
+struct Shared {
+  explicit Shared(const Config& c) : cfg(c) {}
+  const Config& cfg;
+  std::unique_ptr<Zipfian> zipf;
+  std::atomic<uint64_t> inserted;  // keys 0..inserted-1 exist (D: grows)
+  std::atomic<bool> measuring{false}, stop{false};
+  std::atomic<uint64_t> ops_done{0}, ops_budget{0};
+  Histogram hist[kKinds];
+  std::atomic<uint64_t> count[kKinds] = {}, errors[kKinds] = {}, misses{0};
+  std::atomic<uint64_t> progress{0}, progress_errors{0};  // every completed op, warm-up included
+};
+
+uint64_t JumpHash(uint64_t key, int32_t buckets) {
+  int64_t b = -1, j = 0;
+  while (j < buckets) {
+    b = j;
+    key = key * 2862933555777941757ull + 1;
+    j = static_cast<int64_t>((b + 1) * (static_cast<double>(1ll << 31) / static_cast<double>((key >> 33) + 1)));
+  }
+  return static_cast<uint64_t>(b);
+}
+
+void FormatKey(uint64_t id, size_t size, char* out) {
+  char digits[24];
+  int n = std::snprintf(digits, sizeof digits, "%" PRIu64, id);
+  std::memset(out, '0', size);
+  std::memcpy(out, "user", std::min<size_t>(4, size));
+  size_t nd = std::min<size_t>(static_cast<size_t>(n), size > 4 ? size - 4 : 0);
+  std::memcpy(out + size - nd, digits + n - nd, nd);
+}
+
+struct Slot {
+  Op op;
+  OpKind kind = kRead;
+  int server = 0;
+  Clock::time_point start;
+  bool rmw_write = false;
+  std::string key, result;
+};
+
+class Worker {
+ public:
+  Worker(Shared& sh, unsigned index) : sh_(sh), cfg_(sh.cfg), rng_(0x9e3779b9u * (index + 1)) {
+    values_.resize(cfg_.vmax + 1);
+    for (auto& c : values_) c = static_cast<char>('a' + rng_() % 26);
+    slots_.resize(cfg_.depth);
+    for (auto& s : slots_) {
+      s.key.assign(cfg_.key_size, '0');
+      s.op.result = &s.result;
+      s.result.reserve(cfg_.vmax);
+    }
+    if (cfg_.rate > 0) interval_ = std::chrono::duration<double>(cfg_.threads / cfg_.rate);
+  }
+
+  Status Connect() {
+    for (const std::string& s : cfg_.servers) {
+      ClientOptions o;
+      auto colon = s.rfind(':');
+      o.host = colon == std::string::npos ? s : s.substr(0, colon);
+      if (colon != std::string::npos) o.port = static_cast<uint16_t>(std::stoi(s.substr(colon + 1)));
+      o.put_mode = cfg_.put_mode == "write-imm" ? PutMode::kWriteImm : PutMode::kSend;
+      o.max_in_flight = std::min<uint32_t>(cfg_.depth, 64);
+      o.op_timeout_ms = 10000;
+      auto c = Client::Connect(o);
+      if (!c.ok()) return Status(c.status().code(), "connecting to " + s + ": " + c.status().message());
+      clients_.push_back(std::move(c).value());
+    }
+    return Status::OK();
+  }
+
+  // PUTs keys [from, to) with the worker's depth.
+  Status Preload(uint64_t from, uint64_t to) {
+    uint64_t next = from, done = 0, total = to - from;
+    std::vector<Op*> fin(cfg_.depth);
+    std::vector<Slot*> idle;
+    for (auto& s : slots_) idle.push_back(&s);
+    while (done < total) {
+      while (!idle.empty() && next < to) {
+        Slot* s = idle.back();
+        Prepare(*s, kUpdate, next++);
+        Op* op = &s->op;
+        if (clients_[s->server]->Submit({&op, 1}) == 0) {
+          --next;
+          break;
+        }
+        idle.pop_back();
+      }
+      for (auto& c : clients_) {
+        size_t n = c->Wait(fin, 10);
+        for (size_t i = 0; i < n; ++i) {
+          if (!fin[i]->status.ok()) return fin[i]->status;
+          idle.push_back(reinterpret_cast<Slot*>(fin[i]->user));
+          ++done;
+        }
+      }
+    }
+    return Status::OK();
+  }
+
+  void Run() {
+    std::vector<Op*> fin(cfg_.depth);
+    std::vector<Slot*> idle;
+    for (auto& s : slots_) idle.push_back(&s);
+    next_start_ = Clock::now();
+    while (!sh_.stop.load(std::memory_order_relaxed)) {
+      auto now = Clock::now();
+      while (!idle.empty()) {
+        if (cfg_.rate > 0 && next_start_ > now) break;  // open loop: not yet
+        if (cfg_.ops != 0 && sh_.ops_budget.fetch_add(1) >= cfg_.ops) {
+          sh_.stop = true;
+          break;
+        }
+        Slot* s = idle.back();
+        idle.pop_back();
+        Start(*s, cfg_.rate > 0 ? next_start_ : now);
+        if (cfg_.rate > 0) next_start_ += std::chrono::duration_cast<Clock::duration>(interval_);
+      }
+      for (auto& c : clients_) {
+        size_t n = c->Poll(fin);
+        for (size_t i = 0; i < n; ++i) {
+          Slot* s = reinterpret_cast<Slot*>(fin[i]->user);
+          if (Complete(*s)) idle.push_back(s);
+        }
+      }
+    }
+    for (auto& c : clients_) {  // drain
+      while (c->in_flight() > 0) c->Wait(fin, 100);
+    }
+  }
+
+ private:
+  uint64_t ChooseKey(OpKind kind) {
+    uint64_t n = sh_.inserted.load(std::memory_order_relaxed);
+    if (kind == kInsert) return sh_.inserted.fetch_add(1);
+    if (cfg_.distribution == "uniform") return rng_() % n;
+    uint64_t r = sh_.zipf->Next(rng_) % n;
+    if (cfg_.distribution == "latest") return n - 1 - r;
+    return Scramble(r, n);
+  }
+  void Prepare(Slot& s, OpKind kind, uint64_t id) {
+    FormatKey(id, cfg_.key_size, s.key.data());
+    s.kind = kind;
+    s.op.user = &s;
+    s.op.key = s.key;
+    s.server = clients_.size() == 1 ? 0 : static_cast<int>(JumpHash(id * 0x9E3779B97F4A7C15ull, static_cast<int32_t>(clients_.size())));
+    size_t vs = cfg_.vmin == cfg_.vmax ? cfg_.vmin : cfg_.vmin + rng_() % (cfg_.vmax - cfg_.vmin + 1);
+    s.op.value = std::string_view(values_.data() + rng_() % (values_.size() - vs), vs);
+    s.op.type = (kind == kRead || (kind == kRmw && !s.rmw_write)) ? Op::Type::kGet : Op::Type::kPut;
+  }
+  void Start(Slot& s, Clock::time_point start) {
+    double u = std::uniform_real_distribution<double>(0, 1)(rng_);
+    OpKind kind = u < cfg_.p_read ? kRead
+                  : u < cfg_.p_read + cfg_.p_update ? kUpdate
+                  : u < cfg_.p_read + cfg_.p_update + cfg_.p_insert ? kInsert : kRmw;
+    s.rmw_write = false;
+    Prepare(s, kind, ChooseKey(kind));
+    s.start = start;
+    Submit(s);
+  }
+  void Submit(Slot& s) {
+    Op* op = &s.op;
+    while (clients_[s.server]->Submit({&op, 1}) == 0) {
+    }
+  }
+  // Returns true when the slot is free again.
+  bool Complete(Slot& s) {
+    const Status& st = s.op.status;
+    if (s.kind == kRmw && !s.rmw_write && (st.ok() || st.IsNotFound())) {
+      s.rmw_write = true;  // read done: write the same key
+      s.op.type = Op::Type::kPut;
+      Submit(s);
+      return false;
+    }
+    sh_.progress.fetch_add(1, std::memory_order_relaxed);
+    if (!st.ok() && !st.IsNotFound()) sh_.progress_errors.fetch_add(1, std::memory_order_relaxed);
+    if (sh_.measuring.load(std::memory_order_relaxed)) {
+      uint64_t ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - s.start).count());
+      sh_.hist[s.kind].Record(ns);
+      sh_.count[s.kind].fetch_add(1, std::memory_order_relaxed);
+      if (st.IsNotFound()) {
+        sh_.misses.fetch_add(1, std::memory_order_relaxed);
+      } else if (!st.ok()) {
+        sh_.errors[s.kind].fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    return true;
+  }
+
+  Shared& sh_;
+  const Config& cfg_;
+  std::mt19937_64 rng_;
+  std::string values_;
+  std::vector<Slot> slots_;
+  std::vector<std::unique_ptr<Client>> clients_;
+  std::chrono::duration<double> interval_{0};
+  Clock::time_point next_start_;
+};
+
+Status SetMix(Config& c) {
+  std::string w = c.workload;
+  if (c.read_ratio >= 0) {
+    if (c.read_ratio > 1) return Status::InvalidArgument("--read-ratio must be 0..1");
+    c.p_read = c.read_ratio;
+    c.p_update = 1 - c.read_ratio;
+    w = "custom";
+  } else if (w == "A") {
+    c.p_read = 0.5, c.p_update = 0.5;
+  } else if (w == "B") {
+    c.p_read = 0.95, c.p_update = 0.05;
+  } else if (w == "C") {
+    c.p_read = 1;
+  } else if (w == "D") {
+    c.p_read = 0.95, c.p_insert = 0.05;
+  } else if (w == "F") {
+    c.p_read = 0.5, c.p_rmw = 0.5;
+  } else {
+    return Status::InvalidArgument("--workload must be A, B, C, D or F");
+  }
+  if (c.p_update + c.p_insert + c.p_rmw > 0 || c.p_read < 1) c.p_read = std::max(0.0, c.p_read);
+  if (c.distribution.empty()) c.distribution = w == "D" ? "latest" : "zipfian";
+  auto dash = c.value_size.find('-');
+  try {
+    c.vmin = std::stoul(c.value_size.substr(0, dash));
+    c.vmax = dash == std::string::npos ? c.vmin : std::stoul(c.value_size.substr(dash + 1));
+  } catch (...) {
+    return Status::InvalidArgument("--value-size must be B or MIN-MAX");
+  }
+  if (c.vmin > c.vmax) return Status::InvalidArgument("--value-size MIN is above MAX");
+  if (c.key_size < 8 || c.key_size > 1023) return Status::InvalidArgument("--key-size must be 8..1023");
+  if (c.keys == 0) return Status::InvalidArgument("--keys must be > 0");
+  return Status::OK();
+}
+
+}  // namespace
+}  // namespace kvrdma::bench
+
+int main(int argc, char** argv) {
+  using namespace kvrdma::bench;
+  Config cfg;
+  CLI::App app{"kvbench: YCSB-style load generator for kvrdma. Each thread keeps --depth operations in flight\n"
+               "(or starts them at --rate), prints a progress line every second and a table at the end."};
+  app.add_option("-s,--server", cfg.servers, "kvserver HOST[:PORT] (repeatable: keys are spread by jump hash)")
+      ->capture_default_str();
+  app.add_option("-w,--workload", cfg.workload,
+                 "YCSB mix: A 50/50 read/update, B 95/5, C read-only, D 95% read / 5% insert (latest),\n"
+                 "F 50% read / 50% read-modify-write")
+      ->capture_default_str()->check(CLI::IsMember({"A", "B", "C", "D", "F"}));
+  app.add_option("--read-ratio", cfg.read_ratio, "Instead of --workload: reads with probability R, else updates");
+  app.add_option("--keys", cfg.keys, "Number of keys")->capture_default_str();
+  app.add_option("--key-size", cfg.key_size, "Key length in bytes (8..1023)")->capture_default_str();
+  app.add_option("--value-size", cfg.value_size, "Value length in bytes, or MIN-MAX (uniform)")->capture_default_str();
+  app.add_option("--distribution", cfg.distribution, "uniform, zipfian or latest (default: latest for D, else zipfian)")
+      ->check(CLI::IsMember({"uniform", "zipfian", "latest"}));
+  app.add_option("--zipf-theta", cfg.theta, "Zipfian skew")->capture_default_str()->check(CLI::Range(0.01, 0.999));
+  app.add_option("-t,--threads", cfg.threads, "Threads (one connection each per server)")->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  app.add_option("-d,--depth", cfg.depth, "Operations in flight per thread")->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_option("--duration", cfg.duration, "Seconds to measure (after the warm-up)")->capture_default_str();
+  app.add_option("--ops", cfg.ops, "Stop after this many operations instead of --duration");
+  app.add_option("--warmup", cfg.warmup, "Seconds of load before measuring")->capture_default_str();
+  app.add_flag("--preload", cfg.preload, "PUT every key before the run");
+  app.add_option("--rate", cfg.rate, "Open loop: operations per second in total (0: closed loop)")->capture_default_str();
+  app.add_option("--put-mode", cfg.put_mode, "send or write-imm")->capture_default_str()
+      ->check(CLI::IsMember({"send", "write-imm"}));
+  app.add_option("--json", cfg.json, "Write the configuration and results to this file");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (kvrdma::Status st = SetMix(cfg); !st.ok()) {
+    std::fprintf(stderr, "kvbench: %s\n", st.message().c_str());
+    return 2;
+  }
+  std::printf("kvbench: servers %zu, workload %s (read %.2f update %.2f insert %.2f rmw %.2f), %" PRIu64
+              " keys of %zu B, values %zu-%zu B, %s%s, %u threads x depth %u, %s, put mode %s\n",
+              cfg.servers.size(), cfg.read_ratio >= 0 ? "custom" : cfg.workload.c_str(), cfg.p_read, cfg.p_update,
+              cfg.p_insert, cfg.p_rmw, cfg.keys, cfg.key_size, cfg.vmin, cfg.vmax, cfg.distribution.c_str(),
+              cfg.distribution == "uniform" ? "" : (" theta " + std::to_string(cfg.theta)).c_str(), cfg.threads,
+              cfg.depth, cfg.rate > 0 ? ("open loop " + std::to_string(static_cast<uint64_t>(cfg.rate)) + " ops/s").c_str() : "closed loop",
+              cfg.put_mode.c_str());
+  Shared sh(cfg);
+  sh.inserted = cfg.keys;
+  sh.zipf = std::make_unique<Zipfian>(cfg.keys, cfg.theta);
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (unsigned i = 0; i < cfg.threads; ++i) {
+    workers.push_back(std::make_unique<Worker>(sh, i));
+    if (kvrdma::Status st = workers.back()->Connect(); !st.ok()) {
+      std::fprintf(stderr, "kvbench: %s\n", st.ToString().c_str());
+      return 1;
+    }
+  }
+  if (cfg.preload) {
+    auto t0 = Clock::now();
+    std::vector<std::thread> t;
+    std::atomic<int> failed{0};
+    for (unsigned i = 0; i < cfg.threads; ++i) {
+      t.emplace_back([&, i] {
+        uint64_t per = (cfg.keys + cfg.threads - 1) / cfg.threads;
+        uint64_t from = std::min<uint64_t>(cfg.keys, i * per), to = std::min<uint64_t>(cfg.keys, from + per);
+        kvrdma::Status st = workers[i]->Preload(from, to);
+        if (!st.ok()) {
+          std::fprintf(stderr, "kvbench: preload: %s\n", st.ToString().c_str());
+          failed++;
+        }
+      });
+    }
+    for (auto& th : t) th.join();
+    if (failed) return 1;
+    std::printf("preloaded %" PRIu64 " keys in %.1f s\n", cfg.keys,
+                std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  std::vector<std::thread> threads;
+  for (auto& w : workers) threads.emplace_back([&w] { w->Run(); });
+  auto start = Clock::now();
+  auto measure_start = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(cfg.warmup));
+  if (cfg.warmup <= 0) sh.measuring = true;
+  uint64_t last_total = 0;
+  auto last = start;
+  for (int sec = 1;; ++sec) {
+    std::this_thread::sleep_until(start + std::chrono::seconds(sec));
+    auto now = Clock::now();
+    bool was_measuring = sh.measuring.load();
+    Histogram all;
+    for (int k = 0; k < kKinds; ++k) all.Merge(sh.hist[k]);
+    uint64_t total = sh.progress.load(), errors = sh.progress_errors.load();
+    double el = std::chrono::duration<double>(now - start).count();
+    std::printf("[%5.1fs] %s %10.0f ops/s  p50 %8.1f us  p99 %8.1f us  errors %" PRIu64 "\n", el,
+                sh.measuring ? "run   " : "warmup", static_cast<double>(total - last_total) /
+                std::chrono::duration<double>(now - last).count(), all.Percentile(0.50) / 1e3,
+                all.Percentile(0.99) / 1e3, errors);
+    std::fflush(stdout);
+    last_total = total;
+    last = now;
+    if (!was_measuring && now >= measure_start) {  // the warm-up ends: measure from here
+      sh.measuring = true;
+      measure_start = now;
+    }
+    bool done_time = cfg.ops == 0 && was_measuring && now - measure_start >= std::chrono::duration<double>(cfg.duration);
+    if (done_time || sh.stop) break;
+  }
+  sh.stop = true;
+  auto end = Clock::now();
+  for (auto& t : threads) t.join();
+  double secs = std::chrono::duration<double>(end - measure_start).count();
+  uint64_t total = 0;
+  std::printf("\n%-8s %10s %11s %9s %9s %9s %9s %9s %10s %8s\n", "op", "count", "ops/s", "mean_us", "p50_us",
+              "p90_us", "p99_us", "p99.9_us", "max_us", "errors");
+  std::string json_results;
+  for (int k = 0; k < kKinds; ++k) {
+    const Histogram& h = sh.hist[k];
+    uint64_t n = sh.count[k].load();
+    if (n == 0) continue;
+    total += n;
+    double us[6] = {h.Mean() / 1e3, h.Percentile(0.5) / 1e3, h.Percentile(0.9) / 1e3, h.Percentile(0.99) / 1e3,
+                    h.Percentile(0.999) / 1e3, h.max() / 1e3};
+    std::printf("%-8s %10" PRIu64 " %11.0f %9.1f %9.1f %9.1f %9.1f %9.1f %10.1f %8" PRIu64 "\n", kKindNames[k], n,
+                n / secs, us[0], us[1], us[2], us[3], us[4], us[5], sh.errors[k].load());
+    char buf[512];
+    std::snprintf(buf, sizeof buf,
+                  "%s\"%s\": {\"ops\": %" PRIu64 ", \"ops_per_sec\": %.1f, \"mean_us\": %.2f, \"p50_us\": %.2f, "
+                  "\"p90_us\": %.2f, \"p99_us\": %.2f, \"p999_us\": %.2f, \"max_us\": %.2f, \"errors\": %" PRIu64 "}",
+                  json_results.empty() ? "" : ", ", kKindNames[k], n, n / secs, us[0], us[1], us[2], us[3], us[4], us[5],
+                  sh.errors[k].load());
+    json_results += buf;
+  }
+  std::printf("total    %10" PRIu64 " %11.0f   (%.1f s measured, %" PRIu64 " reads of absent keys)\n", total,
+              total / secs, secs, sh.misses.load());
+  if (!cfg.json.empty()) {
+    std::ofstream f(cfg.json);
+    std::string servers;
+    for (auto& s : cfg.servers) servers += (servers.empty() ? "\"" : ", \"") + s + "\"";
+    f << "{\"config\": {\"servers\": [" << servers << "], \"workload\": \"" << cfg.workload << "\", \"read_ratio\": "
+      << cfg.p_read << ", \"update_ratio\": " << cfg.p_update << ", \"insert_ratio\": " << cfg.p_insert
+      << ", \"rmw_ratio\": " << cfg.p_rmw << ", \"keys\": " << cfg.keys << ", \"key_size\": " << cfg.key_size
+      << ", \"value_size_min\": " << cfg.vmin << ", \"value_size_max\": " << cfg.vmax << ", \"distribution\": \""
+      << cfg.distribution << "\", \"zipf_theta\": " << cfg.theta << ", \"threads\": " << cfg.threads
+      << ", \"depth\": " << cfg.depth << ", \"duration_s\": " << secs << ", \"warmup_s\": " << cfg.warmup
+      << ", \"rate\": " << cfg.rate << ", \"preload\": " << (cfg.preload ? "true" : "false") << ", \"put_mode\": \""
+      << cfg.put_mode << "\"}, \"results\": {" << json_results << "}, \"total_ops_per_sec\": " << total / secs << "}\n";
+  }
+  uint64_t errs = 0;
+  for (int k = 0; k < kKinds; ++k) errs += sh.errors[k].load();
+  return errs == 0 ? 0 : 1;
+}
