@@ -46,6 +46,7 @@ struct Config {
   bool preload = false;
   double rate = 0;
   std::string put_mode = "send";
+  int64_t location_cache = -1;  // -1: the client's default
   std::string json;
   // Derived mix.
   double p_read = 1, p_update = 0, p_insert = 0, p_rmw = 0;
@@ -113,6 +114,7 @@ class Worker {
       if (colon != std::string::npos) o.port = static_cast<uint16_t>(std::stoi(s.substr(colon + 1)));
       o.put_mode = cfg_.put_mode == "write-imm" ? PutMode::kWriteImm : PutMode::kSend;
       o.max_in_flight = std::min<uint32_t>(cfg_.depth, 64);
+      if (cfg_.location_cache >= 0) o.location_cache_entries = static_cast<size_t>(cfg_.location_cache);
       o.op_timeout_ms = 10000;
       auto c = Client::Connect(o);
       if (!c.ok()) return Status(c.status().code(), "connecting to " + s + ": " + c.status().message());
@@ -315,6 +317,8 @@ int main(int argc, char** argv) {
   app.add_option("--rate", cfg.rate, "Open loop: operations per second in total (0: closed loop)")->capture_default_str();
   app.add_option("--put-mode", cfg.put_mode, "send or write-imm")->capture_default_str()
       ->check(CLI::IsMember({"send", "write-imm"}));
+  app.add_option("--location-cache", cfg.location_cache,
+                 "Entries in each client's location cache (0: off; default: the library's default, 4096)");
   app.add_option("--json", cfg.json, "Write the configuration and results to this file");
   try {
     app.parse(argc, argv);
@@ -430,7 +434,7 @@ int main(int argc, char** argv) {
       << cfg.distribution << "\", \"zipf_theta\": " << cfg.theta << ", \"threads\": " << cfg.threads
       << ", \"depth\": " << cfg.depth << ", \"duration_s\": " << secs << ", \"warmup_s\": " << cfg.warmup
       << ", \"rate\": " << cfg.rate << ", \"preload\": " << (cfg.preload ? "true" : "false") << ", \"put_mode\": \""
-      << cfg.put_mode << "\"}, \"results\": {" << json_results << "}, \"total_ops_per_sec\": " << total / secs << "}\n";
+      << cfg.put_mode << "\", \"location_cache\": " << cfg.location_cache << "}, \"results\": {" << json_results << "}, \"total_ops_per_sec\": " << total / secs << "}\n";
   }
   uint64_t errs = 0;
   for (int k = 0; k < kKinds; ++k) errs += sh.errors[k].load();
