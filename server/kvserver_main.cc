@@ -130,6 +130,9 @@ int main(int argc, char** argv) {
   sc.max_key_bytes = cfg.max_key_bytes;
   sc.max_value_bytes = cfg.max_value_bytes;
   sc.grace_period = std::chrono::milliseconds(cfg.grace_period_ms);
+  // The cleaner sleeps this long when there is nothing to do; appends that
+  // need space wake it at once. An idle server must stay idle.
+  sc.cleaner_interval = std::chrono::milliseconds(20);
 
   auto device = kvrdma::OpenVerbsDevice(cfg.device);
   if (!device.ok()) {

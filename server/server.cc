@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -53,12 +55,15 @@ Status Server::Start() {
   auto kmr = reg(locks_.get(), locks_bytes_, kAccessRemoteAtomic | kAccessRemoteRead, "lock table");
   if (!kmr.ok()) return kmr.status();
   locks_mr_ = std::move(kmr).value();
-  // The server clock clients measure leases on: ms since start, +1 (never 0).
+  // The server clock clients measure leases on: ms since start, +1 (never
+  // 0), stored every kClockTickMs (a coarser tick keeps an idle server idle;
+  // leases are checked against the same word, so both sides see one clock).
   clock_ = std::thread([this, start = std::chrono::steady_clock::now()] {
+    pthread_setname_np(pthread_self(), "kv-clock");
     while (!clock_stop_.load(std::memory_order_relaxed)) {
       auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
       __atomic_store_n(&locks_.get()[0], static_cast<uint64_t>(ms.count()) + 1, __ATOMIC_RELEASE);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::this_thread::sleep_for(std::chrono::milliseconds(kClockTickMs));
     }
   });
 

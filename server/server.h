@@ -23,6 +23,7 @@ namespace kvrdma::server {
 
 class Server {
  public:
+  static constexpr int kClockTickMs = 10;  // resolution of the lease clock
   // `device` is the RDMA device (verbs, or loopback in unit tests).
   Server(ServerConfig cfg, std::shared_ptr<Device> device, Backend& backend);
   ~Server();

@@ -1,5 +1,7 @@
 #include "server/worker.h"
 
+#include <pthread.h>
+
 #include <chrono>
 #include <cstring>
 
@@ -81,8 +83,9 @@ std::shared_ptr<ConnState> Worker::Lookup(uint32_t qp_num) {
 }
 
 void Worker::Run() {
+  pthread_setname_np(pthread_self(), ("kv-worker-" + std::to_string(index_)).c_str());
   Completion wc[32];
-  int empty = 0;
+  int empty = kSpinPolls;  // start asleep
   for (;;) {
     int n = cq_->Poll(wc);
     if (n > 0) {
@@ -92,11 +95,13 @@ void Worker::Run() {
     }
     if (n < 0) KVRDMA_LOG_ERROR("worker %u: polling the completion queue failed", index_);
     if (stop_.load(std::memory_order_relaxed)) break;  // nothing left in flight
-    // Poll briefly, then sleep on the completion channel: a GET-only load
-    // sends no messages, and must leave kvserver's CPU idle.
+    // After work, poll briefly (the next request is likely close); then
+    // sleep on the completion channel until a completion arrives: a GET-only
+    // load sends no messages and must leave kvserver's CPU idle. A wait that
+    // times out (to notice stop_) goes straight back to sleep.
     if (++empty < kSpinPolls) continue;
-    (void)cq_->Wait(50);
-    empty = 0;
+    (void)cq_->Wait(100);
+    empty = kSpinPolls;
   }
 }
 

@@ -1,7 +1,7 @@
 // The lock table: 8-byte words clients change with RDMA compare-and-swap.
 //
 //   word 0           the server clock: milliseconds since the server started
-//                    (+1, never 0), stored by the server every millisecond;
+//                    (+1, never 0), stored by the server every 10 ms;
 //                    clients READ it, nobody CASes it.
 //   words 1..slots   lock words; a key's word is LockWordIndex(key).
 //
