@@ -82,31 +82,27 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& o) {
   return ClientFactory::ConnectWith(std::move(dev).value(), o);
 }
 
-Status Client::Get(std::string_view key, std::string* value) {
+namespace {
+// One operation through the engine, to completion (the synchronous API).
+Status RunOne(Client::Impl& impl, Op::Type type, std::string_view key, std::string_view value,
+              std::string* result) {
   Op op;
-  op.type = Op::Type::kGet;
-  op.key = key;
-  op.result = value;
-  impl_->RunSync(&op);
-  return op.status;
-}
-
-Status Client::Put(std::string_view key, std::string_view value) {
-  Op op;
-  op.type = Op::Type::kPut;
+  op.type = type;
   op.key = key;
   op.value = value;
-  impl_->RunSync(&op);
+  op.result = result;
+  impl.RunSync(&op);
   return op.status;
 }
+}  // namespace
 
-Status Client::Delete(std::string_view key) {
-  Op op;
-  op.type = Op::Type::kDelete;
-  op.key = key;
-  impl_->RunSync(&op);
-  return op.status;
+Status Client::Get(std::string_view key, std::string* value) {
+  return RunOne(*impl_, Op::Type::kGet, key, {}, value);
 }
+Status Client::Put(std::string_view key, std::string_view value) {
+  return RunOne(*impl_, Op::Type::kPut, key, value, nullptr);
+}
+Status Client::Delete(std::string_view key) { return RunOne(*impl_, Op::Type::kDelete, key, {}, nullptr); }
 
 Result<std::vector<std::pair<std::string, uint64_t>>> Client::Stats() { return impl_->Stats(); }
 Status Client::Lock(std::string_view key, std::chrono::milliseconds lease) {

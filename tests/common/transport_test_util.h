@@ -62,13 +62,15 @@ struct TransportEnv {
   }
 };
 
-// Polls until n completions arrived (or the timeout): returns them.
-inline std::vector<Completion> WaitFor(CompletionQueue& cq, size_t n, int timeout_ms = 5000) {
+// Collects n completions (or what arrived by the timeout) using `poll`, and
+// `cq.Wait` between empty polls.
+template <typename PollFn>
+std::vector<Completion> CollectCompletions(CompletionQueue& cq, size_t n, int timeout_ms, PollFn poll) {
   std::vector<Completion> got;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   Completion buf[16];
   while (got.size() < n && std::chrono::steady_clock::now() < deadline) {
-    int k = cq.Poll(buf);
+    int k = poll(std::span<Completion>(buf));
     if (k > 0) {
       got.insert(got.end(), buf, buf + k);
       continue;
@@ -78,21 +80,15 @@ inline std::vector<Completion> WaitFor(CompletionQueue& cq, size_t n, int timeou
   return got;
 }
 
+// Polls a CQ until n completions arrived (or the timeout): returns them.
+inline std::vector<Completion> WaitFor(CompletionQueue& cq, size_t n, int timeout_ms = 5000) {
+  return CollectCompletions(cq, n, timeout_ms, [&](std::span<Completion> b) { return cq.Poll(b); });
+}
+
 // The same through Connection::PollSend (which marks a connection broken on
 // a failed completion), for connections that own their send CQ.
 inline std::vector<Completion> WaitForSend(Connection& c, size_t n, int timeout_ms = 5000) {
-  std::vector<Completion> got;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  Completion buf[16];
-  while (got.size() < n && std::chrono::steady_clock::now() < deadline) {
-    int k = c.PollSend(buf);
-    if (k > 0) {
-      got.insert(got.end(), buf, buf + k);
-      continue;
-    }
-    (void)c.send_cq().Wait(20);
-  }
-  return got;
+  return CollectCompletions(c.send_cq(), n, timeout_ms, [&](std::span<Completion> b) { return c.PollSend(b); });
 }
 
 // Connects client -> listener, accepting on this thread with `server_cfg`.
