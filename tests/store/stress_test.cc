@@ -377,7 +377,7 @@ void RunDisplacement(uint64_t target_reads) {
 
 TEST(StoreStress, Full) { RunStress(EnvOr("KVRDMA_STRESS_READS", 10'000'000), 50); }
 TEST(StoreStress, Short) { RunStress(EnvOr("KVRDMA_STRESS_READS", 300'000), 3); }
-TEST(StoreStress, FullDisplacement) { RunDisplacement(EnvOr("KVRDMA_STRESS_READS", 2'000'000)); }
+TEST(StoreStress, FullDisplacement) { RunDisplacement(EnvOr("KVRDMA_STRESS_READS", 1'000'000)); }
 TEST(StoreStress, ShortDisplacement) { RunDisplacement(EnvOr("KVRDMA_STRESS_READS", 100'000)); }
 
 }  // namespace
