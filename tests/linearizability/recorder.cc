@@ -71,7 +71,7 @@ void RunWorker(Worker& w, const RecorderOptions& o, const ConnectFn& connect, ui
   while (true) {
     bool more = issued < o.ops_per_client && NowNs() < deadline_ns;
     for (Slot& s : slots) {
-      if (!more || broken || s.busy) continue;
+      if (!more || broken || s.busy || issued >= o.ops_per_client) continue;
       double c = coin(rng);
       s.key = "lin-" + std::to_string(key_dist(rng));
       s.op = Op{};
@@ -135,7 +135,7 @@ void RunWorker(Worker& w, const RecorderOptions& o, const ConnectFn& connect, ui
 
 Result<History> RecordHistory(const RecorderOptions& options, const ConnectFn& connect, RecordStats* stats) {
   std::vector<Worker> workers(options.clients);
-  std::latch ready(options.clients + 1);
+  std::latch ready(options.clients);
   std::latch go(1);
   uint64_t deadline_ns = 0;
   std::vector<std::thread> threads;
