@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -40,12 +41,14 @@ constexpr bool kTsan = false;
 struct LinParam {
   Kind kind;
   PutMode put_mode;
-  uint32_t depth;  // operations in flight per client
+  uint32_t depth;       // operations in flight per client
+  bool faults = false;  // loopback only: break a connection every so often, tear READs
 };
 
 std::string LinName(const ::testing::TestParamInfo<LinParam>& i) {
   return std::string(i.param.kind == Kind::kLoopback ? "loopback" : "verbs") +
-         (i.param.put_mode == PutMode::kSend ? "_send" : "_writeimm") + "_depth" + std::to_string(i.param.depth);
+         (i.param.put_mode == PutMode::kSend ? "_send" : "_writeimm") + "_depth" + std::to_string(i.param.depth) +
+         (i.param.faults ? "_faults" : "");
 }
 
 void PrintTo(const LinParam& p, std::ostream* os) { *os << LinName({p, 0}); }
@@ -119,6 +122,23 @@ TEST_P(LinearizabilityTest, ConcurrentClientsWhileTheCleanerRuns) {
     sc.log_bytes = 4 << 20;       // 128 segments
   });
 
+  // Faults (loopback): every kFailEvery-th work request (client's or
+  // server's, fabric-wide) fails, which breaks that connection: the
+  // operations in flight end with ConnectionLost, some of them applied (the
+  // server's reply was lost) and some not (the request was lost), and the
+  // client reconnects. READs are copied in 64-byte chunks, so concurrent
+  // updates can tear them.
+  constexpr uint64_t kFailEvery = 1500;
+  if (p.faults) {
+    LoopbackFaults f;
+    auto wrs = std::make_shared<std::atomic<uint64_t>>(0);  // the fabric may outlive this scope
+    f.fail_wr = [wrs](const SendWr&) {
+      return ++*wrs % kFailEvery == 0 ? WcStatus::kRetryExceeded : WcStatus::kSuccess;
+    };
+    f.read_chunk_bytes = 64;
+    env.fabric->SetFaults(std::move(f));
+  }
+
   lin::RecorderOptions o;
   o.clients = static_cast<uint32_t>(EnvOr("KVRDMA_LIN_CLIENTS", 4));
   o.keys = 6;
@@ -188,6 +208,9 @@ TEST_P(LinearizabilityTest, ConcurrentClientsWhileTheCleanerRuns) {
   EXPECT_GT(rs.by_type_outcome["GET OK"], 0u);
   EXPECT_GT(rs.by_type_outcome["GET NOTFOUND"] + rs.by_type_outcome["DELETE NOTFOUND"], 0u);
   EXPECT_GT(after.segments_cleaned, 0u) << "the cleaner never ran";
+  if (p.faults) {
+    EXPECT_GT(rs.reconnects, 0u) << "no connection broke";
+  }
   // Errors other than a lost answer would mean a misconfigured run.
   for (const auto& [k, v] : rs.errors) {
     EXPECT_TRUE(k == "Timeout" || k == "ConnectionLost") << k << " x" << v;
@@ -196,7 +219,8 @@ TEST_P(LinearizabilityTest, ConcurrentClientsWhileTheCleanerRuns) {
 
 INSTANTIATE_TEST_SUITE_P(Loopback, LinearizabilityTest,
                          ::testing::Values(LinParam{Kind::kLoopback, PutMode::kSend, 1},
-                                           LinParam{Kind::kLoopback, PutMode::kWriteImm, 4}),
+                                           LinParam{Kind::kLoopback, PutMode::kWriteImm, 4},
+                                           LinParam{Kind::kLoopback, PutMode::kWriteImm, 2, true}),
                          LinName);
 INSTANTIATE_TEST_SUITE_P(Verbs, LinearizabilityTest,
                          ::testing::Values(LinParam{Kind::kVerbs, PutMode::kSend, 1},
