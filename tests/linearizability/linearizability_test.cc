@@ -8,7 +8,8 @@
 // are written to the working directory (lincheck re-checks them).
 //
 // KVRDMA_LIN_OPS (per client), KVRDMA_LIN_SECONDS and KVRDMA_LIN_CLIENTS
-// scale it.
+// scale it; KVRDMA_LIN_SEED fixes the workload; KVRDMA_LIN_SAVE=PREFIX saves
+// every history as PREFIX-<test>.history.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -166,6 +167,10 @@ TEST_P(LinearizabilityTest, ConcurrentClientsWhileTheCleanerRuns) {
   for (const auto& [k, v] : rs.by_type_outcome) std::printf("[lin]   %-16s %llu\n", k.c_str(), static_cast<unsigned long long>(v));
   for (const auto& [k, v] : rs.errors) std::printf("[lin]   error %-10s %llu\n", k.c_str(), static_cast<unsigned long long>(v));
 
+  if (const char* save = std::getenv("KVRDMA_LIN_SAVE"); save != nullptr && *save != '\0') {
+    std::ofstream out(std::string(save) + "-" + LinName({p, 0}) + ".history");
+    lin::WriteHistory(out, *h);
+  }
   lin::CheckResult r = lin::CheckHistory(*h);
   std::printf("[lin] checked %zu operations on %zu keys: %s, checker time %.3f s\n", r.ops, r.keys.size(),
               std::string(lin::VerdictName(r.verdict)).c_str(), r.seconds);
