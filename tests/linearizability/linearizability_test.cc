@@ -145,7 +145,7 @@ TEST_P(LinearizabilityTest, ConcurrentClientsWhileTheCleanerRuns) {
   o.keys = 6;
   o.depth = p.depth;
   o.max_value_bytes = 1500;
-  o.ops_per_client = EnvOr("KVRDMA_LIN_OPS", kTsan ? 2500 : (p.kind == Kind::kVerbs ? 2500 : 4000));
+  o.ops_per_client = EnvOr("KVRDMA_LIN_OPS", kTsan ? 2500 : 4000);
   o.duration = std::chrono::milliseconds(1000 * EnvOr("KVRDMA_LIN_SECONDS", p.kind == Kind::kVerbs ? 8 : 10));
   o.seed = EnvOr("KVRDMA_LIN_SEED", static_cast<uint64_t>(::getpid()));
   std::printf("[lin] %s: %u clients x depth %u, %u keys, <= %llu ops/client or %lld s, values <= %u B, "
