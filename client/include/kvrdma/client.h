@@ -10,8 +10,11 @@
 // Thread safety: a Client is used by one thread at a time (it owns one QP and
 // its buffers). Use one Client per thread; Clients are independent.
 // Errors: every call returns a Status; nothing throws, aborts or exits on a
-// remote failure. After ConnectionLost the Client stays unusable: make a new
-// one.
+// remote failure. After a failure (ConnectionLost/Timeout for what was in
+// flight), the next operation submitted when nothing is in flight reconnects,
+// with exponential backoff (10 ms up to 2 s); operations started during the
+// backoff fail at once with ConnectionLost. Held locks and the location cache
+// do not survive a reconnect.
 #pragma once
 
 #include <chrono>
