@@ -31,6 +31,11 @@ struct ServerConfig {
   // If not empty, a client must present this token (<= 32 bytes) in its
   // connect request, or it is refused before it learns any rkey.
   std::string auth_token;
+  // A connection whose replies are not acknowledged for this long is closed:
+  // its client sent more requests than its credits or stopped posting
+  // receive buffers (a live client that follows the protocol always has a
+  // buffer for every reply, so it never waits here). 0 = never.
+  uint32_t reply_timeout_ms = 5000;
 };
 
 }  // namespace kvrdma::server

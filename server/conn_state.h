@@ -40,6 +40,17 @@ struct ConnState {
   std::vector<uint8_t> asm_value;
   uint32_t asm_received = 0;
   uint32_t unsignaled = 0;  // replies posted since the last signaled one
+  uint32_t large_pending = 0;  // non-inline replies posted, not completed
+
+  // --- written by the owning worker, read by the connection manager ---
+  // Signaled replies posted and not completed, and when the last one was
+  // posted with none pending or completed (steady clock, ms): a reply that
+  // stays unacknowledged past reply_timeout_ms closes the connection.
+  std::atomic<uint32_t> signaled_pending{0};
+  std::atomic<int64_t> reply_progress_ms{0};
+  // Set when the connection must end; the manager then closes it.
+  enum class CloseReason : uint8_t { kNone, kQpFailed, kProtocol };
+  std::atomic<CloseReason> close_reason{CloseReason::kNone};
 };
 
 }  // namespace kvrdma::server

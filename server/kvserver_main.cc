@@ -78,6 +78,10 @@ int main(int argc, char** argv) {
   app.add_option("--grace-ms", cfg.grace_period_ms,
                  "A freed log segment is reused only after this long; clients must finish a GET in half")
       ->capture_default_str()->check(CLI::Range(2, 60000));
+  app.add_option("--reply-timeout-ms", cfg.reply_timeout_ms,
+                 "Close a connection whose replies stay unacknowledged this long (a client sending more\n"
+                 "requests than its credits, or not posting receive buffers); 0 = never")
+      ->capture_default_str()->check(CLI::Range(0u, 3600000u));
   std::string token_file;
   app.add_option("--auth-token", cfg.auth_token,
                  "Shared secret (<= 32 bytes) clients must present when they connect; without it they\n"

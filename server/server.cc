@@ -107,6 +107,7 @@ Status Server::Start() {
 
 Status Server::Run() {
   while (!stop_.load()) {
+    CloseFailedConnections();
     auto ev = listener_->NextEvent(100);
     if (!ev.ok()) {
       if (ev.status().IsTimeout()) continue;
@@ -215,6 +216,37 @@ void Server::OnDisconnected(Connection* c) {
   workers_[cs->worker]->Remove(cs->qp_num);
   counters_.connections.fetch_sub(1);
   KVRDMA_LOG_DEBUG("connection %u closed", cs->id);
+}
+
+void Server::CloseFailedConnections() {
+  const int64_t now = SteadyMs();
+  if (now - last_close_check_ms_ < 20) return;
+  last_close_check_ms_ = now;
+  for (auto it = conns_.begin(); it != conns_.end();) {
+    ConnState& cs = **it;
+    const char* why = nullptr;
+    switch (cs.close_reason.load(std::memory_order_relaxed)) {
+      case ConnState::CloseReason::kQpFailed: why = "its queue pair failed"; break;
+      case ConnState::CloseReason::kProtocol: why = "it does not take its replies"; break;
+      case ConnState::CloseReason::kNone:
+        if (cfg_.reply_timeout_ms != 0 && cs.signaled_pending.load(std::memory_order_relaxed) > 0 &&
+            now - cs.reply_progress_ms.load(std::memory_order_relaxed) > int64_t{cfg_.reply_timeout_ms}) {
+          why = "replies unacknowledged (more requests than credits, or no receive buffers posted)";
+          counters_.errors.fetch_add(1, std::memory_order_relaxed);
+        }
+        break;
+    }
+    if (why == nullptr) {
+      ++it;
+      continue;
+    }
+    KVRDMA_LOG_WARN("closing connection %u: %s", cs.id, why);
+    // The client sees DISCONNECTED now instead of at its operation timeout.
+    cs.conn->Disconnect();
+    workers_[cs.worker]->Remove(cs.qp_num);
+    counters_.connections.fetch_sub(1);
+    it = conns_.erase(it);
+  }
 }
 
 void Server::Shutdown() {

@@ -44,6 +44,9 @@ class Server {
  private:
   void OnConnectRequest(std::unique_ptr<ConnectRequest> req);
   void OnDisconnected(Connection* c);
+  // Closes the connections a worker gave up on (QP failed, protocol broken)
+  // and those whose replies stay unacknowledged past reply_timeout_ms.
+  void CloseFailedConnections();
   void Reject(ConnectRequest& req, const Status& why);
   void Shutdown();
 
@@ -71,6 +74,7 @@ class Server {
   std::vector<std::shared_ptr<ConnState>> conns_;
   uint32_t next_conn_id_ = 1;
   uint32_t next_worker_ = 0;
+  int64_t last_close_check_ms_ = 0;
 };
 
 }  // namespace kvrdma::server

@@ -13,6 +13,11 @@ namespace {
 constexpr uint64_t kReplyTag = 1ull << 63;  // wr_id of reply SENDs (receives: buffer index)
 constexpr uint32_t kSignalEvery = 16;       // selective signaling of inline replies
 constexpr int kSpinPolls = 4000;            // empty polls before blocking on the channel
+// The slot field of an inline reply's wr_id: its buffer was free at post.
+constexpr uint32_t kInlineReply = 0xffffffffu;
+// Non-inline replies (STATS) unacknowledged per connection at most: a client
+// has one STATS in flight (plus one whose completion is not reaped yet).
+constexpr uint32_t kMaxLargePending = 4;
 
 uint64_t PeekRequestId(std::span<const uint8_t> msg) {
   uint64_t id = 0;
@@ -23,6 +28,11 @@ uint64_t PeekRequestId(std::span<const uint8_t> msg) {
 }
 
 }  // namespace
+
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 Status LockView::Check(std::span<const uint8_t> key, uint64_t token) const {
   if (words == nullptr) return Status::OK();
@@ -105,12 +115,23 @@ void Worker::Run() {
   }
 }
 
+void Worker::RequestClose(ConnState& cs, ConnState::CloseReason why) {
+  cs.qp->MarkBroken();
+  auto none = ConnState::CloseReason::kNone;
+  cs.close_reason.compare_exchange_strong(none, why, std::memory_order_relaxed);
+}
+
 void Worker::Handle(const Completion& c) {
-  if (c.wr_id & kReplyTag) {  // a reply SEND completed
+  if (c.wr_id & kReplyTag) {  // a signaled (or flushed) reply SEND completed
     uint32_t slot = static_cast<uint32_t>(c.wr_id & ~kReplyTag);
-    if (slot < kReplySlots) reply_busy_[slot] = false;
-    if (c.status != WcStatus::kSuccess) {
-      if (auto cs = Lookup(c.qp_num)) cs->qp->MarkBroken();
+    const bool large = slot < kReplySlots;
+    if (large) reply_busy_[slot] = false;
+    if (auto cs = Lookup(c.qp_num)) {
+      if (large && cs->large_pending > 0) --cs->large_pending;
+      uint32_t pending = cs->signaled_pending.load(std::memory_order_relaxed);
+      if (pending > 0) cs->signaled_pending.store(pending - 1, std::memory_order_relaxed);
+      cs->reply_progress_ms.store(SteadyMs(), std::memory_order_relaxed);
+      if (c.status != WcStatus::kSuccess) RequestClose(*cs, ConnState::CloseReason::kQpFailed);
     }
     return;
   }
@@ -119,6 +140,7 @@ void Worker::Handle(const Completion& c) {
     // A receive consumed by a QP that failed: the buffer goes back to the SRQ.
     if (c.status != WcStatus::kFlushed) {
       KVRDMA_LOG_WARN("worker %u: receive failed on qp %u: %s", index_, c.qp_num, WcStatusName(c.status));
+      if (auto cs = Lookup(c.qp_num)) RequestClose(*cs, ConnState::CloseReason::kQpFailed);
     }
     (void)pool_.Repost(buf);
     return;
@@ -232,6 +254,16 @@ void Worker::ReplyError(ConnState& cs, uint64_t request_id, const Status& st) {
 }
 
 void Worker::Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t> body) {
+  const bool inline_data = kReplyHeaderSize + body.size() <= cs.qp->max_inline();
+  if (!inline_data && cs.large_pending >= kMaxLargePending) {
+    // Its earlier large replies are not acknowledged: the client is not
+    // receiving (more requests than credits). It must not hold more of the
+    // worker's reply buffers, which every connection shares.
+    counters_.errors.fetch_add(1, std::memory_order_relaxed);
+    KVRDMA_LOG_DEBUG("worker %u: connection %u does not take its replies", index_, cs.id);
+    RequestClose(cs, ConnState::CloseReason::kProtocol);
+    return;
+  }
   // Find a free reply buffer (busy ones wait for their signaled completion).
   for (uint32_t tries = 0; reply_busy_[next_reply_]; ++tries) {
     next_reply_ = (next_reply_ + 1) % kReplySlots;
@@ -247,21 +279,32 @@ void Worker::Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t>
   auto* buf = static_cast<uint8_t*>(reply_mr_->addr()) + size_t{slot} * kMaxReplySize;
   size_t len = EncodeReply(h, body, {buf, kMaxReplySize});
   SendWr w;
-  w.wr_id = kReplyTag | slot;
+  w.wr_id = kReplyTag | (inline_data ? kInlineReply : slot);
   w.opcode = WrOpcode::kSend;
   w.local = reply_mr_->Slice(size_t{slot} * kMaxReplySize, static_cast<uint32_t>(len));
-  w.inline_data = len <= cs.qp->max_inline();
+  w.inline_data = inline_data;
   // Inline data is copied at post time, so the buffer is free at once; only
   // every kSignalEvery-th inline reply asks for a completion (to free send
-  // queue slots). A non-inline reply holds its buffer until it completes.
+  // queue slots, and to show the client takes its replies). A non-inline
+  // reply holds its buffer until it completes.
   w.signaled = !w.inline_data || ++cs.unsignaled >= kSignalEvery;
   if (w.signaled) {
     cs.unsignaled = 0;
     reply_busy_[slot] = !w.inline_data;
   }
   if (Status st = cs.qp->PostSend({&w, 1}); !st.ok()) {
+    // A broken QP, or a send queue full of replies the client does not take.
     reply_busy_[slot] = false;
     KVRDMA_LOG_DEBUG("worker %u: reply to connection %u not sent: %s", index_, cs.id, st.ToString().c_str());
+    RequestClose(cs, ConnState::CloseReason::kQpFailed);
+    return;
+  }
+  if (w.signaled) {
+    if (cs.signaled_pending.load(std::memory_order_relaxed) == 0) {
+      cs.reply_progress_ms.store(SteadyMs(), std::memory_order_relaxed);
+    }
+    cs.signaled_pending.fetch_add(1, std::memory_order_relaxed);
+    if (!w.inline_data) ++cs.large_pending;
   }
 }
 

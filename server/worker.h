@@ -53,6 +53,9 @@ struct LockView {
   Status Check(std::span<const uint8_t> key, uint64_t token) const;
 };
 
+// Milliseconds on the steady clock (connection reply watchdog).
+int64_t SteadyMs();
+
 class Worker {
  public:
   Worker(uint32_t index, const ServerConfig& cfg, Backend& backend, ServerCounters& counters,
@@ -80,6 +83,8 @@ class Worker {
   void HandleMessage(ConnState& cs, std::span<const uint8_t> msg);
   void Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t> body);
   void ReplyError(ConnState& cs, uint64_t request_id, const Status& st);
+  // Marks the connection broken and asks the manager to close it.
+  void RequestClose(ConnState& cs, ConnState::CloseReason why);
   std::shared_ptr<ConnState> Lookup(uint32_t qp_num);
 
   const uint32_t index_;

@@ -285,8 +285,9 @@ class LoopConn final : public Connection {
       peer = this->peer;
       if (peer != nullptr) {
         peer->peer = nullptr;
-        if (!peer->broken()) {
-          fabric_->ErrorConnection(peer);
+        if (!peer->broken()) fabric_->ErrorConnection(peer);
+        if (!peer->cm_disconnected) {
+          peer->cm_disconnected = true;
           pl = peer->listener;
         }
       }
@@ -341,9 +342,12 @@ class LoopConn final : public Connection {
       std::lock_guard<std::mutex> g(fabric_->mu_);
       if (!broken()) fabric_->ErrorConnection(this);
       peer = this->peer;
-      if (peer != nullptr && !peer->broken()) {
-        fabric_->ErrorConnection(peer);
-        pl = peer->listener;
+      if (peer != nullptr) {
+        if (!peer->broken()) fabric_->ErrorConnection(peer);
+        if (!peer->cm_disconnected) {
+          peer->cm_disconnected = true;
+          pl = peer->listener;
+        }
       }
     }
     if (pl != nullptr) pl->Push(CmEvent{CmEvent::Type::kDisconnected, nullptr, peer});
@@ -362,6 +366,9 @@ class LoopConn final : public Connection {
   std::deque<RecvWr> rq;
   LoopConn* peer = nullptr;
   LoopListener* listener = nullptr;  // server side: where our events go
+  // The connection manager told this side DISCONNECTED (once, like rdma_cm:
+  // whatever state the QPs are in). Guarded by the fabric's mutex.
+  bool cm_disconnected = false;
 
  private:
   std::shared_ptr<LoopDevice> dev_;
@@ -536,9 +543,12 @@ void Fabric::InjectQpError(Connection& conn) {
     std::lock_guard<std::mutex> g(mu_);
     if (!c->broken()) ErrorConnection(c);
     peer = c->peer;
-    if (peer != nullptr && !peer->broken()) {
-      ErrorConnection(peer);
-      pl = peer->listener;
+    if (peer != nullptr) {
+      if (!peer->broken()) ErrorConnection(peer);
+      if (!peer->cm_disconnected) {
+        peer->cm_disconnected = true;
+        pl = peer->listener;
+      }
     }
   }
   if (pl != nullptr) pl->Push(CmEvent{CmEvent::Type::kDisconnected, nullptr, peer});
@@ -549,20 +559,27 @@ void Fabric::Run() {
   while (!stop_) {
     bool progress = false;
     bool pending = false;
+    // The first connection whose next WR can run; one waiting for a
+    // receive (RNR) does not hold up the others, as on a real fabric.
+    LoopConn* ran = nullptr;
     for (LoopConn* c : conns) {
       if (c->sq.empty()) continue;
       pending = true;
       executing_ = c;
-      if (Execute(c, l)) progress = true;
+      const bool done = Execute(c, l);  // false (RNR) returns with the lock held throughout
       executing_ = nullptr;
       idle_cv_.notify_all();
-      break;  // the list may have changed while the lock was dropped
+      if (done) {
+        ran = c;
+        progress = true;
+        break;  // the list may have changed while the lock was dropped
+      }
     }
     if (!progress) {
       // Waiting for work, or for a receive (RNR): re-check now and then.
       cv_.wait_for(l, pending ? std::chrono::microseconds(200) : std::chrono::milliseconds(50));
-    } else if (!conns.empty()) {
-      conns.splice(conns.end(), conns, conns.begin());  // round robin
+    } else if (auto pos = std::find(conns.begin(), conns.end(), ran); pos != conns.end()) {
+      conns.splice(conns.end(), conns, pos);  // round robin
     }
   }
 }

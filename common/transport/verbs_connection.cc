@@ -13,6 +13,9 @@
 namespace kvrdma::verbs {
 namespace {
 
+// IB encoding of the RNR NAK timer: 12 = 0.64 ms.
+constexpr uint8_t kMinRnrTimer = 12;
+
 Status SetNonBlocking(int fd) {
   int fl = fcntl(fd, F_GETFL);
   if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return Status::FromErrno("fcntl", errno);
@@ -244,6 +247,18 @@ class VerbsConnectRequest final : public ConnectRequest {
     conn->set_peer_data(data_.data(), data_.size());
     if (ready) ready(*conn);
     if (rdma_accept(conn->id(), &p) != 0) return Status::FromErrno("rdma_accept", errno);
+    // rdma_cm leaves the RNR NAK timer at 0, which tells a client whose SEND
+    // found the shared receive queue empty to wait 655 ms before retrying.
+    // 12 (0.64 ms) keeps back-pressure from stalling a client for that long.
+    ibv_qp_attr qa{};
+    ibv_qp_init_attr qi{};
+    if (ibv_query_qp(conn->id()->qp, &qa, IBV_QP_STATE, &qi) == 0 && qa.qp_state == IBV_QPS_RTS) {
+      ibv_qp_attr rnr{};
+      rnr.min_rnr_timer = kMinRnrTimer;
+      if (int e = ibv_modify_qp(conn->id()->qp, &rnr, IBV_QP_MIN_RNR_TIMER); e != 0) {
+        KVRDMA_LOG_DEBUG("setting the RNR timer: %s", std::strerror(e));
+      }
+    }
     std::unique_ptr<Connection> r = std::move(conn);
     return r;
   }

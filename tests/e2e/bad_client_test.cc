@@ -3,7 +3,9 @@
 // does not change; the server keeps serving everyone else.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "common/protocol/messages.h"
 #include "tests/e2e/e2e_util.h"
@@ -43,12 +45,12 @@ class RogueClient {
     w.local = mr_->Slice(0, static_cast<uint32_t>(msg.size()));
     return Post(w);
   }
-  Status WriteImm(std::span<const uint8_t> msg, uint32_t slot, uint32_t imm_len) {
+  Status WriteImm(std::span<const uint8_t> msg, uint32_t slot, uint32_t imm_len, uint64_t ring_offset = 0) {
     std::memcpy(mem_.data(), msg.data(), msg.size());
     SendWr w;
     w.opcode = WrOpcode::kWriteImm;
     w.local = mr_->Slice(0, static_cast<uint32_t>(msg.size()));
-    w.remote_addr = desc_.ring.addr;
+    w.remote_addr = desc_.ring.addr + ring_offset;
     w.rkey = desc_.ring.rkey;
     w.imm = (slot << 24) | imm_len;
     return Post(w);
@@ -64,6 +66,28 @@ class RogueClient {
     EXPECT_TRUE(conn_->PostSend({&w, 1}).ok());
     auto c = WaitForSend(*conn_, 1);
     return c.empty() ? Completion{0, WcStatus::kOther} : c[0];
+  }
+  // Posts n SENDs of msg back to back (request ids 1..n), without waiting
+  // for their replies: more requests than credits when n > credits.
+  Status Flood(std::span<const uint8_t> msg, uint32_t n) {
+    std::memcpy(mem_.data(), msg.data(), msg.size());
+    for (uint32_t i = 0; i < n; ++i) {
+      SendWr w;
+      w.opcode = WrOpcode::kSend;
+      w.local = mr_->Slice(0, static_cast<uint32_t>(msg.size()));
+      KVRDMA_RETURN_IF_ERROR(Post(w));
+    }
+    return Status::OK();
+  }
+  // Waits until the server has closed this connection (true) or timeout_ms.
+  bool WaitClosed(int timeout_ms) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (std::chrono::steady_clock::now() < deadline) {
+      conn_->PollCmEvents();
+      if (conn_->broken()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
   }
   // The next reply, as (status, message).
   std::pair<Status::Code, std::string> Reply() {
@@ -108,10 +132,13 @@ std::vector<uint8_t> PutMsg(std::string_view key, std::string_view value) {
 
 class BadClientTest : public ::testing::TestWithParam<Kind> {
  protected:
+  static constexpr uint32_t kReplyTimeoutMs = 500;
   void SetUp() override {
     env_ = TransportEnv::Make(GetParam());
     if (!env_.skip_reason.empty()) GTEST_SKIP() << env_.skip_reason;
-    server_ = std::make_unique<TestServer>(env_);
+    server::ServerConfig cfg = TestServer::Defaults();
+    cfg.reply_timeout_ms = kReplyTimeoutMs;
+    server_ = std::make_unique<TestServer>(env_, cfg);
     auto c = server_->Connect(PutMode::kSend);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     good_ = std::move(c).value();
@@ -128,6 +155,25 @@ class BadClientTest : public ::testing::TestWithParam<Kind> {
     ASSERT_TRUE(good_->Put("still", "serving").ok());
     ASSERT_TRUE(good_->Get("still", &got).ok());
     EXPECT_EQ(got, "serving");
+  }
+  uint64_t Stat(const std::string& name) {
+    auto s = good_->Stats();
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    if (!s.ok()) return ~uint64_t{0};
+    for (auto& [n, v] : *s) {
+      if (n == name) return v;
+    }
+    ADD_FAILURE() << "no stat " << name;
+    return ~uint64_t{0};
+  }
+  // Waits until the server counts `want` connections.
+  bool ConnectionsBecome(uint64_t want, int timeout_ms) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    do {
+      if (Stat("connections") == want) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } while (std::chrono::steady_clock::now() < deadline);
+    return false;
   }
   TransportEnv env_;
   std::unique_ptr<TestServer> server_;
@@ -195,6 +241,74 @@ TEST_P(BadClientTest, MalformedRequestsGetClearErrorsAndTheStoreDoesNotChange) {
   // The rogue's connection still works for a well-formed request.
   ASSERT_TRUE(r.Send(PutMsg("rogue", "ok")).ok());
   EXPECT_EQ(r.Reply().first, Status::Code::kOk);
+  ExpectStoreIntactAndServing();
+}
+
+TEST_P(BadClientTest, WriteWithImmPastTheEndOfTheRingIsRemoteAccessAndChangesNothing) {
+  {
+    RogueClient r;
+    ASSERT_TRUE(r.Connect(env_, server_->port()).ok());
+    ASSERT_EQ(Stat("connections"), 2u);
+    auto msg = PutMsg("precious", "overwritten past the ring?");
+    ASSERT_LT(msg.size(), r.desc().ring.length);
+    // Starts inside the ring (in its last slot), ends past it.
+    Status st = r.WriteImm(msg, r.desc().credits - 1, static_cast<uint32_t>(msg.size()),
+                           r.desc().ring.length - msg.size() / 2);
+    EXPECT_TRUE(st.IsRemoteAccess()) << st.ToString();
+    EXPECT_TRUE(r.conn().broken());
+    // Entirely past the end.
+    RogueClient r2;
+    ASSERT_TRUE(r2.Connect(env_, server_->port()).ok());
+    st = r2.WriteImm(msg, 0, static_cast<uint32_t>(msg.size()), r2.desc().ring.length);
+    EXPECT_TRUE(st.IsRemoteAccess()) << st.ToString();
+    ExpectStoreIntactAndServing();
+  }
+  // The rogues are gone: so are their connections on the server.
+  EXPECT_TRUE(ConnectionsBecome(1, 10000)) << "connections: " << Stat("connections");
+  ExpectStoreIntactAndServing();
+}
+
+TEST_P(BadClientTest, MoreRequestsThanCreditsClosesThatConnectionOnly) {
+  RogueClient r;
+  ASSERT_TRUE(r.Connect(env_, server_->port()).ok());
+  const uint32_t credits = r.desc().credits;
+  const uint64_t errors_before = Stat("errors");
+  // 4x its credits, back to back, never taking a reply: the rogue posted 4
+  // reply buffers, so the server's 5th reply finds none and cannot complete.
+  auto msg = PutMsg("flood", "x");
+  // The flood may be cut short by the server closing the connection.
+  Status fs = r.Flood(msg, 4 * credits);
+  std::printf("flood of %u requests: %s\n", 4 * credits, fs.ToString().c_str());
+  // Meanwhile everyone else is served.
+  ExpectStoreIntactAndServing();
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(r.WaitClosed(kReplyTimeoutMs + 10000)) << "the server kept the flooding connection";
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("flooding connection closed by the server after %lld ms (reply timeout %u ms)\n",
+              static_cast<long long>(ms), kReplyTimeoutMs);
+  EXPECT_TRUE(ConnectionsBecome(1, 10000)) << "connections: " << Stat("connections");
+  EXPECT_GT(Stat("errors"), errors_before);
+  ExpectStoreIntactAndServing();
+}
+
+TEST_P(BadClientTest, StatsRequestsNobodyReadsCannotExhaustTheWorkersReplyBuffers) {
+  // STATS replies are too large to send inline: each holds a worker reply
+  // buffer until the client takes it. A client that floods STATS without
+  // taking replies must lose its connection, not starve the others.
+  std::vector<std::unique_ptr<RogueClient>> rogues;
+  RequestHeader h;
+  h.opcode = Opcode::kStats;
+  h.request_id = 9;
+  std::vector<uint8_t> stats(kRequestHeaderSize);
+  EncodeRequestHeader(h, stats.data());
+  for (int i = 0; i < 4; ++i) {
+    rogues.push_back(std::make_unique<RogueClient>());
+    ASSERT_TRUE(rogues.back()->Connect(env_, server_->port()).ok());
+    (void)rogues.back()->Flood(stats, 4 * rogues.back()->desc().credits);  // may be cut short
+  }
+  ExpectStoreIntactAndServing();
+  for (auto& r : rogues) EXPECT_TRUE(r->WaitClosed(kReplyTimeoutMs + 10000));
+  EXPECT_TRUE(ConnectionsBecome(1, 10000)) << "connections: " << Stat("connections");
   ExpectStoreIntactAndServing();
 }
 

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <set>
 #include <thread>
@@ -130,6 +132,88 @@ TEST_P(E2eTest, EightClientsShareOneSrqAndEveryWriteLandsOnce) {
       std::string key = "c" + std::to_string(i) + "-k" + std::to_string(k), got;
       ASSERT_TRUE(clients[(i + 1) % kClients]->Get(key, &got).ok()) << key;
       EXPECT_EQ(got, key + "-r" + std::to_string(kRounds - 1));
+    }
+  }
+}
+
+// Writes keys[i] = values[i] with the asynchronous API, up to max_in_flight
+// at once. Returns the number of PUTs that did not succeed.
+int AsyncPuts(Client& c, const std::vector<std::string>& keys, const std::vector<std::string>& values) {
+  std::vector<Op> ops(keys.size());
+  std::vector<Op*> done(c.max_in_flight());
+  size_t next = 0, completed = 0;
+  int failed = 0;
+  while (completed < ops.size()) {
+    while (next < ops.size() && c.in_flight() < c.max_in_flight()) {
+      Op& o = ops[next];
+      o.type = Op::Type::kPut;
+      o.key = keys[next];
+      o.value = values[next];
+      Op* p = &o;
+      if (c.Submit({&p, 1}) == 0) break;
+      ++next;
+    }
+    size_t n = c.Wait(done, 20000);
+    if (n == 0 && c.in_flight() > 0) return failed + static_cast<int>(ops.size() - completed);  // stuck
+    for (size_t i = 0; i < n; ++i) failed += done[i]->status.ok() ? 0 : 1;
+    completed += n;
+  }
+  return failed;
+}
+
+TEST_P(E2eTest, ManyWritersOverflowTheSrqWithoutLosingOrDoublingAPut) {
+  // 16 clients x 8 credits = 128 requests in flight against 16 receive
+  // buffers in the shared receive queue: senders must wait (RNR
+  // back-pressure), and every PUT must land exactly once.
+  constexpr int kClients = 16;
+  constexpr int kKeys = 120;
+  server::ServerConfig cfg = TestServer::Defaults();
+  cfg.srq_depth = 16;
+  cfg.workers = 2;
+  TestServer srv(env_, cfg);
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < kClients; ++i) {
+    auto c = srv.Connect(GetParam().put_mode);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    clients.push_back(std::move(c).value());
+  }
+  uint64_t puts_before = StatOf(*clients[0], "puts");
+  uint64_t errors_before = StatOf(*clients[0], "errors");
+  auto key_of = [](int c, int k) { return "srq-c" + std::to_string(c) + "-k" + std::to_string(k); };
+  auto value_of = [](int c, int k, int round) {
+    return std::to_string(round) + ":" + Pattern(64 + (k * 37) % 900, static_cast<uint32_t>(c * 100000 + k * 10 + round));
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  std::atomic<int> failures{0};
+  for (int round = 0; round < 2; ++round) {  // insert, then overwrite
+    std::vector<std::thread> t;
+    for (int i = 0; i < kClients; ++i) {
+      t.emplace_back([&, i, round] {
+        std::vector<std::string> keys, values;
+        for (int k = 0; k < kKeys; ++k) {
+          keys.push_back(key_of(i, k));
+          values.push_back(value_of(i, k, round));
+        }
+        failures += AsyncPuts(*clients[i], keys, values);
+      });
+    }
+    for (auto& th : t) th.join();
+  }
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(failures.load(), 0);
+  const uint64_t want = uint64_t{2} * kClients * kKeys;
+  const uint64_t puts = StatOf(*clients[0], "puts") - puts_before;
+  std::printf("SRQ pressure: %d clients x %u credits against %u receive buffers: %llu PUTs acknowledged, "
+              "server counted %llu, in %.2f s\n",
+              kClients, cfg.credits, cfg.srq_depth, static_cast<unsigned long long>(want - failures.load()),
+              static_cast<unsigned long long>(puts), secs);
+  EXPECT_EQ(puts, want);  // none lost, none applied twice
+  EXPECT_EQ(StatOf(*clients[0], "errors"), errors_before);
+  for (int i = 0; i < kClients; ++i) {
+    for (int k = 0; k < kKeys; ++k) {
+      std::string got;
+      ASSERT_TRUE(clients[(i + 1) % kClients]->Get(key_of(i, k), &got).ok()) << key_of(i, k);
+      ASSERT_EQ(got, value_of(i, k, 1)) << key_of(i, k);
     }
   }
 }

@@ -36,20 +36,36 @@ enum class PutMode : uint8_t {
 };
 
 struct ClientOptions {
-  std::string host = "127.0.0.1";  // the server's RDMA-reachable address
+  // The server's address (an IP address or a name that resolves to one)
+  // reachable over RDMA, and its port (kvserver --port).
+  std::string host = "127.0.0.1";
   uint16_t port = 7471;
-  std::string device;              // local RDMA device; empty = the first
+  // The local RDMA device (e.g. "mlx5_0", "rxe0"); empty = the first one.
+  // rdma_cm picks the device that routes to `host`: naming another one
+  // makes Connect fail with Unavailable.
+  std::string device;
+  // How PUT/DELETE requests travel; both reach the same workers. Results do
+  // not depend on it.
   PutMode put_mode = PutMode::kSend;
+  // Address/route resolution plus the connection handshake, at most.
   int connect_timeout_ms = 5000;
-  int op_timeout_ms = 5000;        // per operation; past it the call returns Timeout
+  // Per operation (Get/Put/Delete/Stats, each Lock attempt series, each
+  // asynchronous Op from its Submit): past it the operation fails with
+  // Timeout. When the server stops answering at all, the connection is
+  // abandoned (every operation in flight fails with Timeout) and the next
+  // call reconnects.
+  int op_timeout_ms = 5000;
   // Keys whose entry location is remembered, so that a GET of a cached,
   // unchanged key is one RDMA READ (least recently used evicted; 0 = off).
   // Always linearizable: a stale location is detected and refreshed.
+  // 24 bytes per entry.
   size_t location_cache_entries = 4096;
-  // Operations in flight at most (1..64): each costs ~33 KiB of registered
-  // buffers. Lower it for processes with many Clients.
+  // Operations in flight at most (1..64; values outside are clamped): each
+  // costs ~33 KiB of registered buffers. Lower it for processes with many
+  // Clients.
   uint32_t max_in_flight = 64;
-  // The server's shared secret, if it requires one (<= 32 bytes).
+  // The server's shared secret, if it requires one (kvserver --auth-token;
+  // at most 32 bytes). Sent in the connect request; see docs/SECURITY.md.
   std::string auth_token;
 };
 
@@ -68,7 +84,8 @@ struct Op {
   uint64_t version = 0;           // kPut/kDelete: the key's version after the write
 };
 
-// Counters of what this client did (for tests and benchmarks).
+// Counters of what this client did since Connect (for tests and
+// benchmarks). Kept across reconnects.
 struct ClientStats {
   uint64_t gets = 0;
   uint64_t get_rounds = 0;   // bucket-READ rounds (1 per GET without races)
@@ -76,34 +93,67 @@ struct ClientStats {
   uint64_t reads = 0;        // RDMA READs posted
   uint64_t cache_hits = 0;   // GETs answered by one READ at a cached location
   uint64_t cache_stale = 0;  // cached locations found superseded/recycled (fell back to the index)
-  uint64_t puts = 0;
-  uint64_t deletes = 0;
+  uint64_t puts = 0;         // PUTs the server acknowledged
+  uint64_t deletes = 0;      // DELETEs the server acknowledged (found or not)
   uint64_t messages = 0;     // request messages sent (fragments count)
 };
 
+// Errors common to the data calls below (Status codes, see status.h):
+//   InvalidArgument  empty key (or a GET Op without a result string)
+//   TooLarge         key over max_key_bytes() or value over max_value_bytes()
+//   ConnectionLost   the connection broke (QP error, server gone or
+//                    restarted, reconnect failed or still backing off); the
+//                    operation may or may not have taken effect
+//   Timeout          no answer within op_timeout_ms; the outcome of a
+//                    PUT/DELETE is unknown, as for ConnectionLost
+//   Protocol         the server sent something this client cannot parse (the
+//                    connection is dropped and rebuilt by the next call)
+// A write that failed with ConnectionLost or Timeout may have been applied:
+// read the key to find out, or write again (a PUT is idempotent).
 class Client {
  public:
-  // Connects to a kvserver. Errors: Unavailable (no device, nothing listening,
-  // refused: the message carries the server's reason), Protocol (another
-  // protocol version), Timeout.
+  // Connects to a kvserver: resolves host, connects with rdma_cm, receives
+  // the regions' addresses and keys and the server's limits. Errors:
+  //   InvalidArgument  auth_token longer than 32 bytes
+  //   Unavailable      no RDMA device (or not the named one), host not
+  //                    resolvable or not routed over RDMA, nothing listening
+  //   RemoteAccess     refused: missing or wrong auth token
+  //   Protocol         refused, or the reply not understood: another protocol
+  //                    version (the message gives both), malformed descriptor
+  //   NoResource       refused: the server is out of memory for a connection
+  //   Timeout          no answer within connect_timeout_ms
+  //   IOError          a local verbs call failed (e.g. memory registration:
+  //                    check `ulimit -l`)
+  // The message names the server and, when it refused, its reason.
   static Result<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+  // Disconnects. Operations still in flight are abandoned: their Op objects
+  // are never completed (so they may be freed once this returns), and
+  // writes among them may or may not be applied. Locks still held are not
+  // released; they lapse when their lease ends.
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
-  // Reads the value of `key` into *value. OK, NotFound, InvalidArgument
-  // (empty key), TooLarge (key over the server's limit), Timeout (no
-  // consistent read within op_timeout_ms: writers kept racing), Corruption,
-  // ConnectionLost. The value returned was the key's value at some instant
-  // during the call.
+  // Reads the value of `key` into *value, with one-sided RDMA READs (the
+  // server's CPU is not involved). OK, NotFound, Timeout (also: no
+  // consistent read within op_timeout_ms because writers kept rewriting the
+  // key; what fails validation is read again, never returned), and the
+  // common errors above. On OK, *value is the key's value at
+  // some instant during the call (linearizable); otherwise *value is
+  // unspecified.
   Status Get(std::string_view key, std::string* value);
-  // Stores value under key. OK (the store has it; a later Get sees it),
-  // InvalidArgument, TooLarge, ServerFull, Timeout, ConnectionLost.
+  // Stores value under key (any bytes, 0..max_value_bytes()). OK: the store
+  // has it, and every Get that starts afterwards, from any client, sees it
+  // or a later write. Errors: ServerFull (index or log full in store mode;
+  // nothing changed), Locked (another client holds the key's lock), and the
+  // common errors above.
   Status Put(std::string_view key, std::string_view value);
-  // Deletes key. OK, NotFound (was not there), InvalidArgument, TooLarge,
-  // ServerFull (no room for the tombstone), Timeout, ConnectionLost.
+  // Deletes key. OK (it is gone); NotFound (it was not there: nothing
+  // changed); ServerFull (no room for the tombstone); Locked; and the common
+  // errors above.
   Status Delete(std::string_view key);
-  // The server's counters (connections, puts, deletes, errors, items, ...).
+  // The server's counters (connections, puts, deletes, errors, items, ...)
+  // as name/value pairs. The common errors above.
   Result<std::vector<std::pair<std::string, uint64_t>>> Stats();
 
   // --- Locks: leases taken with RDMA compare-and-swap on the server's lock
@@ -111,40 +161,64 @@ class Client {
   // lock, its Put/Delete of that key carry the lock's token; the server
   // refuses a Put/Delete of a key locked by another client with Locked until
   // the lock is released or its lease ends. A holder that dies loses the lock
-  // when the lease ends. Keys may share a lock word (the table is hashed).
+  // when the lease ends. Keys may share a lock word (the table is hashed), so
+  // locking one key can make another wait. A lease is not renewed in the
+  // background: take the lock again (Lock/TryLock while holding it renews
+  // it) before it ends. Locks do not survive a reconnect (the new connection
+  // is another owner); the old ones lapse with their leases.
+  // Locks are advisory for GET: readers never wait.
   //
-  // Takes the lock, waiting (with backoff) while another client holds it.
-  // OK, Timeout (still held by another after op_timeout_ms), InvalidArgument,
+  // Takes the lock for `lease` (1 ms .. 49 days), waiting with backoff while
+  // another client holds it. OK; Timeout (still held by another after
+  // op_timeout_ms); InvalidArgument (empty key, lease out of range);
+  // TooLarge (key); Unavailable (the server runs with --lock-slots 0);
   // ConnectionLost.
   Status Lock(std::string_view key, std::chrono::milliseconds lease);
-  // One attempt: OK, or Locked when another client holds an unexpired lease.
+  // One attempt: OK, or Locked when another client holds an unexpired lease;
+  // otherwise the errors of Lock.
   Status TryLock(std::string_view key, std::chrono::milliseconds lease);
   // Releases it: OK; NotFound if this client does not hold it; Locked if the
-  // lease had ended and another client took the lock over meanwhile.
+  // lease had ended and another client took the lock over meanwhile (a Put
+  // made after the lease ended may have been refused); ConnectionLost,
+  // Timeout.
   Status Unlock(std::string_view key);
 
   // --- Asynchronous, pipelined API. The synchronous calls above are built on
   // it. Operations submitted together are posted with one doorbell; GETs
   // overlap their READs (within the QP's READ limit), PUT/DELETE overlap
-  // within the server's credits. Completion order is not submission order.
+  // within the server's credits. Completion order is not submission order;
+  // two writes of the same key in flight at once may be applied in either
+  // order. Synchronous calls may be mixed in: operations that complete
+  // meanwhile wait for the next Poll/Wait.
 
   // Starts up to ops.size() operations; returns how many were taken (the
   // first n). Fewer when max_in_flight() would be exceeded: Poll, then
   // resubmit the rest. An invalid operation is taken and completes at the
-  // next Poll with its error.
+  // next Poll with its error; so do all of them while the connection is
+  // broken and its reconnect is backing off (ConnectionLost).
   size_t Submit(std::span<Op* const> ops);
-  // Makes progress without blocking; stores completed operations in `done`
-  // and returns how many.
+  // Makes progress without blocking; stores up to done.size() completed
+  // operations in `done` and returns how many (the rest wait for the next
+  // call). Each operation is handed back exactly once.
   size_t Poll(std::span<Op*> done);
-  // Like Poll, but waits until at least one operation completes or
-  // timeout_ms passes (then returns 0).
+  // Like Poll, but busy-polls (it does not sleep: a thread at 100% CPU)
+  // until at least one operation completes or timeout_ms passes (then it
+  // returns 0). Returns 0 at once when nothing is in flight or waiting.
   size_t Wait(std::span<Op*> done, int timeout_ms);
+  // Operations submitted and not yet completed (completed ones waiting for
+  // Poll do not count).
   size_t in_flight() const;
+  // The most operations in flight at once (ClientOptions::max_in_flight,
+  // clamped).
   size_t max_in_flight() const;
 
-  // The version the server reported for the last successful Put/Delete.
+  // The version the server reported for the last successful synchronous
+  // Put/Delete (asynchronous ones report theirs in Op::version). Versions of
+  // a key grow with each write of it.
   uint64_t last_version() const;
+  // This client's counters. The reference stays valid for the Client's life.
   const ClientStats& stats() const;
+  // The server's limits, from the connect handshake.
   uint32_t max_value_bytes() const;
   uint32_t max_key_bytes() const;
 
