@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Clients killed with SIGKILL in the middle of PUTs and while holding a lock:
+# kvserver cleans up their QPs and rings (QPs, open fds and connections return
+# to the baseline), a bystander client running meanwhile sees no error, the
+# lock is free after its lease, and kvserver still stops cleanly.
+# Usage: client_sigkill_test.sh BUILD_DIR   (KVRDMA_TEST_ADDR names the device's address)
+set -u
+BUILD=${1:?usage: client_sigkill_test.sh BUILD_DIR}
+ADDR=${KVRDMA_TEST_ADDR:-}
+if [ -z "$ADDR" ]; then echo "SKIP: KVRDMA_TEST_ADDR unset (run under tools/with-rdma)"; exit 77; fi
+PORT=$((20000 + ($$ + 11) % 20000))
+LEASE_MS=8000
+DIR=$(mktemp -d)
+"$BUILD/server/kvserver" --listen "$ADDR" --port "$PORT" --index-mb 4 --log-mb 256 --workers 2 > "$DIR/server.log" 2>&1 &
+SPID=$!
+VPIDS=() HPID= BPID=
+trap 'kill -9 $SPID ${VPIDS[*]} $HPID $BPID 2>/dev/null; rm -rf "$DIR"' EXIT
+ctl() { "$BUILD/tools/kvctl" --server "$ADDR:$PORT" --timeout-ms 20000 "$@"; }
+fail() { echo "FAIL: $*"; echo "--- kvserver log"; tail -n 40 "$DIR/server.log"; exit 1; }
+for _ in $(seq 1 100); do ctl stats > /dev/null 2>&1 && break; sleep 0.1; done
+stat_of() { ctl stats | awk -v n="$1" '$1 == n || $1 == n":" {print $2}'; }
+sample() {  # fds qps
+  echo "$(ls /proc/$SPID/fd | wc -l) $(rdma resource show qp 2>/dev/null | grep -c "pid $SPID ")"
+}
+read -r fd0 qp0 < <(sample)
+echo "baseline: kvserver has $fd0 open fds, $qp0 QPs"
+
+# A bystander: 2 connections of GET/PUT for the whole test; it must see no error.
+"$BUILD/bench/kvbench/kvbench" --server "$ADDR:$PORT" --workload A --keys 2000 --preload --threads 2 --depth 4 \
+  --warmup 0.5 --duration 30 > "$DIR/bystander.log" 2>&1 &
+BPID=$!
+sleep 2
+# Victims: 3 kvbench processes (4 connections each) writing with 8 operations
+# in flight per connection, one over each put path and one with large values
+# sent in fragments, and a kvctl holding a lock.
+"$BUILD/bench/kvbench/kvbench" --server "$ADDR:$PORT" --read-ratio 0 --keys 5000 --threads 4 --depth 8 \
+  --warmup 0 --duration 120 > /dev/null 2>&1 &
+VPIDS+=($!)
+"$BUILD/bench/kvbench/kvbench" --server "$ADDR:$PORT" --read-ratio 0 --keys 5000 --threads 4 --depth 8 \
+  --put-mode write-imm --warmup 0 --duration 120 > /dev/null 2>&1 &
+VPIDS+=($!)
+"$BUILD/bench/kvbench/kvbench" --server "$ADDR:$PORT" --read-ratio 0 --keys 200 --value-size 10000-30000 \
+  --threads 4 --depth 8 --warmup 0 --duration 120 > /dev/null 2>&1 &
+VPIDS+=($!)
+# Wait until every victim connection is up (2 bystander + 12 writer
+# connections, and the kvctl asking) and they are writing.
+for _ in $(seq 1 200); do [ "$(stat_of connections)" -ge 15 ] && break; sleep 0.1; done
+for pid in "${VPIDS[@]}"; do kill -0 "$pid" 2>/dev/null || fail "writer $pid exited early"; done
+p0=$(stat_of puts)
+for _ in $(seq 1 100); do sleep 0.1; p=$(stat_of puts); [ $((p - p0)) -gt 2000 ] && break; done
+mkfifo "$DIR/holder"
+"$BUILD/tools/kvctl" --server "$ADDR:$PORT" lock held-key --lease-ms $LEASE_MS --hold-ms -1 > "$DIR/holder" &
+HPID=$!
+read -r line < "$DIR/holder"
+[ "$line" = locked ] || fail "the holder did not get the lock ('$line')"
+TL=$(date +%s%N)
+conns=$(stat_of connections)
+read -r fd1 qp1 < <(sample)
+echo "under load: $conns connections, $fd1 open fds, $qp1 QPs, puts advancing ($p0 -> $p)"
+# 2 bystander + 12 writer + 1 holder connections, and the kvctl asking.
+[ "$conns" -ge 16 ] || fail "expected at least 16 connections under load, have $conns"
+T0=$(date +%s%N)
+kill -9 "${VPIDS[@]}" $HPID
+for pid in "${VPIDS[@]}" $HPID; do wait "$pid" 2>/dev/null; kill -0 "$pid" 2>/dev/null && fail "pid $pid survived SIGKILL"; done
+echo "killed 3 writers (12 connections mid-PUT) and a lock holder with SIGKILL"
+ctl trylock held-key; rc=$?
+T1=$(date +%s%N)
+[ $(( (T1 - TL) / 1000000 )) -lt $LEASE_MS ] || fail "the check came $(( (T1 - TL) / 1000000 )) ms after the lock was taken: too late to prove anything"
+[ $rc = 1 ] || fail "the lock was not held right after the holder died (trylock exit $rc)"
+echo "ok   lock still held right after the kill"
+
+# The bystander finishes its run without an error.
+wait $BPID; brc=$?
+BPID=
+grep -E "^(READ|UPDATE|TOTAL)|errors" "$DIR/bystander.log" | tail -n 4
+[ $brc = 0 ] || { cat "$DIR/bystander.log"; fail "the bystander saw errors (kvbench exit $brc)"; }
+echo "ok   the bystander ran through the kills without an error"
+
+# Everything of the dead clients is gone from kvserver.
+for _ in $(seq 1 100); do
+  read -r fd qp < <(sample)
+  c=$(stat_of connections)
+  [ "$fd" = "$fd0" ] && [ "$qp" = "$qp0" ] && [ "$c" = 1 ] && break
+  sleep 0.1
+done
+T1=$(date +%s%N)
+echo "after:    kvserver has $fd open fds (baseline $fd0), $qp QPs (baseline $qp0), $c connection(s) (kvctl's own); checked once the bystander finished, $(( (T1 - T0) / 1000000 )) ms after the kills"
+[ "$fd" = "$fd0" ] || fail "open fds $fd, baseline $fd0"
+[ "$qp" = "$qp0" ] || fail "QPs $qp, baseline $qp0"
+[ "$c" = 1 ] || fail "connections $c, expected 1"
+
+ctl lock held-key --lease-ms 1000 --hold-ms 0 > /dev/null || fail "the dead holder's lock was not free after its lease"
+echo "ok   lock free after the lease"
+ctl put after-kill yes > /dev/null && [ "$(ctl get after-kill)" = yes ] || fail "put/get after the kills"
+kill -TERM $SPID
+for _ in $(seq 1 100); do kill -0 $SPID 2>/dev/null || break; sleep 0.1; done
+kill -0 $SPID 2>/dev/null && fail "kvserver still running 10 s after SIGTERM"
+wait $SPID; rc=$?
+[ $rc = 0 ] || fail "kvserver exit $rc"
+echo "client sigkill test: ok"
