@@ -106,6 +106,21 @@ class Worker {
     if (cfg_.rate > 0) interval_ = std::chrono::duration<double>(cfg_.threads / cfg_.rate);
   }
 
+  // Adds this worker's client counters (warm-up and preload included) to *t.
+  void AddClientStats(ClientStats* t) const {
+    for (const auto& c : clients_) {
+      const ClientStats& s = c->stats();
+      t->gets += s.gets;
+      t->get_rounds += s.get_rounds;
+      t->get_retries += s.get_retries;
+      t->reads += s.reads;
+      t->cache_hits += s.cache_hits;
+      t->cache_stale += s.cache_stale;
+      t->puts += s.puts;
+      t->messages += s.messages;
+    }
+  }
+
   Status Connect() {
     for (const std::string& s : cfg_.servers) {
       ClientOptions o;
@@ -423,6 +438,15 @@ int main(int argc, char** argv) {
   }
   std::printf("total    %10" PRIu64 " %11.0f   (%.1f s measured, %" PRIu64 " reads of absent keys)\n", total,
               total / secs, secs, sh.misses.load());
+  kvrdma::ClientStats cs;
+  for (const auto& w : workers) w->AddClientStats(&cs);
+  if (cs.gets > 0) {
+    const double g = static_cast<double>(cs.gets);
+    std::printf("client   %.2f RDMA READs and %.2f bucket rounds per GET, %" PRIu64 " rounds repeated, "
+                "%.1f%% answered from the location cache (%" PRIu64 " stale locations); warm-up included\n",
+                static_cast<double>(cs.reads) / g, static_cast<double>(cs.get_rounds) / g, cs.get_retries,
+                100.0 * static_cast<double>(cs.cache_hits) / g, cs.cache_stale);
+  }
   if (!cfg.json.empty()) {
     std::ofstream f(cfg.json);
     std::string servers;
