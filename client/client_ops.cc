@@ -173,16 +173,21 @@ void Client::Impl::PollCompletions() {
     }
   }
   if (n < 0) return FailAll(Status::ConnectionLost("completion queue failed"));
-  n = conn_->recv_cq().Poll(wc);
-  progress |= n > 0;
-  for (int i = 0; i < n && broken_.ok(); ++i) {
-    if (wc[i].status != WcStatus::kSuccess) return FailAll(CompletionStatus(wc[i]));
-    OnReply(wc[i]);
+  if (msgs_in_flight_ > 0) {  // replies come only to messages
+    n = conn_->recv_cq().Poll(wc);
+    progress |= n > 0;
+    for (int i = 0; i < n && broken_.ok(); ++i) {
+      if (wc[i].status != WcStatus::kSuccess) return FailAll(CompletionStatus(wc[i]));
+      OnReply(wc[i]);
+    }
   }
-  if (!progress && in_flight_ > 0) CheckDeadlines();
-  // Now and then, read connection-manager events: a server that went away
-  // (DISCONNECTED) fails what is in flight at once instead of at a timeout.
-  if (!progress && ++idle_polls_ >= 4096) {
+  if (progress) return;
+  // Idle: now and then look at the clock (deadlines are milliseconds away)
+  // and at connection-manager events (a server that went away fails what is
+  // in flight at once instead of at a timeout).
+  ++idle_polls_;
+  if (in_flight_ > 0 && idle_polls_ % 64 == 0) CheckDeadlines();
+  if (idle_polls_ >= 4096) {
     idle_polls_ = 0;
     conn_->PollCmEvents();
     if (conn_->broken() && broken_.ok()) FailAll(Status::ConnectionLost("the server closed the connection"));
