@@ -2,6 +2,9 @@
 // live entries to the cleaner's own log head), evicts the oldest segments in
 // cache mode, and retires emptied segments so that the value log reuses them
 // after the grace period. Runs on one thread at a time.
+#include <pthread.h>
+
+#include <algorithm>
 #include <chrono>
 
 #include "common/log.h"
@@ -122,12 +125,22 @@ size_t Store::EvictSegment(uint32_t head, uint32_t seg) {
 }
 
 void Store::CleanerLoop() {
+  pthread_setname_np(pthread_self(), "kv-cleaner");
+  // A pass that finds nothing to do doubles the wait, up to 16 intervals: an
+  // idle or read-only store is not scanned 50 times a second. A pass that
+  // retires a segment, or a kick (a writer short of space), returns to the
+  // configured interval.
+  constexpr int kMaxBackoffShift = 4;
+  int shift = 0;
   std::unique_lock<std::mutex> lock(cleaner_mu_);
   while (!cleaner_stop_) {
     lock.unlock();
-    RunCleanerOnce();
+    const size_t retired = RunCleanerOnce();
     lock.lock();
-    cleaner_cv_.wait_for(lock, cfg_.cleaner_interval, [this] { return cleaner_stop_ || cleaner_kick_; });
+    shift = retired > 0 ? 0 : std::min(shift + 1, kMaxBackoffShift);
+    const bool kicked = cleaner_cv_.wait_for(lock, cfg_.cleaner_interval * (1 << shift),
+                                             [this] { return cleaner_stop_ || cleaner_kick_; });
+    if (kicked) shift = 0;
     cleaner_kick_ = false;
   }
 }

@@ -58,6 +58,7 @@ struct StoreConfig {
   uint32_t min_free_segments = 4;
   // Run the background cleaner thread (tests may drive it by hand instead).
   bool cleaner_thread = true;
+  // Between cleaner passes; idle passes back off to 16x this.
   std::chrono::microseconds cleaner_interval = std::chrono::microseconds(500);
   // Store mode: how long an append waits for the cleaner to free a segment
   // before answering ServerFull.
