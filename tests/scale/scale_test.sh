@@ -37,7 +37,7 @@ settle() {  # waits until fds and QPs are back to the baseline (disconnects are 
 }
 "$TOOL" --server "$ADDR:$PORT" hold "$HOLD" || fails=$((fails + 1))
 settle
-echo "after $HOLD held:  kvserver has $fd open fds, $qp QPs, RSS $rss KiB"
+echo "after $HOLD held and closed: kvserver has $fd open fds, $qp QPs, RSS $rss KiB"
 rssh=$rss
 "$TOOL" --server "$ADDR:$PORT" churn "$CYCLES" || fails=$((fails + 1))
 settle
