@@ -171,7 +171,7 @@ class Client {
   // Takes the lock for `lease` (1 ms .. 49 days), waiting with backoff while
   // another client holds it. OK; Timeout (still held by another after
   // op_timeout_ms); InvalidArgument (empty key, lease out of range);
-  // TooLarge (key); Unavailable (the server runs with --lock-slots 0);
+  // TooLarge (key); Unavailable (the server offers no lock table);
   // ConnectionLost.
   Status Lock(std::string_view key, std::chrono::milliseconds lease);
   // One attempt: OK, or Locked when another client holds an unexpired lease;
