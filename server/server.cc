@@ -229,7 +229,7 @@ void Server::CloseFailedConnections() {
       case ConnState::CloseReason::kQpFailed: why = "its queue pair failed"; break;
       case ConnState::CloseReason::kProtocol: why = "it does not take its replies"; break;
       case ConnState::CloseReason::kNone:
-        if (cfg_.reply_timeout_ms != 0 && cs.signaled_pending.load(std::memory_order_relaxed) > 0 &&
+        if (cfg_.reply_timeout_ms != 0 && cs.signaled_pending.load(std::memory_order_acquire) > 0 &&
             now - cs.reply_progress_ms.load(std::memory_order_relaxed) > int64_t{cfg_.reply_timeout_ms}) {
           why = "replies unacknowledged (more requests than credits, or no receive buffers posted)";
           counters_.errors.fetch_add(1, std::memory_order_relaxed);

@@ -303,7 +303,9 @@ void Worker::Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t>
     if (cs.signaled_pending.load(std::memory_order_relaxed) == 0) {
       cs.reply_progress_ms.store(SteadyMs(), std::memory_order_relaxed);
     }
-    cs.signaled_pending.fetch_add(1, std::memory_order_relaxed);
+    // Release: a manager that sees this reply pending also sees the time
+    // stored above, not the one of a reply that completed long ago.
+    cs.signaled_pending.fetch_add(1, std::memory_order_release);
     if (!w.inline_data) ++cs.large_pending;
   }
 }
