@@ -174,7 +174,13 @@ class Client::Impl {
   uint32_t idle_polls_ = 0;  // empty polls since the last CM event check
   bool sync_done_ = false;   // the lock-table WR completed
   // Locks this client holds: key -> the lock word it installed (its token).
-  std::unordered_map<std::string, uint64_t> held_;
+  // Heterogeneous lookup: a PUT of a key while locks are held finds its
+  // token without building a std::string.
+  struct HeldKeyHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view k) const noexcept { return std::hash<std::string_view>{}(k); }
+  };
+  std::unordered_map<std::string, uint64_t, HeldKeyHash, std::equal_to<>> held_;
 };
 
 }  // namespace kvrdma

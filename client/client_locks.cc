@@ -10,7 +10,7 @@
 namespace kvrdma {
 
 uint64_t Client::Impl::TokenFor(std::string_view key) const {
-  auto it = held_.find(std::string(key));
+  auto it = held_.find(key);
   return it == held_.end() ? 0 : it->second;
 }
 
@@ -97,7 +97,7 @@ Status Client::Impl::Lock(std::string_view key, uint64_t lease_ms, bool wait) {
 }
 
 Status Client::Impl::Unlock(std::string_view key) {
-  auto it = held_.find(std::string(key));
+  auto it = held_.find(key);
   if (it == held_.end()) return Status::NotFound("this client does not hold that lock");
   uint64_t token = it->second;
   held_.erase(it);
