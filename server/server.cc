@@ -226,13 +226,20 @@ void Server::CloseFailedConnections() {
     ConnState& cs = **it;
     const char* why = nullptr;
     switch (cs.close_reason.load(std::memory_order_relaxed)) {
-      case ConnState::CloseReason::kQpFailed: why = "its queue pair failed"; break;
-      case ConnState::CloseReason::kProtocol: why = "it does not take its replies"; break;
+      case ConnState::CloseReason::kQpFailed:
+        why = "its queue pair failed";
+        counters_.closed_failed.fetch_add(1, std::memory_order_relaxed);
+        break;
+      case ConnState::CloseReason::kProtocol:
+        why = "it does not take its replies";
+        counters_.closed_flow_control.fetch_add(1, std::memory_order_relaxed);
+        break;
       case ConnState::CloseReason::kNone:
         if (cfg_.reply_timeout_ms != 0 && cs.signaled_pending.load(std::memory_order_acquire) > 0 &&
             now - cs.reply_progress_ms.load(std::memory_order_relaxed) > int64_t{cfg_.reply_timeout_ms}) {
           why = "replies unacknowledged (more requests than credits, or no receive buffers posted)";
           counters_.errors.fetch_add(1, std::memory_order_relaxed);
+          counters_.closed_flow_control.fetch_add(1, std::memory_order_relaxed);
         }
         break;
     }

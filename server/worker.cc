@@ -185,6 +185,8 @@ void Worker::HandleMessage(ConnState& cs, std::span<const uint8_t> msg) {
       std::vector<std::pair<std::string_view, uint64_t>> s = {
           {"connections", counters_.connections.load()},
           {"connections_total", counters_.connections_total.load()},
+          {"closed_failed", counters_.closed_failed.load()},
+          {"closed_flow_control", counters_.closed_flow_control.load()},
           {"puts", counters_.puts.load()},
           {"deletes", counters_.deletes.load()},
           {"errors", counters_.errors.load()},

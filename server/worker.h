@@ -29,6 +29,10 @@ struct ServerCounters {
   std::atomic<uint64_t> errors{0};
   std::atomic<uint64_t> connections{0};
   std::atomic<uint64_t> connections_total{0};
+  // Connections the server closed: QP failed, or the client broke flow
+  // control (more requests than credits, replies not taken).
+  std::atomic<uint64_t> closed_failed{0};
+  std::atomic<uint64_t> closed_flow_control{0};
 };
 
 // The shared receive side: SRQ + its buffers.

@@ -288,6 +288,7 @@ TEST_P(BadClientTest, MoreRequestsThanCreditsClosesThatConnectionOnly) {
               static_cast<long long>(ms), kReplyTimeoutMs);
   EXPECT_TRUE(ConnectionsBecome(1, 10000)) << "connections: " << Stat("connections");
   EXPECT_GT(Stat("errors"), errors_before);
+  EXPECT_EQ(Stat("closed_flow_control"), 1u);
   ExpectStoreIntactAndServing();
 }
 
@@ -309,6 +310,7 @@ TEST_P(BadClientTest, StatsRequestsNobodyReadsCannotExhaustTheWorkersReplyBuffer
   ExpectStoreIntactAndServing();
   for (auto& r : rogues) EXPECT_TRUE(r->WaitClosed(kReplyTimeoutMs + 10000));
   EXPECT_TRUE(ConnectionsBecome(1, 10000)) << "connections: " << Stat("connections");
+  EXPECT_EQ(Stat("closed_flow_control"), 4u);
   ExpectStoreIntactAndServing();
 }
 
