@@ -51,6 +51,11 @@ class Client::Impl {
   // After a failure: drops the connection and its buffers, and connects
   // again (rate-limited with exponential backoff). REQUIRES no operation in flight.
   Status Reconnect();
+  // With nothing in flight, reads the connection manager's events (at most
+  // every 50 ms): a server that went away while this client was idle is
+  // noticed before the next operation is posted on a dead connection, so
+  // that operation reconnects instead of failing.
+  void NoticeDisconnectWhileIdle(Clock::time_point now);
 
   size_t Submit(std::span<Op* const> ops);
   size_t Poll(std::span<Op*> done);
@@ -172,6 +177,7 @@ class Client::Impl {
   Clock::time_point next_reconnect_{};
   std::chrono::milliseconds reconnect_backoff_{0};
   uint32_t idle_polls_ = 0;  // empty polls since the last CM event check
+  Clock::time_point last_idle_check_{};  // see NoticeDisconnectWhileIdle
   bool sync_done_ = false;   // the lock-table WR completed
   // Locks this client holds: key -> the lock word it installed (its token).
   // Heterogeneous lookup: a PUT of a key while locks are held finds its

@@ -15,6 +15,7 @@ uint64_t Client::Impl::TokenFor(std::string_view key) const {
 }
 
 Result<uint64_t> Client::Impl::LockTableOp(WrOpcode op, uint64_t word_index, uint64_t compare_add, uint64_t swap) {
+  NoticeDisconnectWhileIdle(Clock::now());
   if (!broken_.ok() && in_flight_ == 0) KVRDMA_RETURN_IF_ERROR(Reconnect());
   if (!broken_.ok()) return broken_;
   SendWr w;

@@ -18,8 +18,16 @@ Status Client::Impl::CheckKey(std::string_view key) const {
 
 // ------------------------------------------------------------- lifecycle
 
+void Client::Impl::NoticeDisconnectWhileIdle(Clock::time_point now) {
+  if (in_flight_ != 0 || !broken_.ok() || now - last_idle_check_ < std::chrono::milliseconds(50)) return;
+  last_idle_check_ = now;
+  conn_->PollCmEvents();
+  if (conn_->broken()) FailAll(Status::ConnectionLost("the server closed the connection"));
+}
+
 void Client::Impl::Start(Op* op, bool stats) {
   // A failed connection is rebuilt when nothing is in flight on it any more.
+  NoticeDisconnectWhileIdle(Clock::now());
   Status reconnect;
   if (!broken_.ok() && in_flight_ == 0) reconnect = Reconnect();
   uint32_t idx = free_.back();

@@ -94,6 +94,41 @@ TEST_P(ReconnectTest, ServerRestartFailsInFlightOpsThenTheClientReconnects) {
   EXPECT_EQ(v, "restart");
 }
 
+TEST_P(ReconnectTest, AnIdleClientsNextCallAfterAServerRestartReconnectsAndSucceeds) {
+  TransportEnv env = TransportEnv::Make(GetParam());
+  if (!env.skip_reason.empty()) GTEST_SKIP() << env.skip_reason;
+  server::ServerConfig cfg = TestServer::Defaults();
+  cfg.port = static_cast<uint16_t>(42000 + getpid() % 1000);
+  auto server = std::make_unique<TestServer>(env, cfg);
+  ClientOptions o;
+  o.host = env.addr;
+  o.port = cfg.port;
+  o.op_timeout_ms = 3000;
+  auto c = ClientFactory::ConnectWith(env.client, o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  Client& client = **c;
+  ASSERT_TRUE(client.Put("k", "first server").ok());
+  server->Stop();  // the idle client is disconnected
+  server.reset();
+  server = std::make_unique<TestServer>(env, cfg);  // same port, empty store
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the DISCONNECTED event arrives
+  // The first call after the restart does not fail: it notices the closed
+  // connection before posting on it, and reconnects.
+  std::string v;
+  Status st = client.Get("k", &v);
+  EXPECT_TRUE(st.IsNotFound()) << st.ToString();  // the new server is empty
+  EXPECT_TRUE(client.Put("k", "second server").ok());
+  ASSERT_TRUE(client.Get("k", &v).ok());
+  EXPECT_EQ(v, "second server");
+  // Locks too: the lock table of the new server.
+  server->Stop();
+  server.reset();
+  server = std::make_unique<TestServer>(env, cfg);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  st = client.TryLock("k", std::chrono::milliseconds(1000));
+  EXPECT_TRUE(st.ok()) << st.ToString();
+}
+
 INSTANTIATE_TEST_SUITE_P(Loopback, ReconnectTest, ::testing::Values(Kind::kLoopback), KindName);
 INSTANTIATE_TEST_SUITE_P(Verbs, ReconnectTest, ::testing::Values(Kind::kVerbs), KindName);
 

@@ -13,8 +13,10 @@
 // remote failure. After a failure (ConnectionLost/Timeout for what was in
 // flight), the next operation submitted when nothing is in flight reconnects,
 // with exponential backoff (10 ms up to 2 s); operations started during the
-// backoff fail at once with ConnectionLost. Held locks and the location cache
-// do not survive a reconnect.
+// backoff fail at once with ConnectionLost. A client that was idle when its
+// server went away (and came back) notices the closed connection before its
+// next call and reconnects, so that call does not fail. Held locks and the
+// location cache do not survive a reconnect.
 #pragma once
 
 #include <chrono>
