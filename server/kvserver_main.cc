@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "common/version.h"
 #include "common/log.h"
 #include "common/protocol/handshake.h"
 #include "common/transport/verbs_transport.h"
@@ -18,7 +19,6 @@
 
 namespace {
 
-constexpr const char* kVersion = "kvserver (kvrdma) 0.1.0, protocol 1.0";
 
 uint64_t FloorPow2(uint64_t x) {
   uint64_t p = 1;
@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
       "Registers a hash index and a value log with the RDMA NIC; clients GET with one-sided\n"
       "RDMA READs and send PUT/DELETE to worker threads through a shared receive queue."};
   app.set_config("--config", "", "Read options from a TOML or INI file (same names as the options)");
-  app.set_version_flag("--version", kVersion);
+  app.set_version_flag("--version", kvrdma::VersionLine("kvserver"));
   app.add_option("--listen", cfg.listen, "Address to listen on (an IP of the RDMA interface; 0.0.0.0 = all)")
       ->capture_default_str();
   app.add_option("--port", cfg.port, "rdma_cm port")->capture_default_str();

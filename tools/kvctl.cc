@@ -20,6 +20,7 @@
 #include <iterator>
 #include <string>
 
+#include "common/version.h"
 #include "kvrdma/client.h"
 
 namespace {
@@ -60,6 +61,7 @@ bool ParseServer(const std::string& s, std::string* host, uint16_t* port) {
 
 int main(int argc, char** argv) {
   CLI::App app{"kvctl: command-line client for kvrdma.\nExit codes: 0 found/done, 1 not found (or lock held), 2 error."};
+  app.set_version_flag("--version", kvrdma::VersionLine("kvctl"));
   app.require_subcommand(1);
   std::string server = "127.0.0.1", device, put_mode = "send";
   int timeout_ms = 5000;

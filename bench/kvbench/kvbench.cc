@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/version.h"
 #include "bench/kvbench/histogram.h"
 #include "bench/kvbench/keygen.h"
 #include "kvrdma/client.h"
@@ -312,6 +313,7 @@ int main(int argc, char** argv) {
   Config cfg;
   CLI::App app{"kvbench: YCSB-style load generator for kvrdma. Each thread keeps --depth operations in flight\n"
                "(or starts them at --rate), prints a progress line every second and a table at the end."};
+  app.set_version_flag("--version", kvrdma::VersionLine("kvbench"));
   app.add_option("-s,--server", cfg.servers, "kvserver HOST[:PORT] (repeatable: keys are spread by jump hash)")
       ->capture_default_str();
   app.add_option("-w,--workload", cfg.workload,
