@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "server/store/commit_check.h"
 
 namespace kvrdma::server {
 
@@ -27,9 +28,11 @@ class Backend {
  public:
   virtual ~Backend() = default;
   // Called by worker `worker` (0..workers-1) only; thread-safe across workers.
+  // `check` runs at the commit point (commit_check.h); its refusal is returned.
   virtual Status Put(uint32_t worker, std::span<const uint8_t> key, std::span<const uint8_t> value,
-                     uint64_t* version) = 0;
-  virtual Status Delete(uint32_t worker, std::span<const uint8_t> key, uint64_t* version) = 0;
+                     const CommitCheck& check, uint64_t* version) = 0;
+  virtual Status Delete(uint32_t worker, std::span<const uint8_t> key, const CommitCheck& check,
+                        uint64_t* version) = 0;
   virtual StoreRegions regions() const = 0;
   // Appends (name, value) pairs: items, index/log bytes used, cleaner runs, evictions...
   virtual void AppendStats(std::vector<std::pair<std::string_view, uint64_t>>* out) const = 0;

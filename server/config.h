@@ -36,6 +36,11 @@ struct ServerConfig {
   // receive buffers (a live client that follows the protocol always has a
   // buffer for every reply, so it never waits here). 0 = never.
   uint32_t reply_timeout_ms = 5000;
+  // Memory all fragmented PUTs being reassembled may hold together (a FIRST
+  // fragment that would pass it is refused with NoResource), and how long an
+  // assembly may wait for its next fragment before it is dropped.
+  uint64_t assembly_bytes = 256ull << 20;
+  uint32_t assembly_timeout_ms = 10000;
 };
 
 }  // namespace kvrdma::server

@@ -9,6 +9,7 @@
 
 #include "common/protocol/handshake.h"
 #include "common/transport/transport.h"
+#include "server/assembly.h"
 
 namespace kvrdma::server {
 
@@ -16,31 +17,35 @@ struct FreeDeleter {
   void operator()(void* p) const noexcept { std::free(p); }
 };
 
-// Owned by the connection manager; a worker holds a shared_ptr while it
-// handles one of its messages, so the last holder destroys it.
+// Owned by the connection manager (Server). Its worker refers to it by a raw
+// pointer from Worker::Add until it has applied Worker::Remove, then sets
+// `released`; only after that does the manager destroy it (deferred free), so
+// the worker never takes a reference count or a lock per completion.
 struct ConnState {
   uint32_t id = 0;
   uint32_t worker = 0;
   PutPath put_path = PutPath::kSend;
-  // Declaration order = creation order: the QP goes first, then the ring's
-  // registration, then its memory.
+  // Declaration order = creation order: the QP (conn) is destroyed first, so
+  // the NIC no longer touches the ring or the reply buffers when they go.
   std::unique_ptr<uint8_t, FreeDeleter> ring;  // credits * slot_bytes, this connection's only
   std::unique_ptr<MemoryRegion> ring_mr;       // REMOTE_WRITE
+  // This connection's reply buffers: ReplyBufferCount(credits) large-reply
+  // buffers + one scratch for inline replies, kMaxReplySize each (local only).
+  std::unique_ptr<uint8_t, FreeDeleter> reply_mem;
+  std::unique_ptr<MemoryRegion> reply_mr;
   std::unique_ptr<Connection> conn;  // set by the manager once Accept returns
-  // The same connection, published to the worker (under the worker's mutex)
-  // before the accept reaches the client; workers use only this.
+  // The same connection, published to the worker (Worker::Add) before the
+  // accept reaches the client; workers use only this.
   Connection* qp = nullptr;
   uint32_t qp_num = 0;
 
   // --- touched only by the owning worker ---
-  // Reassembly of a PUT sent in fragments.
-  bool assembling = false;
-  uint64_t asm_request = 0;
-  std::vector<uint8_t> asm_key;
-  std::vector<uint8_t> asm_value;
-  uint32_t asm_received = 0;
-  uint32_t unsignaled = 0;  // replies posted since the last signaled one
-  uint32_t large_pending = 0;  // non-inline replies posted, not completed
+  Assembly assembly;  // a PUT arriving in fragments
+  struct Replies {
+    std::vector<uint8_t> busy;  // per large-reply buffer: its SEND is not completed
+    uint64_t large_sent = 0;    // large replies posted (the next uses buffer large_sent % busy.size())
+    uint32_t unsignaled = 0;    // inline replies posted since the last signaled one
+  } replies;
 
   // --- written by the owning worker, read by the connection manager ---
   // Signaled replies posted and not completed, and when the last one was
@@ -51,6 +56,15 @@ struct ConnState {
   // Set when the connection must end; the manager then closes it.
   enum class CloseReason : uint8_t { kNone, kQpFailed, kProtocol };
   std::atomic<CloseReason> close_reason{CloseReason::kNone};
+  // Set by the worker once it has forgotten this connection (Worker::Remove).
+  std::atomic<bool> released{false};
 };
+
+// Large-reply buffers per connection: twice its credits. A client that
+// follows the protocol has at most `credits` replies outstanding, so the
+// buffer a reply needs was last used `credits` requests before it had even
+// sent this one: finding it still busy means the client does not take its
+// replies (DESIGN.md, "Replies").
+constexpr uint32_t ReplyBufferCount(uint32_t credits) { return 2 * credits; }
 
 }  // namespace kvrdma::server

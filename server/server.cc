@@ -35,6 +35,9 @@ Status Server::Start() {
   if (cfg_.slot_bytes < 256 || cfg_.slot_bytes > (1u << 24)) {
     return Status::InvalidArgument("--slot-bytes must be 256..16777216");
   }
+  if (cfg_.assembly_bytes < cfg_.max_value_bytes) {
+    return Status::InvalidArgument("--assembly-mb must hold at least one value of --max-value-bytes");
+  }
   StoreRegions r = backend_.regions();
   auto reg = [&](void* p, size_t n, uint32_t access, const char* what) -> Result<std::unique_ptr<MemoryRegion>> {
     auto mr = device_->RegisterMemory(p, n, access);
@@ -83,16 +86,13 @@ Status Server::Start() {
   for (uint32_t i = 0; i < depth; ++i) KVRDMA_RETURN_IF_ERROR(pool.Repost(i));
 
   // Workers: a CQ each (receives of their connections + reply SENDs).
+  assembly_budget_ = std::make_unique<AssemblyBudget>(cfg_.assembly_bytes);
   for (uint32_t w = 0; w < std::max(1u, cfg_.workers); ++w) {
     auto cq = device_->CreateCompletionQueue(depth + 4096);
     if (!cq.ok()) return cq.status();
-    size_t rb = size_t{Worker::kReplySlots} * kMaxReplySize;
-    reply_mem_.push_back(AlignedAlloc(rb));
-    auto mr = reg(reply_mem_.back().get(), rb, kAccessLocalWrite, "reply buffers");
-    if (!mr.ok()) return mr.status();
     LockView lv{locks_.get(), cfg_.lock_slots, r.hash_seed};
-    workers_.push_back(std::make_unique<Worker>(w, cfg_, backend_, counters_, pool, lv, std::move(cq).value(),
-                                                std::move(mr).value()));
+    workers_.push_back(std::make_unique<Worker>(w, cfg_, backend_, counters_, *assembly_budget_, pool, lv,
+                                                std::move(cq).value()));
     workers_.back()->Start();
   }
 
@@ -161,6 +161,14 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
   auto mr = device_->RegisterMemory(cs->ring.get(), ring_bytes, kAccessRemoteWrite);
   if (!mr.ok()) return Reject(*req, mr.status());
   cs->ring_mr = std::move(mr).value();
+  const uint32_t reply_buffers = ReplyBufferCount(cfg_.credits);
+  const size_t reply_bytes = size_t{reply_buffers + 1} * kMaxReplySize;  // + the inline scratch
+  cs->reply_mem = AlignedAlloc(reply_bytes);
+  if (!cs->reply_mem) return Reject(*req, Status::NoResource("server out of memory"));
+  auto rmr = device_->RegisterMemory(cs->reply_mem.get(), reply_bytes, kAccessLocalWrite);
+  if (!rmr.ok()) return Reject(*req, rmr.status());
+  cs->reply_mr = std::move(rmr).value();
+  cs->replies.busy.assign(reply_buffers, 0);
 
   StoreRegions r = backend_.regions();
   ServerDescriptor d;
@@ -193,11 +201,11 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
     c.set_user(cs.get());
     cs->qp = &c;
     cs->qp_num = c.qp_num();
-    w.Add(cs, cs->qp_num);
+    w.Add(cs.get());
   });
   if (!conn.ok()) {
     KVRDMA_LOG_WARN("accepting connection %u failed: %s", cs->id, conn.status().ToString().c_str());
-    if (cs->qp != nullptr) w.Remove(cs->qp_num);
+    if (cs->qp != nullptr) Retire(std::move(cs));
     return;
   }
   cs->conn = std::move(conn).value();
@@ -213,15 +221,27 @@ void Server::OnDisconnected(Connection* c) {
   if (it == conns_.end()) return;
   std::shared_ptr<ConnState> cs = std::move(*it);
   conns_.erase(it);
-  workers_[cs->worker]->Remove(cs->qp_num);
   counters_.connections.fetch_sub(1);
   KVRDMA_LOG_DEBUG("connection %u closed", cs->id);
+  Retire(std::move(cs));
+}
+
+void Server::Retire(std::shared_ptr<ConnState> cs) {
+  workers_[cs->worker]->Remove(cs.get());
+  retiring_.push_back(std::move(cs));
+  FreeReleased();
+}
+
+void Server::FreeReleased() {
+  // Destroyed here, on the manager's thread: the QP first (ConnState order).
+  std::erase_if(retiring_, [](const auto& c) { return c->released.load(std::memory_order_acquire); });
 }
 
 void Server::CloseFailedConnections() {
   const int64_t now = SteadyMs();
   if (now - last_close_check_ms_ < 20) return;
   last_close_check_ms_ = now;
+  FreeReleased();
   for (auto it = conns_.begin(); it != conns_.end();) {
     ConnState& cs = **it;
     const char* why = nullptr;
@@ -250,22 +270,22 @@ void Server::CloseFailedConnections() {
     KVRDMA_LOG_WARN("closing connection %u: %s", cs.id, why);
     // The client sees DISCONNECTED now instead of at its operation timeout.
     cs.conn->Disconnect();
-    workers_[cs.worker]->Remove(cs.qp_num);
     counters_.connections.fetch_sub(1);
+    std::shared_ptr<ConnState> gone = std::move(*it);
     it = conns_.erase(it);
+    Retire(std::move(gone));
   }
 }
 
 void Server::Shutdown() {
   listener_.reset();  // stop accepting
   for (auto& w : workers_) w->Stop();  // each drains what already arrived
-  for (auto& cs : conns_) {
-    cs->conn->Disconnect();
-    workers_[cs->worker]->Remove(cs->qp_num);
-  }
+  for (auto& cs : conns_) cs->conn->Disconnect();
+  // The workers are stopped: they refer to no connection any more.
   conns_.clear();
-  workers_.clear();  // CQs and reply buffers
-  reply_mem_.clear();
+  retiring_.clear();
+  workers_.clear();  // CQs
+  assembly_budget_.reset();
   srq_.reset();
   recv_mr_.reset();
   recv_mem_.reset();

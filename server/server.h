@@ -5,7 +5,7 @@
 //   index, log      REMOTE_READ                  (clients GET with READs)
 //   lock table      REMOTE_ATOMIC + REMOTE_READ  (CAS locks, server clock)
 //   request ring    REMOTE_WRITE, one registration per connection
-//   receive buffers, reply buffers: local only
+//   receive buffers, reply buffers (per connection): local only
 #pragma once
 
 #include <atomic>
@@ -48,6 +48,9 @@ class Server {
   // and those whose replies stay unacknowledged past reply_timeout_ms.
   void CloseFailedConnections();
   void Reject(ConnectRequest& req, const Status& why);
+  // Hands a connection to its worker's Remove and frees it once released.
+  void Retire(std::shared_ptr<ConnState> cs);
+  void FreeReleased();
   void Shutdown();
 
   ServerConfig cfg_;
@@ -67,11 +70,13 @@ class Server {
   std::unique_ptr<uint8_t, FreeDeleter> recv_mem_;
   std::unique_ptr<MemoryRegion> recv_mr_;
   std::unique_ptr<SharedReceiveQueue> srq_;
-  std::vector<std::unique_ptr<uint8_t, FreeDeleter>> reply_mem_;
+  std::unique_ptr<AssemblyBudget> assembly_budget_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<Listener> listener_;
   // Live connections by Connection* (the manager thread's view).
   std::vector<std::shared_ptr<ConnState>> conns_;
+  // Closed connections their worker may still refer to (until released).
+  std::vector<std::shared_ptr<ConnState>> retiring_;
   uint32_t next_conn_id_ = 1;
   uint32_t next_worker_ = 0;
   int64_t last_close_check_ms_ = 0;

@@ -17,14 +17,15 @@ class StoreBackend final : public Backend {
   }
 
   Status Put(uint32_t worker, std::span<const uint8_t> key, std::span<const uint8_t> value,
-             uint64_t* version) override {
-    auto r = store_->Put(worker, View(key), View(value));
+             const CommitCheck& check, uint64_t* version) override {
+    auto r = store_->Put(worker, View(key), View(value), check);
     if (!r.ok()) return r.status();
     *version = *r;
     return Status::OK();
   }
-  Status Delete(uint32_t worker, std::span<const uint8_t> key, uint64_t* version) override {
-    auto r = store_->Delete(worker, View(key));
+  Status Delete(uint32_t worker, std::span<const uint8_t> key, const CommitCheck& check,
+                uint64_t* version) override {
+    auto r = store_->Delete(worker, View(key), check);
     if (!r.ok()) return r.status();
     *version = *r;
     return Status::OK();

@@ -1,25 +1,35 @@
 // An SRQ worker: polls its completion queue, applies requests to the store
-// and answers each with a small SEND.
+// and answers each with a small SEND. The request path, top to bottom:
+//
+//   worker.cc           the thread: poll, dispatch a completion to its
+//                       connection (ConnTable, no lock), copy the request
+//                       out of client-reachable memory ONCE (CopyRequest)
+//   worker_requests.cc  parse the copy and apply it, by concern: STATS,
+//                       whole PUT/DELETE (lock check at the store's commit
+//                       point), fragments (Assembly)
+//   worker_replies.cc   answer in request order from the connection's own
+//                       reply buffers; never wait, never poll re-entrantly
 //
 // Every connection is bound to one worker (its QP's send and receive CQ are
 // the worker's CQ), so a connection's messages are handled in order by one
-// thread, which is what fragment reassembly and ring-slot reuse rely on. The
-// receive buffers belong to the server-wide SRQ; a worker reposts each buffer
-// as soon as it has handled the message in it, so the SRQ never runs dry
-// while clients stay within their credits.
+// thread, which is what reassembly and reply order rely on. The receive
+// buffers belong to the server-wide SRQ; a worker reposts each buffer as soon
+// as it has copied the message out of it.
 #pragma once
 
 #include <atomic>
 #include <memory>
 #include <mutex>
 #include <thread>
-#include <unordered_map>
+#include <vector>
 
 #include "common/protocol/locks.h"
 #include "common/protocol/messages.h"
+#include "server/assembly.h"
 #include "server/backend.h"
 #include "server/config.h"
 #include "server/conn_state.h"
+#include "server/conn_table.h"
 
 namespace kvrdma::server {
 
@@ -38,11 +48,11 @@ struct ServerCounters {
 // The shared receive side: SRQ + its buffers.
 struct ReceivePool {
   SharedReceiveQueue* srq = nullptr;
-  MemoryRegion* mr = nullptr;  // count * slot_bytes
-  uint32_t slot_bytes = 0;
-  uint8_t* Buffer(uint64_t i) const { return static_cast<uint8_t*>(mr->addr()) + i * slot_bytes; }
+  MemoryRegion* mr = nullptr;  // count * buffer_bytes
+  uint32_t buffer_bytes = 0;
+  uint8_t* Buffer(uint64_t i) const { return static_cast<uint8_t*>(mr->addr()) + i * buffer_bytes; }
   Status Repost(uint64_t i) const {
-    RecvWr r{i, mr->Slice(i * slot_bytes, slot_bytes)};
+    RecvWr r{i, mr->Slice(i * buffer_bytes, buffer_bytes)};
     return srq->PostRecv({&r, 1});
   }
 };
@@ -57,14 +67,13 @@ struct LockView {
   Status Check(std::span<const uint8_t> key, uint64_t token) const;
 };
 
-// Milliseconds on the steady clock (connection reply watchdog).
+// Milliseconds on the steady clock (reply watchdog, assembly timeout).
 int64_t SteadyMs();
 
 class Worker {
  public:
   Worker(uint32_t index, const ServerConfig& cfg, Backend& backend, ServerCounters& counters,
-         ReceivePool pool, LockView locks, std::unique_ptr<CompletionQueue> cq,
-         std::unique_ptr<MemoryRegion> reply_mr);
+         AssemblyBudget& assembly_budget, ReceivePool pool, LockView locks, std::unique_ptr<CompletionQueue> cq);
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -73,37 +82,71 @@ class Worker {
   // Stops the thread after the messages already received are handled.
   void Stop();
   CompletionQueue& cq() { return *cq_; }
-  // Routes completions of QP `qp_num` to c (c->conn may still be unset).
-  void Add(std::shared_ptr<ConnState> c, uint32_t qp_num);
-  // The worker forgets the connection; late completions for it are dropped.
-  void Remove(uint32_t qp_num);
+  // Control plane (any thread): routes completions of c->qp_num to c, which
+  // must stay alive until it is Removed and c->released is set.
+  void Add(ConnState* c);
+  // Control plane: the worker forgets c (late completions are dropped), ends
+  // its assembly and then sets c->released. Without a running thread (after
+  // Stop, or never started), at once on the caller's thread.
+  void Remove(ConnState* c);
   uint32_t index() const { return index_; }
-  // Buffers for replies: kReplySlots of kMaxReplySize.
-  static constexpr uint32_t kReplySlots = 64;
 
  private:
+  static constexpr uint64_t kReplyTag = 1ull << 63;  // wr_id of reply SENDs (receives: buffer index)
+  friend class WorkerTestPeer;
+  // --- worker.cc: the thread and completion dispatch ---
   void Run();
-  void Handle(const Completion& c);
-  void HandleMessage(ConnState& cs, std::span<const uint8_t> msg);
-  void Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t> body);
-  void ReplyError(ConnState& cs, uint64_t request_id, const Status& st);
+  void Poll();  // one batch of completions
+  void Dispatch(const Completion& c);
+  void OnReceive(const Completion& c);
+  void OnReplySent(const Completion& c);
+  // Copies the request out of the ring or the receive buffer into request_;
+  // the returned span is the only view of the request used afterwards.
+  std::span<const uint8_t> CopyRequest(ConnState& cs, const Completion& c);
+  ConnState* Find(uint32_t qp_num);
+  void ApplyControl();
+  void ExpireAssemblies(int64_t now_ms);
   // Marks the connection broken and asks the manager to close it.
   void RequestClose(ConnState& cs, ConnState::CloseReason why);
-  std::shared_ptr<ConnState> Lookup(uint32_t qp_num);
+
+  // --- worker_requests.cc: a request, by concern ---
+  void HandleRequest(ConnState& cs, std::span<const uint8_t> msg);
+  void HandleStats(ConnState& cs, const RequestHeader& h);
+  void HandleWrite(ConnState& cs, const ParsedRequest& r);     // whole PUT or DELETE
+  void HandleFragment(ConnState& cs, const ParsedRequest& r);  // part of a PUT
+  // Applies a PUT (value) or DELETE (no value) with the lock check at the
+  // store's commit point, and answers it.
+  void Apply(ConnState& cs, const RequestHeader& h, std::span<const uint8_t> key,
+             std::span<const uint8_t> value, bool is_delete);
+
+  // --- worker_replies.cc: replies ---
+  void Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t> body);
+  void ReplyError(ConnState& cs, uint64_t request_id, const Status& st);
 
   const uint32_t index_;
   const ServerConfig& cfg_;
   Backend& backend_;
   ServerCounters& counters_;
+  AssemblyBudget& assembly_budget_;
   ReceivePool pool_;
   LockView locks_;
   std::unique_ptr<CompletionQueue> cq_;
-  std::unique_ptr<MemoryRegion> reply_mr_;
-  uint32_t next_reply_ = 0;
-  bool reply_busy_[kReplySlots] = {};
+  // The one copy of the request being handled (slot_bytes): worker-owned,
+  // out of every client's reach.
+  std::unique_ptr<uint8_t[]> request_;
+  ConnTable conns_;  // the worker thread's only
+  int64_t last_expiry_ms_ = 0;
 
-  std::mutex mu_;
-  std::unordered_map<uint32_t, std::shared_ptr<ConnState>> conns_;  // by qp_num; guarded by mu_
+  // Control plane -> worker: Add/Remove requests, applied by the worker
+  // between completion batches (and on a lookup miss).
+  struct ControlOp {
+    bool add;
+    ConnState* conn;
+  };
+  std::mutex control_mu_;
+  std::vector<ControlOp> control_;  // guarded by control_mu_
+  std::atomic<bool> control_pending_{false};
+  std::atomic<bool> running_{false};
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -52,17 +52,18 @@ Status Store::CheckKey(std::string_view key) const {
   return Status::OK();
 }
 
-Result<uint32_t> Store::Put(uint32_t worker, std::string_view key, std::string_view value) {
+Result<uint32_t> Store::Put(uint32_t worker, std::string_view key, std::string_view value,
+                            const CommitCheck& check) {
   if (worker >= cfg_.workers) return Status::InvalidArgument("bad worker id");
   KVRDMA_RETURN_IF_ERROR(CheckKey(key));
   if (value.size() > cfg_.max_value_bytes) return Status::TooLarge("value longer than max_value_bytes");
-  return Write(worker, key, value, /*tombstone=*/false);
+  return Write(worker, key, value, /*tombstone=*/false, check);
 }
 
-Result<uint32_t> Store::Delete(uint32_t worker, std::string_view key) {
+Result<uint32_t> Store::Delete(uint32_t worker, std::string_view key, const CommitCheck& check) {
   if (worker >= cfg_.workers) return Status::InvalidArgument("bad worker id");
   KVRDMA_RETURN_IF_ERROR(CheckKey(key));
-  return Write(worker, key, {}, /*tombstone=*/true);
+  return Write(worker, key, {}, /*tombstone=*/true, check);
 }
 
 Result<uint64_t> Store::ReserveSpace(uint32_t head, uint64_t bytes) {
@@ -203,7 +204,8 @@ bool Store::EvictOldestCandidate(uint32_t head, const KeyHash& kh) {
   return true;
 }
 
-Result<uint32_t> Store::Write(uint32_t head, std::string_view key, std::string_view value, bool tombstone) {
+Result<uint32_t> Store::Write(uint32_t head, std::string_view key, std::string_view value, bool tombstone,
+                             const CommitCheck& check) {
   const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->bucket_count());
   const uint64_t bytes = EntryBytes(key.size(), value.size());
   const uint64_t hint = SlotHintFor(bytes);
@@ -213,6 +215,11 @@ Result<uint32_t> Store::Write(uint32_t head, std::string_view key, std::string_v
   HeadStats& st = head_stats_[head];
   for (int attempt = 0;; ++attempt) {
     Index::PairGuard guard = index_->LockPair(kh.bucket[0], kh.bucket[1]);
+    // The commit point: nothing from here to the slot's store can block.
+    if (Status ok = check(key); !ok.ok()) {
+      WriteEntry(off, key, value, 0, tombstone);  // dead (version 0): keeps the segment walkable
+      return ok;
+    }
     const SlotRef cur = FindKey(kh, key);
     const bool had_value = cur.bucket != nullptr && !LengthsTombstone(cur.header.lengths);
     if (tombstone && !had_value) {

@@ -21,6 +21,7 @@
 #include "common/format/entry.h"
 #include "common/format/read_path.h"
 #include "common/status.h"
+#include "server/store/commit_check.h"
 #include "server/store/index.h"
 #include "server/store/store_config.h"
 #include "server/store/value_log.h"
@@ -54,11 +55,13 @@ class Store {
   Store& operator=(const Store&) = delete;
 
   // Inserts or updates; returns the entry's new version (1 for a new key).
-  // InvalidArgument (bad worker id, empty key), TooLarge, ServerFull.
-  Result<uint32_t> Put(uint32_t worker, std::string_view key, std::string_view value);
+  // InvalidArgument (bad worker id, empty key), TooLarge, ServerFull, or
+  // what `check` returns (evaluated at the commit point, commit_check.h).
+  Result<uint32_t> Put(uint32_t worker, std::string_view key, std::string_view value,
+                       const CommitCheck& check = {});
   // Replaces the value with a tombstone; returns the tombstone's version.
-  // NotFound if the key has no value.
-  Result<uint32_t> Delete(uint32_t worker, std::string_view key);
+  // NotFound if the key has no value; or what `check` returns.
+  Result<uint32_t> Delete(uint32_t worker, std::string_view key, const CommitCheck& check = {});
   // Server-side lookup (copies the value). NotFound if absent or deleted.
   Status Get(std::string_view key, std::string* value, uint32_t* version = nullptr);
 
@@ -96,7 +99,8 @@ class Store {
 
   Store(const StoreConfig& cfg, std::unique_ptr<Index> index, std::unique_ptr<ValueLog> log);
   Status CheckKey(std::string_view key) const;
-  Result<uint32_t> Write(uint32_t head, std::string_view key, std::string_view value, bool tombstone);
+  Result<uint32_t> Write(uint32_t head, std::string_view key, std::string_view value, bool tombstone,
+                         const CommitCheck& check);
   Result<uint64_t> ReserveSpace(uint32_t head, uint64_t bytes);
   // Writes an entry into reserved log space (RacyStore; checksum last).
   void WriteEntry(uint64_t off, std::string_view key, std::string_view value, uint32_t version,

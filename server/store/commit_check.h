@@ -1,0 +1,23 @@
+// A condition a write must still satisfy at its commit point.
+//
+// Store::Put/Delete evaluate it under the key's bucket locks, after the log
+// space is reserved (which may block) and immediately before the entry is
+// published, so nothing between the check and the publication can wait. The
+// workers pass the lock-table check here: an old lock holder's write cannot
+// land after the next holder's (DESIGN.md, "Lock fencing").
+#pragma once
+
+#include <string_view>
+
+#include "common/status.h"
+
+namespace kvrdma {
+
+struct CommitCheck {
+  // OK lets the write commit; any other status aborts it and is returned.
+  Status (*fn)(const void* ctx, std::string_view key) = nullptr;
+  const void* ctx = nullptr;
+  Status operator()(std::string_view key) const { return fn == nullptr ? Status::OK() : fn(ctx, key); }
+};
+
+}  // namespace kvrdma

@@ -1,0 +1,90 @@
+// Replies: one per request, posted in request order on the request's own
+// connection, from that connection's own reply buffers.
+//
+// A reply never waits. An inline reply (header + short body) is copied into
+// the work request at post time and needs no buffer afterwards. A large
+// reply (STATS) holds one of the connection's ReplyBufferCount(credits)
+// buffers until its SEND completes; finding the next one still busy means
+// the client does not take its replies (DESIGN.md, "Replies"), and that
+// connection alone is closed. Nothing here polls the completion queue.
+#include <algorithm>
+
+#include "common/log.h"
+#include "server/worker.h"
+
+namespace kvrdma::server {
+namespace {
+
+constexpr uint32_t kInlineReply = 0xffffffffu;  // wr_id low bits of an inline reply: no buffer
+constexpr uint32_t kSignalEvery = 16;           // selective signaling of inline replies
+
+}  // namespace
+
+void Worker::ReplyError(ConnState& cs, uint64_t request_id, const Status& st) {
+  ReplyHeader h;
+  h.status = st.code();
+  h.request_id = request_id;
+  const std::string& m = st.message();
+  // Error texts are cut to what fits inline, so errors never hold a buffer.
+  size_t room = cs.qp->max_inline() > kReplyHeaderSize ? cs.qp->max_inline() - kReplyHeaderSize : m.size();
+  Reply(cs, h, {reinterpret_cast<const uint8_t*>(m.data()), std::min(m.size(), room)});
+}
+
+void Worker::Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t> body) {
+  ConnState::Replies& r = cs.replies;
+  const uint32_t buffers = static_cast<uint32_t>(r.busy.size());
+  const bool inline_data = kReplyHeaderSize + body.size() <= cs.qp->max_inline();
+  uint32_t buffer = buffers;  // inline replies are encoded in the scratch buffer after the others
+  if (!inline_data) {
+    buffer = static_cast<uint32_t>(r.large_sent % buffers);
+    if (r.busy[buffer]) {
+      counters_.errors.fetch_add(1, std::memory_order_relaxed);
+      KVRDMA_LOG_DEBUG("worker %u: connection %u does not take its replies", index_, cs.id);
+      RequestClose(cs, ConnState::CloseReason::kProtocol);
+      return;
+    }
+  }
+  auto* buf = static_cast<uint8_t*>(cs.reply_mr->addr()) + size_t{buffer} * kMaxReplySize;
+  const size_t len = EncodeReply(h, body, {buf, kMaxReplySize});
+  SendWr w;
+  w.wr_id = kReplyTag | (inline_data ? kInlineReply : buffer);
+  w.opcode = WrOpcode::kSend;
+  w.local = cs.reply_mr->Slice(size_t{buffer} * kMaxReplySize, static_cast<uint32_t>(len));
+  w.inline_data = inline_data;
+  // Only every kSignalEvery-th inline reply asks for a completion (to free
+  // send queue slots, and to show the client takes its replies); a large
+  // reply always does, to free its buffer.
+  w.signaled = !inline_data || ++r.unsignaled >= kSignalEvery;
+  if (w.signaled && inline_data) r.unsignaled = 0;
+  if (Status st = cs.qp->PostSend({&w, 1}); !st.ok()) {
+    // A broken QP, or a send queue full of replies the client does not take.
+    KVRDMA_LOG_DEBUG("worker %u: reply to connection %u not sent: %s", index_, cs.id, st.ToString().c_str());
+    RequestClose(cs, ConnState::CloseReason::kQpFailed);
+    return;
+  }
+  if (!inline_data) {
+    r.busy[buffer] = 1;
+    ++r.large_sent;
+  }
+  if (w.signaled) {
+    if (cs.signaled_pending.load(std::memory_order_relaxed) == 0) {
+      cs.reply_progress_ms.store(SteadyMs(), std::memory_order_relaxed);
+    }
+    // Release: a manager that sees this reply pending also sees the time
+    // stored above, not the one of a reply that completed long ago.
+    cs.signaled_pending.fetch_add(1, std::memory_order_release);
+  }
+}
+
+void Worker::OnReplySent(const Completion& c) {
+  ConnState* cs = Find(c.qp_num);
+  if (cs == nullptr) return;  // closed meanwhile: its buffers went with it
+  const uint32_t buffer = static_cast<uint32_t>(c.wr_id & ~kReplyTag);
+  if (buffer < cs->replies.busy.size()) cs->replies.busy[buffer] = 0;
+  uint32_t pending = cs->signaled_pending.load(std::memory_order_relaxed);
+  if (pending > 0) cs->signaled_pending.store(pending - 1, std::memory_order_relaxed);
+  cs->reply_progress_ms.store(SteadyMs(), std::memory_order_relaxed);
+  if (c.status != WcStatus::kSuccess) RequestClose(*cs, ConnState::CloseReason::kQpFailed);
+}
+
+}  // namespace kvrdma::server

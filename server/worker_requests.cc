@@ -1,0 +1,116 @@
+// A request, parsed from the worker's own copy and applied, by concern.
+#include <cstring>
+#include <string>
+
+#include "common/log.h"
+#include "server/worker.h"
+
+namespace kvrdma::server {
+namespace {
+
+uint64_t PeekRequestId(std::span<const uint8_t> msg) {
+  uint64_t id = 0;
+  if (msg.size() >= 16) {
+    for (int i = 0; i < 8; ++i) id |= uint64_t{msg[8 + i]} << (8 * i);
+  }
+  return id;
+}
+
+// The lock check the store runs at its commit point (commit_check.h).
+struct LockFence {
+  const LockView* locks;
+  uint64_t token;
+  static Status Check(const void* ctx, std::string_view key) {
+    auto* f = static_cast<const LockFence*>(ctx);
+    return f->locks->Check({reinterpret_cast<const uint8_t*>(key.data()), key.size()}, f->token);
+  }
+};
+
+}  // namespace
+
+void Worker::HandleRequest(ConnState& cs, std::span<const uint8_t> msg) {
+  auto parsed = ParseRequest(msg, cfg_.max_key_bytes, cfg_.max_value_bytes);
+  if (!parsed.ok()) {
+    counters_.errors.fetch_add(1, std::memory_order_relaxed);
+    cs.assembly.Release(assembly_budget_);
+    ReplyError(cs, PeekRequestId(msg), parsed.status());
+    return;
+  }
+  const RequestHeader& h = parsed->header;
+  const bool whole = (h.flags & kFlagFirst) && (h.flags & kFlagLast);
+  if (!whole) return HandleFragment(cs, *parsed);
+  // Whole requests may interleave with a fragmented PUT's fragments: they
+  // do not touch the assembly.
+  if (h.opcode == Opcode::kStats) return HandleStats(cs, h);
+  HandleWrite(cs, *parsed);
+}
+
+void Worker::HandleStats(ConnState& cs, const RequestHeader& h) {
+  std::pair<std::string_view, uint64_t> fixed[] = {
+      {"connections", counters_.connections.load()},
+      {"connections_total", counters_.connections_total.load()},
+      {"closed_failed", counters_.closed_failed.load()},
+      {"closed_flow_control", counters_.closed_flow_control.load()},
+      {"puts", counters_.puts.load()},
+      {"deletes", counters_.deletes.load()},
+      {"errors", counters_.errors.load()},
+      {"assembly_bytes", assembly_budget_.used()},
+  };
+  std::vector<std::pair<std::string_view, uint64_t>> s(std::begin(fixed), std::end(fixed));
+  backend_.AppendStats(&s);
+  uint8_t body[kMaxReplySize - kReplyHeaderSize];
+  size_t n = EncodeStats(s, body);
+  ReplyHeader rh;
+  rh.request_id = h.request_id;
+  Reply(cs, rh, {body, n});
+}
+
+void Worker::HandleWrite(ConnState& cs, const ParsedRequest& r) {
+  Apply(cs, r.header, r.key, r.value, r.header.opcode == Opcode::kDelete);
+}
+
+void Worker::HandleFragment(ConnState& cs, const ParsedRequest& r) {
+  const RequestHeader& h = r.header;
+  Status st = (h.flags & kFlagFirst) ? cs.assembly.Begin(h, r.key, r.value, assembly_budget_, SteadyMs())
+                                     : cs.assembly.Extend(h, r.value, assembly_budget_);
+  if (!st.ok()) {
+    if (st.code() != Status::Code::kNoResource) counters_.errors.fetch_add(1, std::memory_order_relaxed);
+    return ReplyError(cs, h.request_id, st);
+  }
+  if (!(h.flags & kFlagLast)) {
+    ReplyHeader rh;
+    rh.request_id = h.request_id;
+    rh.flags = kReplyFragmentAck;
+    return Reply(cs, rh, {});
+  }
+  if (!cs.assembly.complete()) {  // cannot happen after ParseRequest + Extend; never trust it
+    cs.assembly.Release(assembly_budget_);
+    counters_.errors.fetch_add(1, std::memory_order_relaxed);
+    return ReplyError(cs, h.request_id, Status::InvalidArgument("last fragment before the value is complete"));
+  }
+  // The FIRST's key and token, not whatever the LAST claims.
+  RequestHeader whole = h;
+  whole.lock_token = cs.assembly.token();
+  Apply(cs, whole, cs.assembly.key(), cs.assembly.value(), /*is_delete=*/false);
+  cs.assembly.Release(assembly_budget_);
+}
+
+void Worker::Apply(ConnState& cs, const RequestHeader& h, std::span<const uint8_t> key,
+                   std::span<const uint8_t> value, bool is_delete) {
+  const LockFence fence{&locks_, h.lock_token};
+  const CommitCheck check{&LockFence::Check, &fence};
+  ReplyHeader rh;
+  rh.request_id = h.request_id;
+  Status st = is_delete ? backend_.Delete(index_, key, check, &rh.version)
+                        : backend_.Put(index_, key, value, check, &rh.version);
+  if (st.ok()) {
+    (is_delete ? counters_.deletes : counters_.puts).fetch_add(1, std::memory_order_relaxed);
+    return Reply(cs, rh, {});
+  }
+  if (!st.IsNotFound() && st.code() != Status::Code::kLocked) {
+    counters_.errors.fetch_add(1, std::memory_order_relaxed);
+  }
+  ReplyError(cs, h.request_id, st);
+}
+
+}  // namespace kvrdma::server

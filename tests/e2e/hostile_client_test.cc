@@ -1,0 +1,480 @@
+// Hostile clients against the server's request path (issue 12): each test
+// replays one attack that broke c1cae9c and checks that the server now
+// refuses it, keeps the store intact and keeps serving everyone else.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "server/server.h"
+#include "server/store_backend.h"
+#include "tests/e2e/e2e_util.h"
+#include "tests/e2e/rogue_client.h"
+
+namespace kvrdma::testing {
+namespace {
+
+// The real store, with a hook that runs in the worker just before a request
+// reaches the store (where a PUT could block in ReserveSpace, or a client
+// could rewrite its ring meanwhile).
+class HookedBackend final : public server::Backend {
+ public:
+  explicit HookedBackend(std::unique_ptr<server::StoreBackend> real) : real_(std::move(real)) {}
+  Status Put(uint32_t worker, std::span<const uint8_t> key, std::span<const uint8_t> value,
+             const CommitCheck& check, uint64_t* version) override {
+    RunHook(key);
+    return real_->Put(worker, key, value, check, version);
+  }
+  Status Delete(uint32_t worker, std::span<const uint8_t> key, const CommitCheck& check,
+                uint64_t* version) override {
+    RunHook(key);
+    return real_->Delete(worker, key, check, version);
+  }
+  server::StoreRegions regions() const override { return real_->regions(); }
+  void AppendStats(std::vector<std::pair<std::string_view, uint64_t>>* out) const override {
+    real_->AppendStats(out);
+  }
+  // Runs `h` once, for the next request whose key is `key`.
+  void HookOnce(std::string key, std::function<void()> h) {
+    std::lock_guard<std::mutex> g(mu_);
+    hook_key_ = std::move(key);
+    hook_ = std::move(h);
+  }
+  Store& store() { return real_->store(); }
+
+ private:
+  void RunHook(std::span<const uint8_t> key) {
+    std::function<void()> h;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (!hook_ || std::string_view(reinterpret_cast<const char*>(key.data()), key.size()) != hook_key_) return;
+      h = std::move(hook_);
+      hook_ = nullptr;
+    }
+    h();
+  }
+  std::unique_ptr<server::StoreBackend> real_;
+  std::mutex mu_;
+  std::string hook_key_;
+  std::function<void()> hook_;
+};
+
+class HostileClientTest : public ::testing::TestWithParam<Kind> {
+ protected:
+  void SetUp() override {
+    env_ = TransportEnv::Make(GetParam());
+    if (!env_.skip_reason.empty()) GTEST_SKIP() << env_.skip_reason;
+  }
+  void TearDown() override { StopServer(); }
+
+  // Starts kvserver (the real Server over the hooked store) with cfg.
+  void StartServer(server::ServerConfig cfg = TestServer::Defaults()) {
+    StoreConfig sc;
+    sc.index_buckets = 1 << 12;
+    sc.segment_bytes = 4 << 20;
+    sc.log_bytes = 64 << 20;
+    sc.workers = cfg.workers;
+    sc.max_key_bytes = cfg.max_key_bytes;
+    sc.max_value_bytes = cfg.max_value_bytes;
+    sc.huge_pages = HugePages::kOff;
+    sc.grace_period = std::chrono::milliseconds(cfg.grace_period_ms);
+    auto b = server::StoreBackend::Create(sc);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    backend_ = std::make_unique<HookedBackend>(std::move(b).value());
+    cfg.listen = env_.kind_is_verbs() ? env_.addr : "";
+    cfg_ = cfg;
+    server_ = std::make_unique<server::Server>(cfg, env_.server, *backend_);
+    Status st = server_->Start();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    thread_ = std::thread([this] { (void)server_->Run(); });
+    good_ = Connect(PutMode::kSend);
+    ASSERT_TRUE(good_);
+    ASSERT_TRUE(good_->Put("precious", "value that must survive").ok());
+  }
+  void StopServer() {
+    good_.reset();
+    if (!server_) return;
+    server_->RequestStop();
+    thread_.join();
+    server_.reset();
+  }
+  std::unique_ptr<Client> Connect(PutMode mode, int op_timeout_ms = 10000) {
+    ClientOptions o;
+    o.host = env_.addr;
+    o.port = server_->port();
+    o.put_mode = mode;
+    o.op_timeout_ms = op_timeout_ms;
+    auto c = ClientFactory::ConnectWith(env_.client, o);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? std::move(c).value() : nullptr;
+  }
+  void ExpectStoreIntactAndServing() {
+    std::string got;
+    ASSERT_TRUE(good_->Get("precious", &got).ok());
+    EXPECT_EQ(got, "value that must survive");
+    ASSERT_TRUE(good_->Put("still", "serving").ok());
+    ASSERT_TRUE(good_->Get("still", &got).ok());
+    EXPECT_EQ(got, "serving");
+  }
+  // The value of key in the store (server side), or "<none>".
+  std::string Stored(std::string_view key) {
+    std::string v;
+    Status st = backend_->store().Get(key, &v);
+    return st.ok() ? v : "<none>";
+  }
+  uint64_t Stat(const std::string& name) {
+    auto s = good_->Stats();
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    if (!s.ok()) return ~uint64_t{0};
+    for (auto& [n, v] : *s) {
+      if (n == name) return v;
+    }
+    ADD_FAILURE() << "no stat " << name;
+    return ~uint64_t{0};
+  }
+  bool StatBecomes(const std::string& name, uint64_t want, int timeout_ms) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    do {
+      if (Stat(name) == want) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } while (std::chrono::steady_clock::now() < deadline);
+    return false;
+  }
+
+  TransportEnv env_;
+  server::ServerConfig cfg_;
+  std::unique_ptr<HookedBackend> backend_;
+  std::unique_ptr<server::Server> server_;
+  std::thread thread_;
+  std::unique_ptr<Client> good_;
+};
+
+RequestHeader Fragment(uint8_t flags, uint32_t value_len, uint32_t offset, uint64_t id = 7) {
+  RequestHeader h;
+  h.flags = flags;
+  h.value_len = value_len;
+  h.frag_offset = offset;
+  h.request_id = id;
+  return h;
+}
+
+// Finding 1: a later fragment was checked against its own value_len, never
+// the FIRST's, which sized the buffer: FIRST (16 bytes) + LAST (value_len
+// 3016, offset 16, 3000 bytes) wrote 3000 bytes past a 16-byte buffer.
+TEST_P(HostileClientTest, FragmentsMustExtendTheAssemblyTheirFirstStarted) {
+  StartServer();
+  for (PutPath path : {PutPath::kSend, PutPath::kWriteImm}) {
+    RogueClient r;
+    ASSERT_TRUE(r.Connect(env_, server_->port(), path).ok());
+    auto send = [&](const std::vector<uint8_t>& m) {
+      Status st = path == PutPath::kSend ? r.Send(m) : r.WriteImm(m, 0);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+    };
+    const std::string k = "frag-key";
+    struct Case {
+      const char* what;
+      uint32_t first_value_len;  // the FIRST carries 16 bytes of it
+      RequestHeader later;
+      size_t later_bytes;
+    };
+    auto with = [](RequestHeader h, auto change) {
+      change(h);
+      return h;
+    };
+    const Case cases[] = {
+        {"a longer total length (the overflow)", 16, Fragment(kFlagLast, 3016, 16), 3000},
+        {"a shorter total length", 32, Fragment(kFlagLast, 20, 16), 4},
+        {"another request id", 32, Fragment(kFlagLast, 32, 16, 8), 16},
+        {"another key length", 32, with(Fragment(kFlagLast, 32, 16), [](auto& h) { h.key_len = 3; }), 16},
+        {"another lock token", 32, with(Fragment(kFlagLast, 32, 16), [](auto& h) { h.lock_token = 99; }), 16},
+        {"a gap", 64, Fragment(0, 64, 20), 8},
+    };
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(c.what) + (path == PutPath::kSend ? " (send)" : " (write-imm)"));
+      RequestHeader first = Fragment(kFlagFirst, c.first_value_len, 0);
+      first.key_len = static_cast<uint16_t>(k.size());
+      send(RequestMsg(first, k, std::string(16, 'a')));
+      RawReply a = r.Reply();
+      ASSERT_EQ(a.code, Status::Code::kOk) << a.body;
+      EXPECT_EQ(a.flags, kReplyFragmentAck);
+      RequestHeader later = c.later;
+      if (later.key_len == 0) later.key_len = static_cast<uint16_t>(k.size());
+      send(RequestMsg(later, k, std::string(c.later_bytes, 'B')));
+      RawReply b = r.Reply();
+      EXPECT_EQ(b.code, Status::Code::kInvalidArgument) << b.body;
+      EXPECT_EQ(Stored(k), "<none>");
+    }
+    // The connection still works, and so does a well-formed fragmented PUT.
+    RequestHeader f = Fragment(kFlagFirst, 24, 0, 11);
+    f.key_len = static_cast<uint16_t>(k.size());
+    send(RequestMsg(f, k, std::string(16, 'x')));
+    EXPECT_EQ(r.Reply().code, Status::Code::kOk);
+    RequestHeader l = Fragment(kFlagLast, 24, 16, 11);
+    l.key_len = static_cast<uint16_t>(k.size());
+    send(RequestMsg(l, k, std::string(8, 'y')));
+    EXPECT_EQ(r.Reply().code, Status::Code::kOk);
+    EXPECT_EQ(Stored(k), std::string(16, 'x') + std::string(8, 'y'));
+    ASSERT_TRUE(good_->Delete(k).ok());
+  }
+  ExpectStoreIntactAndServing();
+}
+
+// Finding 2: the worker read key and value straight out of the ring (which
+// the client can still write) several times: lock check with one key, store
+// under another. Here the client rewrites its ring (an RDMA WRITE on its own
+// QP) after the server received the request and before the store applied
+// it; the server must apply what it received, once copied.
+TEST_P(HostileClientTest, RingRewrittenDuringApplyChangesNothing) {
+  StartServer();
+  auto holder = Connect(PutMode::kSend);
+  ASSERT_TRUE(holder);
+  ASSERT_TRUE(holder->Put("lock-key", "guarded by a lock").ok());
+  ASSERT_TRUE(holder->Lock("lock-key", std::chrono::milliseconds(60000)).ok());
+  RogueClient r;
+  ASSERT_TRUE(r.Connect(env_, server_->port(), PutPath::kWriteImm).ok());
+  auto msg = WholePut("open-key", "v1");
+  std::atomic<bool> rewritten{false};
+  Status rewrite_status = Status::Internal("hook not run");
+  backend_->HookOnce("open-key", [&] {
+    // Same length, another key (and another value): locked, and not asked for.
+    auto evil = WholePut("lock-key", "v2");
+    rewrite_status = r.WriteRing(evil, 0);
+    rewritten.store(true);
+  });
+  // Unsignaled: the hook's WRITE is the one whose completion is awaited.
+  ASSERT_TRUE(r.WriteImm(msg, 0, ~0u, /*wait=*/false).ok());
+  for (int i = 0; i < 1000 && !rewritten.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(rewritten.load()) << "the store never saw the request";
+  ASSERT_TRUE(rewrite_status.ok()) << rewrite_status.ToString();
+  RawReply rep = r.Reply();
+  EXPECT_EQ(rep.code, Status::Code::kOk) << rep.body;
+  EXPECT_EQ(Stored("open-key"), "v1");
+  EXPECT_EQ(Stored("lock-key"), "guarded by a lock");
+  // The index agrees with the log: the client's GET path finds both.
+  std::string got;
+  ASSERT_TRUE(good_->Get("open-key", &got).ok());
+  EXPECT_EQ(got, "v1");
+  ASSERT_TRUE(good_->Get("lock-key", &got).ok());
+  EXPECT_EQ(got, "guarded by a lock");
+  ExpectStoreIntactAndServing();
+}
+
+// Finding 4: replies waited for one of the worker's shared reply buffers and
+// polled re-entrantly meanwhile. Connections that post no receives, each
+// with 4 STATS in flight (within their credits), held them all: the worker
+// stalled until the reply timeout closed them, and an innocent client's
+// replies came out of order. Now each connection answers from its own
+// buffers: the innocent client is served at once, in order, while the
+// hostile connections are still there.
+// PUT latencies (us) of n PUTs by c, sorted.
+std::vector<double> TimedPuts(Client& c, const std::string& prefix, int n) {
+  std::vector<double> us;
+  for (int i = 0; i < n; ++i) {
+    std::string k = prefix + std::to_string(i);
+    auto t0 = std::chrono::steady_clock::now();
+    Status st = c.Put(k, "v" + std::to_string(i));
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    EXPECT_TRUE(st.ok()) << k << ": " << st.ToString();
+    if (!st.ok()) break;
+  }
+  std::sort(us.begin(), us.end());
+  return us;
+}
+double Pct(const std::vector<double>& v, double p) {
+  return v.empty() ? 0 : v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+TEST_P(HostileClientTest, ConnectionsThatTakeNoRepliesCannotStallOthers) {
+  server::ServerConfig cfg = TestServer::Defaults();
+  cfg.reply_timeout_ms = 5000;
+  StartServer(cfg);
+  constexpr int kPuts = 300;
+  auto innocent = Connect(PutMode::kSend);
+  ASSERT_TRUE(innocent);
+  const std::vector<double> base = TimedPuts(*innocent, "base-", kPuts);
+  // 32 connections (16 per worker) that post no receives, each with 4 STATS
+  // in flight: half by SEND, half in their rings, which a thread keeps
+  // rewriting meanwhile.
+  constexpr int kHostile = 32;
+  std::vector<std::unique_ptr<RogueClient>> rogues;
+  for (int i = 0; i < kHostile; ++i) {
+    const PutPath path = i % 2 == 0 ? PutPath::kSend : PutPath::kWriteImm;
+    rogues.push_back(std::make_unique<RogueClient>());
+    RogueClient& r = *rogues.back();
+    ASSERT_TRUE(r.Connect(env_, server_->port(), path, /*receives=*/0).ok()) << i;
+    for (uint32_t k = 0; k < 4; ++k) {
+      Status st = path == PutPath::kSend ? r.Send(StatsMsg(k + 1)) : r.WriteImm(StatsMsg(k + 1), k);
+      ASSERT_TRUE(st.ok()) << i << ": " << st.ToString();
+    }
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> rewrites{0};
+  std::thread rewriter([&] {
+    auto junk = WholePut("precious", "rewritten by a hostile ring");
+    while (!stop.load()) {
+      for (int i = 1; i < kHostile && !stop.load(); i += 2) {
+        if (rogues[i]->WriteRing(junk, (rewrites.load() % 4) * rogues[i]->desc().slot_size).ok()) ++rewrites;
+      }
+    }
+  });
+  std::vector<double> attacked;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto innocent_imm = Connect(PutMode::kWriteImm);
+  ASSERT_TRUE(innocent_imm);
+  for (PutMode mode : {PutMode::kSend, PutMode::kWriteImm}) {
+    Client* c = mode == PutMode::kSend ? innocent.get() : innocent_imm.get();
+    auto us = TimedPuts(*c, mode == PutMode::kSend ? "send-" : "imm-", kPuts);
+    attacked.insert(attacked.end(), us.begin(), us.end());
+    auto s = c->Stats();
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+  }
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  // Served while the hostile connections still stand (not because the
+  // reply timeout removed them).
+  const uint64_t standing = Stat("connections");
+  stop.store(true);
+  rewriter.join();
+  std::sort(attacked.begin(), attacked.end());
+  std::printf("well-behaved client, %d PUTs alone: p50 %.0f us, p99 %.0f us; %zu PUTs beside %d connections holding "
+              "their replies (%llu ring rewrites): p50 %.0f us, p99 %.0f us, %lld ms in all, 0 errors\n",
+              kPuts, Pct(base, 0.5), Pct(base, 0.99), attacked.size(), kHostile,
+              static_cast<unsigned long long>(rewrites.load()), Pct(attacked, 0.5), Pct(attacked, 0.99),
+              static_cast<long long>(ms.count()));
+  EXPECT_EQ(attacked.size(), 2u * kPuts);
+  EXPECT_EQ(standing, uint64_t{kHostile} + 3);
+  // And then they go, for not taking their replies.
+  EXPECT_TRUE(StatBecomes("connections", 3, 30000)) << Stat("connections");
+  EXPECT_EQ(Stat("closed_flow_control"), uint64_t{kHostile});
+  ExpectStoreIntactAndServing();
+}
+
+// Finding 4, the other half: connections that flood STATS and are closed
+// holding replies that never complete must give back everything (nothing
+// leaks into what the next connections get).
+TEST_P(HostileClientTest, ClosedFloodersDoNotLeakReplyResources) {
+  server::ServerConfig cfg = TestServer::Defaults();
+  cfg.reply_timeout_ms = 500;
+  StartServer(cfg);
+  const int flooders = 40;
+  for (int i = 0; i < flooders; ++i) {
+    RogueClient r;
+    ASSERT_TRUE(r.Connect(env_, server_->port(), PutPath::kSend, /*receives=*/0).ok()) << "flooder " << i;
+    for (uint32_t k = 0; k < 3 * cfg.credits; ++k) {
+      if (!r.Send(StatsMsg(k + 1)).ok()) break;  // may be cut short
+    }
+    EXPECT_TRUE(r.WaitClosed(10000)) << "flooder " << i;
+  }
+  EXPECT_TRUE(StatBecomes("connections", 1, 10000)) << Stat("connections");
+  for (int i = 0; i < 4; ++i) {
+    auto c = Connect(PutMode::kSend);
+    ASSERT_TRUE(c);
+    auto st = c->Stats();
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+  }
+  ExpectStoreIntactAndServing();
+}
+
+// Finding 7: a FIRST fragment pinned up to max_value_bytes per connection,
+// indefinitely. Now assemblies share a server-wide budget; their bytes come
+// back when the connection closes or the assembly times out.
+TEST_P(HostileClientTest, AssemblyMemoryIsBoundedAndReleasedOnCloseAndTimeout) {
+  server::ServerConfig cfg = TestServer::Defaults();
+  cfg.assembly_bytes = 2 * cfg.max_value_bytes;
+  cfg.assembly_timeout_ms = 1000;
+  StartServer(cfg);
+  const std::string key = "big";
+  auto first = [&](uint64_t id) {
+    RequestHeader h = Fragment(kFlagFirst, cfg.max_value_bytes, 0, id);
+    return RequestMsg(h, key, std::string(1000, 'f'));
+  };
+  auto a = std::make_unique<RogueClient>();
+  RogueClient b, c;
+  ASSERT_TRUE(a->Connect(env_, server_->port()).ok());
+  ASSERT_TRUE(b.Connect(env_, server_->port()).ok());
+  ASSERT_TRUE(c.Connect(env_, server_->port()).ok());
+  ASSERT_TRUE(a->Send(first(1)).ok());
+  EXPECT_EQ(a->Reply().code, Status::Code::kOk);
+  ASSERT_TRUE(b.Send(first(1)).ok());
+  EXPECT_EQ(b.Reply().code, Status::Code::kOk);
+  EXPECT_EQ(Stat("assembly_bytes"), 2 * uint64_t{cfg.max_value_bytes});
+  // The budget is spent: a third is refused (retry later), not pinned.
+  ASSERT_TRUE(c.Send(first(1)).ok());
+  RawReply refused = c.Reply();
+  EXPECT_EQ(refused.code, Status::Code::kNoResource) << refused.body;
+  // a closes: its bytes come back, and c's FIRST is taken.
+  a.reset();
+  bool taken = false;
+  for (uint64_t id = 2; id < 500 && !taken; ++id) {
+    ASSERT_TRUE(c.Send(first(id)).ok());
+    taken = c.Reply().code == Status::Code::kOk;
+    if (!taken) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(taken) << "the closed connection's assembly was not released";
+  // b and c never send the rest: after the timeout their bytes come back.
+  EXPECT_TRUE(StatBecomes("assembly_bytes", 0, 10000)) << Stat("assembly_bytes");
+  // A fragmented PUT through the client library still works.
+  auto good = Connect(PutMode::kWriteImm);
+  ASSERT_TRUE(good);
+  std::string big(cfg.max_value_bytes, 'v');
+  ASSERT_TRUE(good->Put(key, big).ok());
+  EXPECT_EQ(Stored(key), big);
+  ExpectStoreIntactAndServing();
+}
+
+// Finding 8: the lock token was checked before the store reserved log space,
+// which can block (full_wait + grace); an old holder's PUT could land after
+// the next holder's. The hook blocks the old holder's PUT just before the
+// store, as ReserveSpace would; the check now runs at the commit point.
+TEST_P(HostileClientTest, LockIsCheckedAtTheCommitPoint) {
+  StartServer();
+  auto old_holder = Connect(PutMode::kSend);  // worker 1 (connections alternate)
+  auto new_holder = Connect(PutMode::kSend);  // worker 0
+  ASSERT_TRUE(old_holder && new_holder);
+  ASSERT_TRUE(old_holder->Lock("fenced", std::chrono::milliseconds(200)).ok());
+  std::mutex mu;
+  std::condition_variable cv;
+  bool blocked = false, release = false;
+  backend_->HookOnce("fenced", [&] {
+    std::unique_lock<std::mutex> l(mu);
+    blocked = true;
+    cv.notify_all();
+    cv.wait_for(l, std::chrono::seconds(20), [&] { return release; });
+  });
+  Status old_put;
+  std::thread t([&] { old_put = old_holder->Put("fenced", "old holder"); });
+  {
+    std::unique_lock<std::mutex> l(mu);
+    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(10), [&] { return blocked; }));
+  }
+  // The old lease ends while its PUT waits; the new holder takes the lock
+  // and writes.
+  Status taken = Status::Locked("not tried");
+  for (int i = 0; i < 500 && !taken.ok(); ++i) {
+    taken = new_holder->TryLock("fenced", std::chrono::milliseconds(10000));
+    if (!taken.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(taken.ok()) << taken.ToString();
+  ASSERT_TRUE(new_holder->Put("fenced", "new holder").ok());
+  {
+    std::lock_guard<std::mutex> l(mu);
+    release = true;
+  }
+  cv.notify_all();
+  t.join();
+  EXPECT_EQ(old_put.code(), Status::Code::kLocked) << old_put.ToString();
+  EXPECT_EQ(Stored("fenced"), "new holder");
+  ExpectStoreIntactAndServing();
+}
+
+INSTANTIATE_TEST_SUITE_P(Loopback, HostileClientTest, ::testing::Values(Kind::kLoopback), KindName);
+INSTANTIATE_TEST_SUITE_P(Verbs, HostileClientTest, ::testing::Values(Kind::kVerbs), KindName);
+
+}  // namespace
+}  // namespace kvrdma::testing

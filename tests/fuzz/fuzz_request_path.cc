@@ -1,0 +1,558 @@
+// Stateful fuzzer for the server's request path: the input is a sequence of
+// events from several connections (SENDs and ring messages, fragments in any
+// order and size, lock words and tokens, STATS, ring-position and credit
+// violations, ring rewrites while the store applies a request, connections
+// that never take their replies, disconnects, assembly timeouts). They drive
+// the real Worker (through a test peer, over fake transport objects, on the
+// fuzzer's thread: deterministic) and the real Store.
+//
+// After every event the fuzzer checks: one reply per handled request, in
+// request order, with the status a simple model of the protocol predicts; a
+// connection is closed only when it holds all its reply buffers or send queue
+// slots; every receive buffer is reposted once; the assembly budget equals
+// what the model's assemblies hold; and the store holds exactly the model's
+// key-value pairs (an operation the worker applied but could not acknowledge
+// may or may not be there).
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/log.h"
+#include "server/store_backend.h"
+#include "server/worker.h"
+#include "tests/fuzz/fake_transport.h"
+
+namespace kvrdma::server {
+class WorkerTestPeer {
+ public:
+  static void Dispatch(Worker& w, const Completion& c) { w.Dispatch(c); }
+  static void ApplyControl(Worker& w) { w.ApplyControl(); }
+  static void ExpireAll(Worker& w) { w.ExpireAssemblies(SteadyMs() + w.cfg_.assembly_timeout_ms + 1); }
+};
+}  // namespace kvrdma::server
+
+namespace kvrdma::fuzz {
+namespace {
+
+using server::ConnState;
+using server::WorkerTestPeer;
+
+#define CHECK(cond, ...)                                                      \
+  do {                                                                        \
+    if (!(cond)) {                                                            \
+      std::fprintf(stderr, "fuzz_request_path: %s failed: ", #cond);          \
+      std::fprintf(stderr, __VA_ARGS__);                                      \
+      std::fprintf(stderr, "\n");                                             \
+      std::abort();                                                           \
+    }                                                                         \
+  } while (0)
+
+constexpr uint32_t kSlotBytes = 512;
+constexpr uint32_t kMaxKey = 64;
+constexpr uint32_t kMaxValue = 2048;
+constexpr uint32_t kConns = 3;
+constexpr uint32_t kRecvBuffers = 4;
+constexpr uint32_t kLockSlots = 8;
+const std::string kKeyNames[] = {"a", "b", "key-1", "key-2", std::string(40, 'L')};
+
+// One store serves many inputs (opening one per input would dominate the
+// run time); each input uses its own keys (a prefix), and the store is
+// replaced before it fills up. A crashing input reproduces alone.
+server::StoreBackend& SharedStore(uint64_t* generation) {
+  static std::unique_ptr<server::StoreBackend> store;
+  static uint64_t inputs = 0;
+  if (!store || ++inputs % 1024 == 0 || store->store().Stats().segments_free < 8) {
+    store.reset();
+    StoreConfig sc;
+    sc.index_buckets = 4096;
+    sc.segment_bytes = 64 << 10;
+    sc.log_bytes = 256 * sc.segment_bytes;
+    sc.workers = 1;
+    sc.max_key_bytes = kMaxKey;
+    sc.max_value_bytes = kMaxValue;
+    sc.huge_pages = HugePages::kOff;
+    sc.cleaner_thread = false;
+    auto s = server::StoreBackend::Create(sc);
+    if (!s.ok()) std::abort();
+    store = std::move(s).value();
+  }
+  *generation = inputs;
+  return *store;
+}
+
+// The store, with a hook that rewrites every ring and receive buffer while a
+// request is being applied (what a client writing its ring, or the NIC
+// refilling a reposted buffer, would do).
+class RewritingBackend final : public server::Backend {
+ public:
+  explicit RewritingBackend(server::StoreBackend* s) : real(s) {}
+  Status Put(uint32_t w, std::span<const uint8_t> k, std::span<const uint8_t> v, const CommitCheck& c,
+             uint64_t* ver) override {
+    Rewrite();
+    return real->Put(w, k, v, c, ver);
+  }
+  Status Delete(uint32_t w, std::span<const uint8_t> k, const CommitCheck& c, uint64_t* ver) override {
+    Rewrite();
+    return real->Delete(w, k, c, ver);
+  }
+  server::StoreRegions regions() const override { return real->regions(); }
+  void AppendStats(std::vector<std::pair<std::string_view, uint64_t>>* out) const override {
+    real->AppendStats(out);
+  }
+  void Rewrite() {
+    if (!armed) return;
+    armed = false;
+    for (auto& m : memory) std::memset(m.data(), 0x5a, m.size());
+  }
+  server::StoreBackend* real;
+  bool armed = false;
+  std::vector<std::span<uint8_t>> memory;
+};
+
+// What the client side of a connection is doing (to build plausible next
+// fragments), and what the model knows of the server side.
+struct ModelAssembly {
+  bool active = false;
+  uint64_t id = 0, token = 0;
+  uint32_t value_len = 0;
+  uint16_t key_len = 0;
+  std::string key, value;
+};
+
+struct Conn {
+  std::unique_ptr<ConnState> cs;
+  FakeConnection* qp = nullptr;
+  std::span<uint8_t> ring;  // owned by cs (as the server allocates it)
+  std::vector<uint8_t> reply_mem;
+  ModelAssembly server_asm;  // the model of the server's assembly
+  // The client's own fragmented PUT in progress.
+  std::string frag_key;
+  uint64_t frag_id = 0, frag_token = 0;
+  uint32_t frag_len = 0, frag_sent = 0;
+  uint64_t next_id = 1;
+};
+
+struct Expect {
+  uint64_t id = 0;
+  Status::Code code = Status::Code::kOk;
+  bool ack = false;
+  std::optional<std::pair<std::string, std::optional<std::string>>> effect;  // key -> value (nullopt: delete)
+};
+
+class Harness {
+ public:
+  explicit Harness(FuzzedDataProvider& in) : in_(in) {
+    cfg_.workers = 1;
+    cfg_.credits = in_.ConsumeIntegralInRange<uint32_t>(1, 6);
+    cfg_.slot_bytes = kSlotBytes;
+    cfg_.max_key_bytes = kMaxKey;
+    cfg_.max_value_bytes = kMaxValue;
+    cfg_.assembly_bytes = in_.ConsumeIntegralInRange<uint32_t>(kMaxValue, 3 * kMaxValue);
+    cfg_.assembly_timeout_ms = 1000000;  // expiry only when an event says so
+    max_inline_ = in_.PickValueInArray({0u, 24u, 64u, 256u});
+    uint64_t generation = 0;
+    backend_ = std::make_unique<RewritingBackend>(&SharedStore(&generation));
+    const std::string prefix = std::to_string(generation) + ":";
+    for (const std::string& k : kKeyNames) keys_.push_back(prefix + k);
+    budget_ = std::make_unique<server::AssemblyBudget>(cfg_.assembly_bytes);
+    locks_.assign(1 + kLockSlots, 0);
+    locks_[0] = 1000;  // the server clock
+    recv_mem_.assign(size_t{kRecvBuffers} * kSlotBytes, 0);
+    recv_mr_ = std::make_unique<FakeRegion>(recv_mem_.data(), recv_mem_.size());
+    backend_->memory.push_back(recv_mem_);
+    server::ReceivePool pool{&srq_, recv_mr_.get(), kSlotBytes};
+    server::LockView lv{locks_.data(), kLockSlots, backend_->regions().hash_seed};
+    worker_ = std::make_unique<server::Worker>(0, cfg_, *backend_, counters_, *budget_, pool, lv,
+                                               std::make_unique<FakeCq>());
+    for (uint32_t i = 0; i < kConns; ++i) Open(i);
+  }
+  ~Harness() {
+    worker_.reset();
+    backend_->memory.clear();
+  }
+
+  void Run() {
+    for (int step = 0; step < 256 && in_.remaining_bytes() > 0; ++step) {
+      Conn& c = conns_[in_.ConsumeIntegralInRange<uint32_t>(0, kConns - 1)];
+      switch (in_.ConsumeIntegralInRange<int>(0, 12)) {
+        case 0: Deliver(c, WholeWrite(c, Opcode::kPut)); break;
+        case 1: Deliver(c, WholeWrite(c, Opcode::kDelete)); break;
+        case 2: Deliver(c, Stats(c)); break;
+        case 3: Deliver(c, First(c)); break;
+        case 4: Deliver(c, Next(c)); break;
+        case 5: Deliver(c, in_.ConsumeBytes<uint8_t>(in_.ConsumeIntegralInRange<size_t>(0, kSlotBytes))); break;
+        case 6: SetLock(); break;
+        case 7: locks_[0] += in_.ConsumeIntegralInRange<uint64_t>(0, 3000); break;
+        case 8: TakeReplies(c, in_.ConsumeIntegralInRange<int>(1, 8)); break;
+        case 9: Reopen(c); break;
+        case 10: RingViolation(c); break;
+        case 11: backend_->armed = true; break;
+        case 12: ExpireAssemblies(); break;
+      }
+      CheckStore();
+    }
+  }
+
+ private:
+  // --- connections ---
+  void Open(uint32_t i) {
+    Conn& c = conns_[i];
+    c = Conn{};
+    c.cs = std::make_unique<ConnState>();
+    const size_t ring_bytes = size_t{cfg_.credits} * kSlotBytes;
+    c.cs->ring.reset(static_cast<uint8_t*>(std::calloc(ring_bytes, 1)));
+    c.ring = {c.cs->ring.get(), ring_bytes};
+    const uint32_t buffers = server::ReplyBufferCount(cfg_.credits);
+    c.reply_mem.assign(size_t{buffers + 1} * kMaxReplySize, 0);
+    c.cs->id = i + 1;
+    c.cs->reply_mr = std::make_unique<FakeRegion>(c.reply_mem.data(), c.reply_mem.size());
+    c.cs->replies.busy.assign(buffers, 0);
+    // A QP number may come back after its connection closed (as on a NIC).
+    uint32_t qp = next_qp_++;
+    if (!freed_qps_.empty() && in_.ConsumeBool()) {
+      qp = freed_qps_.back();
+      freed_qps_.pop_back();
+    }
+    auto fc = std::make_unique<FakeConnection>(qp, max_inline_, 2 * cfg_.credits + 32);
+    c.qp = fc.get();
+    c.cs->conn = std::move(fc);
+    c.cs->qp = c.qp;
+    c.cs->qp_num = qp;
+    backend_->memory.push_back(c.ring);
+    worker_->Add(c.cs.get());
+  }
+  void Reopen(Conn& c) {
+    worker_->Remove(c.cs.get());
+    WorkerTestPeer::ApplyControl(*worker_);
+    CHECK(c.cs->released.load(), "a removed connection was not released");
+    DropAssembly(c);
+    freed_qps_.push_back(c.cs->qp_num);
+    std::erase_if(backend_->memory, [&](std::span<uint8_t> m) { return m.data() == c.ring.data(); });
+    CheckBudget();
+    Open(static_cast<uint32_t>(&c - conns_));
+  }
+
+  // --- messages ---
+  static std::vector<uint8_t> Encode(const RequestHeader& h, std::string_view key, std::string_view frag) {
+    std::vector<uint8_t> m(kRequestHeaderSize);
+    EncodeRequestHeader(h, m.data());
+    if (h.flags & kFlagFirst) m.insert(m.end(), key.begin(), key.end());
+    m.insert(m.end(), frag.begin(), frag.end());
+    return m;
+  }
+  std::string Value(size_t n) { return std::string(n, static_cast<char>('A' + (value_seed_++ % 26))); }
+  uint64_t Token(const std::string& key) {
+    switch (in_.ConsumeIntegralInRange<int>(0, 2)) {
+      case 0: return 0;
+      case 1: return locks_[LockIndex(key)];  // the holder's token
+      default: return in_.ConsumeIntegral<uint64_t>();
+    }
+  }
+  uint64_t LockIndex(const std::string& key) const {
+    return LockWordIndex(key, backend_->regions().hash_seed, kLockSlots);
+  }
+  const std::string& Key() { return keys_[in_.ConsumeIntegralInRange<size_t>(0, keys_.size() - 1)]; }
+  std::vector<uint8_t> WholeWrite(Conn& c, Opcode op) {
+    const std::string& key = Key();
+    RequestHeader h;
+    h.opcode = op;
+    h.key_len = static_cast<uint16_t>(key.size());
+    h.request_id = c.next_id++;
+    h.lock_token = Token(key);
+    std::string v;
+    if (op == Opcode::kPut) v = Value(in_.ConsumeIntegralInRange<size_t>(0, kSlotBytes - 32 - key.size()));
+    h.value_len = h.frag_len = static_cast<uint32_t>(v.size());
+    return Encode(h, key, v);
+  }
+  std::vector<uint8_t> Stats(Conn& c) {
+    RequestHeader h;
+    h.opcode = Opcode::kStats;
+    h.request_id = c.next_id++;
+    return Encode(h, {}, {});
+  }
+  std::vector<uint8_t> First(Conn& c) {
+    c.frag_key = Key();
+    c.frag_id = c.next_id++;
+    c.frag_token = Token(c.frag_key);
+    c.frag_len = in_.ConsumeIntegralInRange<uint32_t>(0, kMaxValue + 16);
+    const uint32_t room = kSlotBytes - 32 - static_cast<uint32_t>(c.frag_key.size());
+    c.frag_sent = std::min(in_.ConsumeIntegralInRange<uint32_t>(0, room), c.frag_len);
+    RequestHeader h;
+    h.flags = kFlagFirst | (c.frag_sent == c.frag_len && in_.ConsumeBool() ? kFlagLast : 0);
+    h.key_len = static_cast<uint16_t>(c.frag_key.size());
+    h.value_len = c.frag_len;
+    h.request_id = c.frag_id;
+    h.lock_token = c.frag_token;
+    h.frag_len = c.frag_sent;
+    return Encode(h, c.frag_key, Value(c.frag_sent));
+  }
+  // The next fragment of the client's PUT, possibly with one field wrong.
+  std::vector<uint8_t> Next(Conn& c) {
+    RequestHeader h;
+    h.key_len = static_cast<uint16_t>(c.frag_key.size());
+    h.value_len = c.frag_len;
+    h.request_id = c.frag_id;
+    h.lock_token = c.frag_token;
+    h.frag_offset = c.frag_sent;
+    uint32_t chunk = std::min(in_.ConsumeIntegralInRange<uint32_t>(0, kSlotBytes - 32), c.frag_len - std::min(c.frag_sent, c.frag_len));
+    switch (in_.ConsumeIntegralInRange<int>(0, 6)) {
+      case 0:  // another total length than the FIRST's, consistent with a LAST
+        chunk = in_.ConsumeIntegralInRange<uint32_t>(0, kSlotBytes - 32);
+        h.value_len = h.frag_offset + chunk;
+        break;
+      case 1: h.frag_offset = in_.ConsumeIntegralInRange<uint32_t>(0, kMaxValue); break;
+      case 2: h.request_id = in_.ConsumeIntegral<uint64_t>(); break;
+      case 3: h.key_len = in_.ConsumeIntegralInRange<uint16_t>(0, kMaxKey); break;
+      case 4: h.lock_token = in_.ConsumeIntegral<uint64_t>(); break;
+      default: break;  // as the protocol says
+    }
+    chunk = std::min<uint64_t>(chunk, h.value_len - std::min(h.frag_offset, h.value_len));
+    const bool last = uint64_t{h.frag_offset} + chunk == h.value_len;
+    h.flags = last ? kFlagLast : 0;
+    h.frag_len = chunk;
+    c.frag_sent = h.frag_offset + chunk;
+    return Encode(h, {}, Value(chunk));
+  }
+
+  // --- delivery: SEND into a receive buffer, or WRITE_WITH_IMM into the ring ---
+  void Deliver(Conn& c, std::vector<uint8_t> msg) {
+    if (msg.size() > kSlotBytes) msg.resize(kSlotBytes);
+    Completion wc;
+    wc.qp_num = c.cs->qp_num;
+    wc.wr_id = next_recv_++ % kRecvBuffers;
+    if (in_.ConsumeBool()) {
+      wc.opcode = WrOpcode::kRecv;
+      wc.byte_len = static_cast<uint32_t>(msg.size());
+      if (!msg.empty()) std::memcpy(recv_mem_.data() + wc.wr_id * kSlotBytes, msg.data(), msg.size());
+    } else {
+      const uint32_t pos = in_.ConsumeIntegralInRange<uint32_t>(0, cfg_.credits - 1);
+      if (!msg.empty()) std::memcpy(c.ring.data() + size_t{pos} * kSlotBytes, msg.data(), msg.size());
+      wc.opcode = WrOpcode::kRecvWriteImm;
+      wc.imm = (pos << 24) | static_cast<uint32_t>(msg.size());
+    }
+    Handle(c, wc);
+  }
+  void RingViolation(Conn& c) {
+    Completion wc;
+    wc.qp_num = c.cs->qp_num;
+    wc.wr_id = next_recv_++ % kRecvBuffers;
+    wc.opcode = WrOpcode::kRecvWriteImm;
+    const uint32_t pos = in_.ConsumeIntegralInRange<uint32_t>(0, 255);
+    const uint32_t len = in_.ConsumeIntegralInRange<uint32_t>(0, 0xffffff);
+    wc.imm = (pos << 24) | len;
+    Handle(c, wc);
+  }
+
+  // What the server must answer to `seen` (the bytes as it received them).
+  Expect Predict(Conn& c, const Completion& wc, std::span<const uint8_t> seen) {
+    Expect e;
+    if (wc.opcode == WrOpcode::kRecvWriteImm &&
+        ((wc.imm >> 24) >= cfg_.credits || (wc.imm & 0xffffff) > kSlotBytes)) {
+      e.code = Status::Code::kInvalidArgument;
+      return e;
+    }
+    if (seen.empty()) {
+      e.code = Status::Code::kInvalidArgument;
+      return e;
+    }
+    auto p = ParseRequest(seen, kMaxKey, kMaxValue);
+    if (!p.ok()) {
+      for (int i = 0; i < 8 && seen.size() >= 16; ++i) e.id |= uint64_t{seen[8 + i]} << (8 * i);
+      e.code = p.status().code();
+      DropAssembly(c);
+      return e;
+    }
+    const RequestHeader& h = p->header;
+    e.id = h.request_id;
+    auto str = [](std::span<const uint8_t> b) { return std::string(b.begin(), b.end()); };
+    const bool first = h.flags & kFlagFirst, last = h.flags & kFlagLast;
+    if (first && last) {
+      if (h.opcode == Opcode::kStats) return e;
+      return Write(e, str(p->key), h.opcode == Opcode::kPut ? std::optional(str(p->value)) : std::nullopt,
+                   h.lock_token);
+    }
+    ModelAssembly& a = c.server_asm;
+    if (first) {
+      DropAssembly(c);
+      if (budget_model_ + h.value_len > cfg_.assembly_bytes) {
+        e.code = Status::Code::kNoResource;
+        return e;
+      }
+      a = {true, h.request_id, h.lock_token, h.value_len, h.key_len, str(p->key), str(p->value)};
+      budget_model_ += h.value_len;
+      e.ack = true;
+      return e;
+    }
+    if (!a.active || a.id != h.request_id || a.key_len != h.key_len || a.token != h.lock_token ||
+        a.value_len != h.value_len || a.value.size() != h.frag_offset) {
+      DropAssembly(c);
+      e.code = Status::Code::kInvalidArgument;
+      return e;
+    }
+    a.value += str(p->value);
+    if (!last) {
+      e.ack = true;
+      return e;
+    }
+    ModelAssembly done = a;
+    DropAssembly(c);
+    return Write(e, done.key, done.value, done.token);
+  }
+  Expect& Write(Expect& e, const std::string& key, std::optional<std::string> value, uint64_t token) {
+    if (!LockAllows(locks_[LockIndex(key)], token, locks_[0])) {
+      e.code = Status::Code::kLocked;
+      return e;
+    }
+    if (!value && !model_.count(key)) {
+      e.code = Status::Code::kNotFound;
+      return e;
+    }
+    e.effect = {key, std::move(value)};
+    return e;
+  }
+  void DropAssembly(Conn& c) {
+    if (c.server_asm.active) budget_model_ -= c.server_asm.value_len;
+    c.server_asm = {};
+  }
+
+  void Handle(Conn& c, const Completion& wc) {
+    const bool was_broken = c.qp->broken();
+    std::vector<uint8_t> seen;
+    if (wc.opcode == WrOpcode::kRecv) {
+      seen.assign(recv_mem_.data() + wc.wr_id * kSlotBytes, recv_mem_.data() + wc.wr_id * kSlotBytes + wc.byte_len);
+    } else if ((wc.imm >> 24) < cfg_.credits && (wc.imm & 0xffffff) <= kSlotBytes) {
+      const uint8_t* p = c.ring.data() + size_t{wc.imm >> 24} * kSlotBytes;
+      seen.assign(p, p + (wc.imm & 0xffffff));
+    }
+    Expect e;
+    if (!was_broken) e = Predict(c, wc, seen);
+    const size_t replies = c.qp->replies.size();
+    const size_t reposted = srq_.reposted.size();
+    const size_t large_out = c.qp->large_outstanding();
+    WorkerTestPeer::Dispatch(*worker_, wc);
+    CHECK(srq_.reposted.size() == reposted + 1 && srq_.reposted.back() == wc.wr_id, "receive buffer not reposted");
+    if (was_broken) {  // a closed connection's messages are dropped
+      CHECK(c.qp->replies.size() == replies, "a broken connection was answered");
+      return;
+    }
+    if (c.qp->replies.size() == replies) {
+      // No reply: only if the worker closed the connection for not taking
+      // its replies. The request may or may not have been applied.
+      CHECK(c.qp->broken(), "a request got no reply");
+      CHECK(large_out >= server::ReplyBufferCount(cfg_.credits) || c.qp->refused_full,
+            "connection closed with %zu large replies outstanding and room in its send queue", large_out);
+      if (e.effect) Uncertain(e.effect->first);
+      CheckBudget();
+      return;
+    }
+    CHECK(c.qp->replies.size() == replies + 1, "%zu replies to one request", c.qp->replies.size() - replies);
+    auto r = ParseReply(c.qp->replies.back().bytes);
+    CHECK(r.ok(), "unparsable reply: %s", r.status().ToString().c_str());
+    CHECK(r->header.request_id == e.id, "reply to request %llu, expected %llu",
+          static_cast<unsigned long long>(r->header.request_id), static_cast<unsigned long long>(e.id));
+    CHECK(r->header.status == e.code, "status %d, model says %d (request %llu)", static_cast<int>(r->header.status),
+          static_cast<int>(e.code), static_cast<unsigned long long>(e.id));
+    CHECK((r->header.flags == kReplyFragmentAck) == e.ack, "fragment ack flag %u", r->header.flags);
+    if (e.effect && e.code == Status::Code::kOk) {
+      if (e.effect->second) {
+        model_[e.effect->first] = *e.effect->second;
+      } else {
+        model_.erase(e.effect->first);
+      }
+    }
+    CheckBudget();
+  }
+  // An applied-but-unacknowledged write: the store may hold either version.
+  void Uncertain(const std::string& key) {
+    std::string v;
+    Status st = backend_->real->store().Get(key, &v);
+    if (st.ok()) {
+      model_[key] = v;
+    } else {
+      model_.erase(key);
+    }
+  }
+
+  void TakeReplies(Conn& c, int n) {
+    for (int i = 0; i < n; ++i) {
+      Completion wc;
+      bool intact = true;
+      if (!c.qp->CompleteNext(&wc, &intact)) return;
+      CHECK(intact, "a reply buffer was reused before its SEND completed");
+      WorkerTestPeer::Dispatch(*worker_, wc);
+    }
+  }
+  void SetLock() {
+    const std::string& key = Key();
+    uint64_t& w = locks_[LockIndex(key)];
+    if (in_.ConsumeBool()) {
+      w = 0;
+    } else {
+      w = PackLock(in_.ConsumeIntegralInRange<uint32_t>(1, 3),
+                   locks_[0] + in_.ConsumeIntegralInRange<uint64_t>(0, 2000) - 500);
+    }
+  }
+  void ExpireAssemblies() {
+    WorkerTestPeer::ExpireAll(*worker_);
+    for (Conn& c : conns_) DropAssembly(c);
+    CheckBudget();
+  }
+  void CheckBudget() {
+    CHECK(budget_->used() == budget_model_, "assembly budget %llu, model %llu",
+          static_cast<unsigned long long>(budget_->used()), static_cast<unsigned long long>(budget_model_));
+  }
+  void CheckStore() {
+    for (const std::string& k : keys_) {
+      std::string v;
+      Status st = backend_->real->store().Get(k, &v);
+      auto it = model_.find(k);
+      if (it == model_.end()) {
+        CHECK(st.IsNotFound(), "store has key %s (%zu bytes), model does not", k.c_str(), v.size());
+      } else {
+        CHECK(st.ok(), "store lost key %s: %s", k.c_str(), st.ToString().c_str());
+        CHECK(v == it->second, "store value of %s differs from the model (%zu vs %zu bytes)", k.c_str(), v.size(),
+              it->second.size());
+      }
+    }
+  }
+
+  FuzzedDataProvider& in_;
+  server::ServerConfig cfg_;
+  uint32_t max_inline_ = 0;
+  std::unique_ptr<RewritingBackend> backend_;
+  std::unique_ptr<server::AssemblyBudget> budget_;
+  server::ServerCounters counters_;
+  std::vector<uint64_t> locks_;
+  std::vector<uint8_t> recv_mem_;
+  std::unique_ptr<FakeRegion> recv_mr_;
+  FakeSrq srq_;
+  std::unique_ptr<server::Worker> worker_;
+  Conn conns_[kConns];
+  std::vector<std::string> keys_;  // this input's keys
+  std::map<std::string, std::string> model_;
+  uint64_t budget_model_ = 0;
+  uint32_t next_qp_ = 100;
+  std::vector<uint32_t> freed_qps_;
+  uint64_t next_recv_ = 0;
+  uint32_t value_seed_ = 0;
+};
+
+}  // namespace
+}  // namespace kvrdma::fuzz
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  kvrdma::SetLogLevel(kvrdma::LogLevel::kOff);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  FuzzedDataProvider in(data, size);
+  kvrdma::fuzz::Harness h(in);
+  h.Run();
+  return 0;
+}
