@@ -103,6 +103,8 @@ class Client::Impl {
     bool cached_read = false;  // the entry READ in flight is the cached one
     bool big = false;        // this slot holds the large buffer
     uint32_t entry_len = 0;
+    uint32_t restarts = 0;           // rounds thrown away (NewRound with retry)
+    const char* restart_cause = "";  // why the last one was
     // messages
     RequestHeader hdr;
     size_t sent = 0;         // value bytes sent
@@ -138,13 +140,18 @@ class Client::Impl {
   void OnBuckets(Slot& s);
   void OnEntry(Slot& s);
   void OnCachedEntry(Slot& s);
-  void NewRound(Slot& s, bool retry);
+  // Starts the GET over from the bucket READs; `retry`: what this round read
+  // cannot be trusted (`why` names it for a later Timeout message).
+  void NewRound(Slot& s, bool retry, const char* why = "");
+  bool RoundIsLate(const Slot& s) const;
   void Miss(Slot& s);
   void CheckDeadlines();
   void OnReply(const Completion& c);
   void PollCompletions();
-  // One READ or atomic on the lock table, waited for; returns the 8 bytes.
-  Result<uint64_t> LockTableOp(WrOpcode op, uint64_t word_index, uint64_t compare_add, uint64_t swap);
+  // One READ or atomic on 8 bytes at `offset` in `region` (the lock table or
+  // the clock), waited for; returns the 8 bytes.
+  Result<uint64_t> LockTableOp(WrOpcode op, const RemoteRegion& region, uint64_t offset, uint64_t compare_add,
+                               uint64_t swap);
   uint64_t TokenFor(std::string_view key) const;
 
   struct FreeDeleter {

@@ -14,7 +14,8 @@ uint64_t Client::Impl::TokenFor(std::string_view key) const {
   return it == held_.end() ? 0 : it->second;
 }
 
-Result<uint64_t> Client::Impl::LockTableOp(WrOpcode op, uint64_t word_index, uint64_t compare_add, uint64_t swap) {
+Result<uint64_t> Client::Impl::LockTableOp(WrOpcode op, const RemoteRegion& region, uint64_t offset,
+                                          uint64_t compare_add, uint64_t swap) {
   NoticeDisconnectWhileIdle(Clock::now());
   if (!broken_.ok() && in_flight_ == 0) KVRDMA_RETURN_IF_ERROR(Reconnect());
   if (!broken_.ok()) return broken_;
@@ -22,8 +23,8 @@ Result<uint64_t> Client::Impl::LockTableOp(WrOpcode op, uint64_t word_index, uin
   w.wr_id = kSyncTag;
   w.opcode = op;
   w.local = mr_->Slice(scratch_off_, 8);
-  w.remote_addr = desc_.locks.addr + word_index * 8;
-  w.rkey = desc_.locks.rkey;
+  w.remote_addr = region.addr + offset;
+  w.rkey = region.rkey;
   w.compare_add = compare_add;
   w.swap = swap;
   sync_done_ = false;
@@ -49,11 +50,11 @@ Result<uint64_t> Client::Impl::LockTableOp(WrOpcode op, uint64_t word_index, uin
 Status Client::Impl::TryLockOnce(std::string_view key, uint64_t lease_ms, bool* locked_by_other) {
   *locked_by_other = false;
   const uint64_t idx = LockWordIndex(key, desc_.hash_seed, desc_.lock_slots);
-  const uint32_t me = LockOwnerId(desc_.conn_id);
-  auto now = LockTableOp(WrOpcode::kRead, desc_.clock_offset / 8, 0, 0);
+  const uint32_t me = desc_.conn_id;  // the server's owner id for this connection
+  auto now = LockTableOp(WrOpcode::kRead, desc_.clock, desc_.clock_offset, 0, 0);
   if (!now.ok()) return now.status();
   const uint64_t mine = PackLock(me, *now + lease_ms);
-  auto old = LockTableOp(WrOpcode::kCompareSwap, idx, 0, mine);
+  auto old = LockTableOp(WrOpcode::kCompareSwap, desc_.locks, idx * 8, 0, mine);
   if (!old.ok()) return old.status();
   uint64_t seen = *old;
   if (seen != 0) {
@@ -63,7 +64,7 @@ Status Client::Impl::TryLockOnce(std::string_view key, uint64_t lease_ms, bool* 
       *locked_by_other = true;
       return Status::Locked("held by another client for " + std::to_string(LockExpiry(seen) - *now) + " ms more");
     }
-    auto again = LockTableOp(WrOpcode::kCompareSwap, idx, seen, mine);
+    auto again = LockTableOp(WrOpcode::kCompareSwap, desc_.locks, idx * 8, seen, mine);
     if (!again.ok()) return again.status();
     if (*again != seen) {
       *locked_by_other = true;
@@ -105,7 +106,8 @@ Status Client::Impl::Unlock(std::string_view key) {
   for (const auto& [k, t] : held_) {
     if (t == token) return Status::OK();  // another held key shares the word: keep it
   }
-  auto old = LockTableOp(WrOpcode::kCompareSwap, LockWordIndex(key, desc_.hash_seed, desc_.lock_slots), token, 0);
+  auto old = LockTableOp(WrOpcode::kCompareSwap, desc_.locks, LockWordIndex(key, desc_.hash_seed, desc_.lock_slots) * 8,
+                         token, 0);
   if (!old.ok()) return old.status();
   if (*old != token) return Status::Locked("the lease had ended and another client took the lock over");
   return Status::OK();

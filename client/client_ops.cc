@@ -266,8 +266,11 @@ bool Client::Impl::StageGet(Slot& s) {
   uint32_t idx = SlotOf(s);
   auto now = Clock::now();
   if (now > s.deadline) {
-    Finish(s, Status::Timeout("GET of a key that writers kept changing: no consistent read within " +
-                              std::to_string(opts_.op_timeout_ms) + " ms"));
+    Finish(s, Status::Timeout(
+                  "GET found no consistent read within " + std::to_string(opts_.op_timeout_ms) + " ms: " +
+                  std::to_string(s.restarts) + " restarts" +
+                  (s.restarts != 0 ? std::string(", the last after ") + s.restart_cause : std::string()) +
+                  (s.big || s.next == Slot::Next::kBigEntry ? "; waiting for the large-entry buffer" : "")));
     return true;
   }
   uint32_t budget = std::max<uint32_t>(conn_->max_rd_atomic(), kCandidateBuckets);
@@ -375,9 +378,11 @@ void Client::Impl::Miss(Slot& s) {
   NewRound(s, /*retry=*/false);
 }
 
-void Client::Impl::NewRound(Slot& s, bool retry) {
+void Client::Impl::NewRound(Slot& s, bool retry, const char* why) {
   if (retry) {
     ++stats_.get_retries;
+    ++s.restarts;
+    s.restart_cause = why;
     s.miss = MissCheck{};
   }
   s.next = Slot::Next::kBuckets;
@@ -388,24 +393,31 @@ void Client::Impl::NewRound(Slot& s, bool retry) {
 void Client::Impl::OnCachedEntry(Slot& s) {
   s.cached_read = false;
   const auto* bytes = reinterpret_cast<const std::byte*>(Mem(EntryOff(SlotOf(s))));
-  // Accepted only when current: checksum, key, and superseded clear (the
-  // server sets superseded before the index slot moves away from the entry).
+  // Accepted only when current: checksum, key, and the NOT-CURRENT bit clear.
+  // The server clears it only after a slot of the key names the entry and
+  // sets it before the slot moves away, so a clear bit proves the entry was
+  // the key's current one when the READ read it, however old the cached
+  // location and whatever became of its segment since (DESIGN.md, "Location
+  // cache"). No deadline is needed.
   EntryView v = DecodeEntry({bytes, s.entry_len}, s.op->key, s.cached_slot, params_.seed, /*require_current=*/true);
-  bool in_time = Clock::now() - s.round_start <= std::chrono::microseconds(desc_.get_deadline_us);
-  if (in_time && v.verdict == EntryVerdict::kValue) {
+  if (v.verdict == EntryVerdict::kValue) {
     ++stats_.cache_hits;
     s.op->result->assign(reinterpret_cast<const char*>(v.value.data()), v.value.size());
     return Finish(s, Status::OK());
   }
-  if (in_time && v.verdict == EntryVerdict::kTombstone) {
+  if (v.verdict == EntryVerdict::kTombstone) {
     cache_.Erase(s.br.hash.hash);
     return Finish(s, Status::NotFound());
   }
-  // Superseded, recycled, torn, another key, or too long for one READ: the
+  // Not current, recycled, torn, another key, or too long for one READ: the
   // index path decides (and refreshes the cache).
   ++stats_.cache_stale;
   cache_.Erase(s.br.hash.hash);
   NewRound(s, /*retry=*/false);
+}
+
+bool Client::Impl::RoundIsLate(const Slot& s) const {
+  return Clock::now() - s.round_start > std::chrono::microseconds(desc_.get_deadline_us);
 }
 
 void Client::Impl::OnEntry(Slot& s) {
@@ -422,7 +434,7 @@ void Client::Impl::OnEntry(Slot& s) {
     release_big();
     if (s.next == Slot::Next::kBigEntry || v.total_bytes > big_cap_ ||
         c.entry.offset + v.total_bytes > desc_.log.length) {
-      return NewRound(s, /*retry=*/true);  // implausible: a torn header
+      return NewRound(s, /*retry=*/true, "an implausible entry header (torn)");
     }
     s.entry_len = v.total_bytes;
     s.next = Slot::Next::kBigEntry;
@@ -430,12 +442,16 @@ void Client::Impl::OnEntry(Slot& s) {
     ready_.push_back(idx);
     return;
   }
+  // Within the deadline the slot READ of this round vouches for the entry
+  // (the reuse rule). A round that outlived it (a large value on a busy
+  // link) is still sound when the entry's NOT-CURRENT bit was clear: the
+  // entry was the key's current one when READ, whatever the slot said.
+  if (RoundIsLate(s) && (v.superseded || v.verdict == EntryVerdict::kWrongKey)) {
+    release_big();
+    return NewRound(s, /*retry=*/true, "the round outlived the GET deadline and its entry was no longer current");
+  }
   switch (v.verdict) {
     case EntryVerdict::kValue:
-      if (Clock::now() - s.round_start > std::chrono::microseconds(desc_.get_deadline_us)) {
-        release_big();
-        return NewRound(s, /*retry=*/true);  // too slow: the entry may have been recycled meanwhile
-      }
       s.op->result->assign(reinterpret_cast<const char*>(v.value.data()), v.value.size());
       release_big();
       cache_.Insert(s.br.hash.hash, c.slot);
@@ -455,7 +471,8 @@ void Client::Impl::OnEntry(Slot& s) {
       return Miss(s);  // only fingerprint collisions: the key is not in these buckets
     default:           // torn, malformed, superseded
       release_big();
-      return NewRound(s, /*retry=*/true);
+      return NewRound(s, /*retry=*/true, v.verdict == EntryVerdict::kTorn ? "a torn entry READ (a writer was changing it)"
+                                                                          : "a malformed entry READ");
   }
 }
 

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <unordered_set>
 
 #include "common/log.h"
 #include "common/protocol/handshake.h"
+#include "common/protocol/locks.h"
 
 namespace kvrdma::server {
 namespace {
@@ -51,13 +53,21 @@ Status Server::Start() {
   if (!lmr.ok()) return lmr.status();
   log_mr_ = std::move(lmr).value();
 
-  // Lock table: word 0 is the server clock, then cfg_.lock_slots lock words.
+  // Lock table: word 0 unused, then cfg_.lock_slots lock words, all CAS-able.
   locks_bytes_ = (size_t{cfg_.lock_slots} + 8) * 8;
   locks_ = AlignedAlloc<uint64_t>(locks_bytes_);
   if (!locks_) return Status::NoResource("out of memory for the lock table");
   auto kmr = reg(locks_.get(), locks_bytes_, kAccessRemoteAtomic | kAccessRemoteRead, "lock table");
   if (!kmr.ok()) return kmr.status();
   locks_mr_ = std::move(kmr).value();
+  // The clock lives in its own region, registered REMOTE_READ only: no
+  // client can write it (a CAS or WRITE fails with a remote access error).
+  clock_word_ = AlignedAlloc<uint64_t>(64);
+  if (!clock_word_) return Status::NoResource("out of memory for the clock word");
+  clock_word_.get()[0] = 1;
+  auto cmr = reg(clock_word_.get(), 64, kAccessRemoteRead, "server clock");
+  if (!cmr.ok()) return cmr.status();
+  clock_mr_ = std::move(cmr).value();
   // The server clock clients measure leases on: ms since start, +1 (never
   // 0), stored every kClockTickMs (a coarser tick keeps an idle server idle;
   // leases are checked against the same word, so both sides see one clock).
@@ -65,7 +75,7 @@ Status Server::Start() {
     pthread_setname_np(pthread_self(), "kv-clock");
     while (!clock_stop_.load(std::memory_order_relaxed)) {
       auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-      __atomic_store_n(&locks_.get()[0], static_cast<uint64_t>(ms.count()) + 1, __ATOMIC_RELEASE);
+      __atomic_store_n(clock_word_.get(), static_cast<uint64_t>(ms.count()) + 1, __ATOMIC_RELEASE);
       std::this_thread::sleep_for(std::chrono::milliseconds(kClockTickMs));
     }
   });
@@ -90,7 +100,7 @@ Status Server::Start() {
   for (uint32_t w = 0; w < std::max(1u, cfg_.workers); ++w) {
     auto cq = device_->CreateCompletionQueue(depth + 4096);
     if (!cq.ok()) return cq.status();
-    LockView lv{locks_.get(), cfg_.lock_slots, r.hash_seed};
+    LockView lv{locks_.get(), clock_word_.get(), cfg_.lock_slots, r.hash_seed};
     workers_.push_back(std::make_unique<Worker>(w, cfg_, backend_, counters_, *assembly_budget_, pool, lv,
                                                 std::move(cq).value()));
     workers_.back()->Start();
@@ -152,7 +162,12 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
     }
   }
   auto cs = std::make_shared<ConnState>();
-  cs->id = next_conn_id_++;
+  cs->id = NextConnectionId();
+  if (cs->id == 0) {
+    return Reject(*req, Status::ServerFull("no lock owner id is free: every one of the " +
+                                           std::to_string(kLockOwnerMax) +
+                                           " ids is held by a connection or named by an unexpired lease"));
+  }
   cs->put_path = msg->put_path;
   cs->worker = next_worker_++ % workers_.size();
   size_t ring_bytes = size_t{cfg_.credits} * cfg_.slot_bytes;
@@ -178,6 +193,7 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
   d.hash_seed = r.hash_seed;
   d.log = {log_mr_->base(), log_mr_->length(), log_mr_->rkey()};
   d.locks = {locks_mr_->base(), locks_mr_->length(), locks_mr_->rkey()};
+  d.clock = {clock_mr_->base(), clock_mr_->length(), clock_mr_->rkey()};
   d.clock_offset = 0;
   d.ring = {cs->ring_mr->base(), cs->ring_mr->length(), cs->ring_mr->rkey()};
   d.slot_size = cfg_.slot_bytes;
@@ -214,6 +230,28 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
   counters_.connections_total.fetch_add(1);
   KVRDMA_LOG_DEBUG("connection %u accepted (qp %u, worker %u, put path %s)", cs->id, cs->conn->qp_num(),
                    cs->worker, cs->put_path == PutPath::kSend ? "send" : "write-imm");
+}
+
+uint32_t Server::NextConnectionId() {
+  if (next_conn_id_ <= kLockOwnerMax) return next_conn_id_++;  // never handed out
+  // Every id was handed out once: reuse one that no live connection holds and
+  // no lock word names with a lease that has not ended (the clock only moves
+  // forward, so an ended lease stays ended). A connection leaves conns_ only
+  // once it is disconnected: its QP executes no more CAS. So the new holder
+  // can never mistake a lock word for its own lease (docs/DESIGN.md, "Locks").
+  std::unordered_set<uint32_t> taken;
+  for (const auto& cs : conns_) taken.insert(cs->id);
+  const uint64_t now = __atomic_load_n(clock_word_.get(), __ATOMIC_ACQUIRE);
+  for (uint32_t i = 1; i <= cfg_.lock_slots; ++i) {
+    const uint64_t word = __atomic_load_n(&locks_.get()[i], __ATOMIC_ACQUIRE);
+    if (word != 0 && LockExpiry(word) > now) taken.insert(LockOwner(word));
+  }
+  for (uint32_t n = 0; n < kLockOwnerMax; ++n) {
+    const uint32_t id = reuse_cursor_;
+    reuse_cursor_ = reuse_cursor_ % kLockOwnerMax + 1;
+    if (!taken.contains(id)) return id;
+  }
+  return 0;
 }
 
 void Server::OnDisconnected(Connection* c) {
@@ -293,6 +331,8 @@ void Server::Shutdown() {
   if (clock_.joinable()) clock_.join();
   locks_mr_.reset();
   locks_.reset();
+  clock_mr_.reset();
+  clock_word_.reset();
   log_mr_.reset();
   index_mr_.reset();
 }

@@ -3,7 +3,8 @@
 //
 // Memory and access rights (least privilege):
 //   index, log      REMOTE_READ                  (clients GET with READs)
-//   lock table      REMOTE_ATOMIC + REMOTE_READ  (CAS locks, server clock)
+//   lock table      REMOTE_ATOMIC + REMOTE_READ  (CAS locks)
+//   clock           REMOTE_READ                  (the lease clock: server-written only)
 //   request ring    REMOTE_WRITE, one registration per connection
 //   receive buffers, reply buffers (per connection): local only
 #pragma once
@@ -65,7 +66,9 @@ class Server {
   std::unique_ptr<uint64_t, FreeDeleter> locks_;
   size_t locks_bytes_ = 0;
   std::unique_ptr<MemoryRegion> locks_mr_;
-  std::thread clock_;  // stores the server clock into lock word 0 every millisecond
+  std::unique_ptr<uint64_t, FreeDeleter> clock_word_;  // the lease clock (ms since start + 1)
+  std::unique_ptr<MemoryRegion> clock_mr_;            // REMOTE_READ only
+  std::thread clock_;  // stores the server clock every kClockTickMs
   std::atomic<bool> clock_stop_{false};
   std::unique_ptr<uint8_t, FreeDeleter> recv_mem_;
   std::unique_ptr<MemoryRegion> recv_mr_;
@@ -77,7 +80,12 @@ class Server {
   std::vector<std::shared_ptr<ConnState>> conns_;
   // Closed connections their worker may still refer to (until released).
   std::vector<std::shared_ptr<ConnState>> retiring_;
-  uint32_t next_conn_id_ = 1;
+  // Connection ids are also lock owner ids (common/protocol/locks.h):
+  // 1..kLockOwnerMax, unique among live connections and unexpired leases.
+  uint32_t NextConnectionId();  // 0: none free (the connection is refused)
+  uint32_t next_conn_id_ = 1;   // ids never handed out start here
+  uint32_t reuse_cursor_ = 1;   // where the search for a reusable id resumes
+  friend class ServerTestPeer;
   uint32_t next_worker_ = 0;
   int64_t last_close_check_ms_ = 0;
 };

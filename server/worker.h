@@ -60,7 +60,8 @@ struct ReceivePool {
 // The lock table as the workers see it: they only load words (never a CPU
 // read-modify-write: clients change lock words with NIC atomics).
 struct LockView {
-  const uint64_t* words = nullptr;  // word 0: server clock (ms); 1..slots: lock words
+  const uint64_t* words = nullptr;  // 1..slots: lock words (word 0 unused)
+  const uint64_t* clock = nullptr;  // the server clock (ms), in its own read-only region
   uint32_t slots = 0;
   uint64_t seed = 0;
   // Status to answer a PUT/DELETE of key carrying token: OK or Locked.

@@ -22,6 +22,7 @@
 
 #include "common/version.h"
 #include "kvrdma/client.h"
+#include "kvrdma/sharded_client.h"
 
 namespace {
 
@@ -30,31 +31,6 @@ constexpr int kExitOk = 0, kExitNotFound = 1, kExitError = 2;
 int Fail(const std::string& what, const kvrdma::Status& st) {
   std::fprintf(stderr, "kvctl: %s: %s\n", what.c_str(), st.ToString().c_str());
   return kExitError;
-}
-
-bool ParseServer(const std::string& s, std::string* host, uint16_t* port) {
-  std::string h = s, p;
-  if (!s.empty() && s[0] == '[') {  // [v6addr]:port
-    auto close = s.find(']');
-    if (close == std::string::npos) return false;
-    h = s.substr(1, close - 1);
-    if (close + 1 < s.size()) {
-      if (s[close + 1] != ':') return false;
-      p = s.substr(close + 2);
-    }
-  } else if (auto colon = s.rfind(':'); colon != std::string::npos && s.find(':') == colon) {
-    h = s.substr(0, colon);
-    p = s.substr(colon + 1);
-  }
-  if (h.empty()) return false;
-  *host = h;
-  if (!p.empty()) {
-    char* end = nullptr;
-    unsigned long v = std::strtoul(p.c_str(), &end, 10);
-    if (*end != '\0' || v == 0 || v > 65535) return false;
-    *port = static_cast<uint16_t>(v);
-  }
-  return true;
 }
 
 }  // namespace
@@ -102,7 +78,8 @@ int main(int argc, char** argv) {
   }
 
   kvrdma::ClientOptions o;
-  if (!ParseServer(server, &o.host, &o.port)) {
+  // The parser ShardedClient and kvbench use.
+  if (!kvrdma::ShardedClient::ParseServerAddress(server, &o.host, &o.port).ok()) {
     std::fprintf(stderr, "kvctl: bad --server '%s' (expected HOST[:PORT])\n", server.c_str());
     return kExitError;
   }

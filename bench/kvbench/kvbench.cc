@@ -22,7 +22,9 @@
 #include "common/version.h"
 #include "bench/kvbench/histogram.h"
 #include "bench/kvbench/keygen.h"
+#include "bench/kvbench/placement.h"
 #include "kvrdma/client.h"
+#include "kvrdma/sharded_client.h"
 
 namespace kvrdma::bench {
 namespace {
@@ -65,25 +67,6 @@ struct Shared {
   std::atomic<uint64_t> progress{0}, progress_errors{0};  // every completed op, warm-up included
 };
 
-uint64_t JumpHash(uint64_t key, int32_t buckets) {
-  int64_t b = -1, j = 0;
-  while (j < buckets) {
-    b = j;
-    key = key * 2862933555777941757ull + 1;
-    j = static_cast<int64_t>((b + 1) * (static_cast<double>(1ll << 31) / static_cast<double>((key >> 33) + 1)));
-  }
-  return static_cast<uint64_t>(b);
-}
-
-void FormatKey(uint64_t id, size_t size, char* out) {
-  char digits[24];
-  int n = std::snprintf(digits, sizeof digits, "%" PRIu64, id);
-  std::memset(out, '0', size);
-  std::memcpy(out, "user", std::min<size_t>(4, size));
-  size_t nd = std::min<size_t>(static_cast<size_t>(n), size > 4 ? size - 4 : 0);
-  std::memcpy(out + size - nd, digits + n - nd, nd);
-}
-
 struct Slot {
   Op op;
   OpKind kind = kRead;
@@ -125,9 +108,7 @@ class Worker {
   Status Connect() {
     for (const std::string& s : cfg_.servers) {
       ClientOptions o;
-      auto colon = s.rfind(':');
-      o.host = colon == std::string::npos ? s : s.substr(0, colon);
-      if (colon != std::string::npos) o.port = static_cast<uint16_t>(std::stoi(s.substr(colon + 1)));
+      KVRDMA_RETURN_IF_ERROR(ShardedClient::ParseServerAddress(s, &o.host, &o.port));
       o.put_mode = cfg_.put_mode == "write-imm" ? PutMode::kWriteImm : PutMode::kSend;
       o.max_in_flight = std::min<uint32_t>(cfg_.depth, 64);
       if (cfg_.location_cache >= 0) o.location_cache_entries = static_cast<size_t>(cfg_.location_cache);
@@ -213,7 +194,8 @@ class Worker {
     s.kind = kind;
     s.op.user = &s;
     s.op.key = s.key;
-    s.server = clients_.size() == 1 ? 0 : static_cast<int>(JumpHash(id * 0x9E3779B97F4A7C15ull, static_cast<int32_t>(clients_.size())));
+    // The placement ShardedClient and kvctl use: a preloaded key is where they look.
+    s.server = static_cast<int>(ServerForKey(s.op.key, clients_.size()));
     size_t vs = cfg_.vmin == cfg_.vmax ? cfg_.vmin : cfg_.vmin + rng_() % (cfg_.vmax - cfg_.vmin + 1);
     s.op.value = std::string_view(values_.data() + rng_() % (values_.size() - vs), vs);
     s.op.type = (kind == kRead || (kind == kRmw && !s.rmw_write)) ? Op::Type::kGet : Op::Type::kPut;

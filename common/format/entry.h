@@ -1,13 +1,21 @@
 // Value-log entry: what a client READs at the location an index slot gives.
 //
 //   offset  size  field
-//        0     8  guard     bit 63: SUPERSEDED; bits 0..62: checksum.
-//                           The superseded bit is set by the server (one
-//                           8-byte release store) BEFORE the index slot moves
-//                           away from this entry (update, delete, cleaner
-//                           relocation, eviction); it never goes back to 0
-//                           while the entry's segment is in use. The checksum
-//                           is the low 63 bits of XXH3-64(seed) over bytes
+//        0     8  guard     bit 63: NOT-CURRENT; bits 0..62: checksum.
+//                           The server writes every entry with the bit SET
+//                           (unpublished), clears it with one 8-byte release
+//                           store only AFTER an index slot of the key points
+//                           at the entry (publication), and sets it again
+//                           (one release store) BEFORE the slot moves away
+//                           (update, delete, cleaner relocation, eviction).
+//                           So while the bit reads clear, the key's slot
+//                           names this entry: it is the key's current
+//                           entry. An entry that is never published (the
+//                           tombstone of an absent key, a PUT answered
+//                           ServerFull, a cleaner copy that lost to an
+//                           update) keeps the bit set for as long as its
+//                           segment is in use. The checksum is the low 63
+//                           bits of XXH3-64(seed) over bytes
 //                           [8, 16 + key_len + value_len): the header fields
 //                           below, the key and the value. The guard word is
 //                           therefore outside the checksum by construction.
@@ -24,7 +32,9 @@
 // A reader accepts an entry only if the lengths are plausible and agree with
 // the slot's size hint, the checksum matches and the key is its key: a torn
 // entry (READ racing a write), a recycled one (segment reused) or garbage is
-// rejected with overwhelming probability (a 63-bit checksum).
+// rejected with overwhelming probability (a 63-bit checksum). A reader that
+// did not just read the slot (a cached location, or a READ that outlived the
+// GET deadline) also requires NOT-CURRENT clear (docs/DESIGN.md).
 #pragma once
 
 #include <cstddef>
@@ -38,7 +48,7 @@
 namespace kvrdma {
 
 struct EntryHeader {
-  uint64_t guard;    // superseded bit | checksum, see above
+  uint64_t guard;    // not-current bit | checksum, see above
   uint32_t version;  // per-key version
   uint32_t lengths;  // key length | value length | tombstone, see above
 };
@@ -51,8 +61,8 @@ static_assert(offsetof(EntryHeader, lengths) == 12);
 static_assert(std::is_trivially_copyable_v<EntryHeader>);
 static_assert(std::is_standard_layout_v<EntryHeader>);
 
-inline constexpr uint64_t kGuardSupersededBit = uint64_t{1} << 63;
-inline constexpr uint64_t kGuardChecksumMask = kGuardSupersededBit - 1;
+inline constexpr uint64_t kGuardNotCurrentBit = uint64_t{1} << 63;
+inline constexpr uint64_t kGuardChecksumMask = kGuardNotCurrentBit - 1;
 inline constexpr size_t kEntryChecksumOffset = offsetof(EntryHeader, version);  // checksum starts here
 
 inline constexpr unsigned kKeyLenBits = 10;

@@ -15,8 +15,11 @@ namespace kvrdma {
 static_assert(std::endian::native == std::endian::little,
               "kvrdma layouts are little-endian; big-endian hosts are not supported");
 
-// Version of the index/log layout; the server advertises it to clients.
-inline constexpr uint32_t kFormatVersion = 1;
+// Version of the index/log layout. It is part of the protocol major version
+// (common/protocol/handshake.h): a change here bumps kProtocolMajor, so a
+// client built for another layout is refused at connect time.
+// 2: guard bit 63 means NOT-CURRENT (entries are written unpublished).
+inline constexpr uint32_t kFormatVersion = 2;
 
 // ---- index
 inline constexpr size_t kBucketBytes = 64;      // one cache line, one RDMA READ

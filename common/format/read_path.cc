@@ -85,7 +85,7 @@ EntryView DecodeEntry(std::span<const std::byte> bytes, std::string_view key, ui
     return v;
   }
   v.version = h.version;
-  v.superseded = (h.guard & kGuardSupersededBit) != 0;
+  v.superseded = (h.guard & kGuardNotCurrentBit) != 0;
   if (klen != key.size() || std::memcmp(bytes.data() + kEntryHeaderBytes, key.data(), klen) != 0) {
     v.verdict = EntryVerdict::kWrongKey;
     return v;

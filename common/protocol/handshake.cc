@@ -104,6 +104,7 @@ size_t EncodeServerDescriptor(const ServerDescriptor& d, std::span<uint8_t> out)
   w.U32(d.max_value_bytes);
   w.U32(d.get_deadline_us);
   w.U32(d.lock_slots);
+  WriteRegion(w, d.clock);
   w.PatchU16(8, static_cast<uint16_t>(w.size()));
   return w.ok() ? w.size() : 0;
 }
@@ -128,6 +129,7 @@ Result<ServerDescriptor> DecodeServerDescriptor(std::span<const uint8_t> in) {
   d.max_value_bytes = r.U32();
   d.get_deadline_us = r.U32();
   d.lock_slots = r.U32();
+  d.clock = ReadRegion(r);
   if (!r.ok()) return Status::Protocol("server descriptor: truncated");
   // Sanity: a client will index memory with these numbers.
   if (d.bucket_count == 0 || (d.bucket_count & (d.bucket_count - 1)) != 0 ||
@@ -137,8 +139,8 @@ Result<ServerDescriptor> DecodeServerDescriptor(std::span<const uint8_t> in) {
   if (d.credits == 0 || d.slot_size < 64 || uint64_t{d.credits} * d.slot_size > d.ring.length) {
     return Status::Protocol("server descriptor: bad request ring");
   }
-  if (d.clock_offset % 8 != 0 || uint64_t{d.clock_offset} + 8 > d.locks.length) {
-    return Status::Protocol("server descriptor: clock word outside the lock table");
+  if (d.clock_offset % 8 != 0 || uint64_t{d.clock_offset} + 8 > d.clock.length) {
+    return Status::Protocol("server descriptor: clock word outside the clock region");
   }
   if (d.lock_slots == 0 || (uint64_t{d.lock_slots} + 1) * 8 > d.locks.length) {
     return Status::Protocol("server descriptor: lock words outside the lock table");

@@ -21,7 +21,9 @@
 namespace kvrdma {
 
 inline constexpr uint32_t kWireMagic = 0x4452564b;  // bytes "KVRD"
-inline constexpr uint16_t kProtocolMajor = 1;
+// 2: log format 2 (common/format/format_constants.h) and the server clock in
+// its own read-only region.
+inline constexpr uint16_t kProtocolMajor = 2;
 inline constexpr uint16_t kProtocolMinor = 0;
 
 inline constexpr size_t kMaxRequestData = 56;
@@ -59,15 +61,16 @@ struct ServerDescriptor {
   uint32_t bucket_count = 0;      // power of two
   uint64_t hash_seed = 0;
   RemoteRegion log;               // REMOTE_READ
-  RemoteRegion locks;             // REMOTE_ATOMIC + REMOTE_READ
-  uint32_t clock_offset = 0;      // the server clock word, inside `locks`
+  RemoteRegion locks;             // REMOTE_ATOMIC + REMOTE_READ: lock words
+  uint32_t clock_offset = 0;      // the server clock word, inside `clock`
   RemoteRegion ring;              // REMOTE_WRITE, this connection's only
   uint32_t slot_size = 0;         // bytes per ring slot and per receive buffer
   uint16_t credits = 0;           // requests in flight per connection
   uint16_t max_key_bytes = 0;
   uint32_t max_value_bytes = 0;
   uint32_t get_deadline_us = 0;   // a GET older than this restarts (reclamation)
-  uint32_t lock_slots = 0;        // lock words after the clock word (common/protocol/locks.h)
+  uint32_t lock_slots = 0;        // lock words after word 0 (common/protocol/locks.h)
+  RemoteRegion clock;             // REMOTE_READ only: the server clock (no client can write it)
   bool operator==(const ServerDescriptor&) const = default;
 };
 

@@ -1,12 +1,11 @@
 // The lock table: 8-byte words clients change with RDMA compare-and-swap.
 //
-//   word 0           the server clock: milliseconds since the server started
-//                    (+1, never 0), stored by the server every 10 ms;
-//                    clients READ it, nobody CASes it.
+//   word 0           unused (the server clock lives in its own region,
+//                    registered REMOTE_READ only: ServerDescriptor::clock)
 //   words 1..slots   lock words; a key's word is LockWordIndex(key).
 //
 // A lock word is 0 (free) or | owner:24 | expiry:40 |: the owner is the
-// holder's connection (LockOwnerId), the expiry is the server-clock
+// holder's connection id, the expiry is the server-clock
 // millisecond at which the lease ends. Only clients change lock words, and
 // only with RDMA atomics: the server never does a CPU read-modify-write on
 // them (NIC atomics are atomic only against other NIC atomics on
@@ -31,8 +30,10 @@ constexpr uint64_t PackLock(uint32_t owner, uint64_t expiry_ms) noexcept {
 }
 constexpr uint32_t LockOwner(uint64_t word) noexcept { return static_cast<uint32_t>(word >> kLockExpiryBits); }
 constexpr uint64_t LockExpiry(uint64_t word) noexcept { return word & kLockExpiryMask; }
-// A connection's owner id: never 0.
-constexpr uint32_t LockOwnerId(uint32_t conn_id) noexcept { return conn_id % kLockOwnerMax + 1; }
+// A connection's owner id is its connection id (ServerDescriptor::conn_id):
+// 1..kLockOwnerMax, never 0. The server hands out each id once, and after all
+// were used reuses only an id that no live connection holds and no lock word
+// names with an unended lease: two holders never share one.
 
 // The index (in words, >= 1) of key's lock word in a table of `slots` lock words.
 inline uint64_t LockWordIndex(std::string_view key, uint64_t seed, uint32_t slots) noexcept {

@@ -79,18 +79,21 @@ bool Store::CompactSegment(uint32_t seg) {
       return false;
     }
     Index::PairGuard g = index_->LockPair(kh.bucket[0], kh.bucket[1]);
-    // The copy is byte-identical except for a clear superseded bit: the
-    // checksum covers nothing that depends on the location.
+    // The copy is byte-identical except for the guard's not-current bit,
+    // which starts SET (unpublished): the checksum covers nothing that
+    // depends on the location. A copy that loses the race below stays
+    // unpublished forever, so it never validates as current.
     std::byte* d = log_->data() + *dst;
     RacyStore(d + kEntryChecksumOffset, log_->data() + off + kEntryChecksumOffset, size - kEntryChecksumOffset);
     std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(d))
-        .store(h.guard & kGuardChecksumMask, std::memory_order_relaxed);
+        .store(h.guard | kGuardNotCurrentBit, std::memory_order_relaxed);
     const SlotRef r = FindLocation(kh, off);
     if (r.bucket == nullptr) continue;  // updated meanwhile: the copy is dead
     log_->AddLive(*dst, static_cast<int64_t>(size));
     Supersede(off);  // before the slot leaves the old copy
     log_->AddLive(off, -static_cast<int64_t>(size));
     Index::StoreSlot(*r.bucket, r.index, PackSlot(kh.fingerprint, SlotHint(r.slot), *dst));
+    Publish(*dst);  // after the slot names it
     st.relocations.fetch_add(1, std::memory_order_relaxed);
   }
   log_->Retire(seg);
@@ -113,6 +116,7 @@ size_t Store::EvictSegment(uint32_t head, uint32_t seg) {
     Index::PairGuard g = index_->LockPair(kh.bucket[0], kh.bucket[1]);
     const SlotRef r = FindLocation(kh, off);
     if (r.bucket == nullptr) continue;
+    if (cfg_.on_evict && !LengthsTombstone(h.lengths)) cfg_.on_evict(key);
     RemoveSlot(head, r);
     if (!LengthsTombstone(h.lengths)) {
       head_stats_[head].evictions.fetch_add(1, std::memory_order_relaxed);

@@ -106,9 +106,18 @@ void Store::WriteEntry(uint64_t off, std::string_view key, std::string_view valu
   static constexpr uint64_t kZero = 0;
   RacyStore(p + used, &kZero, EntryBytes(key.size(), value.size()) - used);
   // Checksum over what we just wrote (our own stores: no race), then the
-  // guard with the superseded bit clear. Publication is the caller's slot store.
+  // guard with the not-current bit SET: the entry is unpublished. Only
+  // Publish, after the caller's slot store, clears it (DESIGN.md, "The
+  // not-current bit"); an entry that is never published (a tombstone of an
+  // absent key, a ServerFull leftover) never validates as current.
   const uint64_t guard = EntryChecksum(p + kEntryChecksumOffset, used - kEntryChecksumOffset, cfg_.seed);
-  std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p)).store(guard, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p))
+      .store(guard | kGuardNotCurrentBit, std::memory_order_relaxed);
+}
+
+void Store::Publish(uint64_t off) noexcept {
+  std::atomic_ref<uint64_t> g(*reinterpret_cast<uint64_t*>(log_->data() + off));
+  g.store(g.load(std::memory_order_relaxed) & kGuardChecksumMask, std::memory_order_release);
 }
 
 EntryHeader Store::ReadHeader(uint64_t off) const noexcept {
@@ -167,7 +176,7 @@ Store::SlotRef Store::FindTombstone(const KeyHash& kh) const {
 
 void Store::Supersede(uint64_t off) noexcept {
   std::atomic_ref<uint64_t> g(*reinterpret_cast<uint64_t*>(log_->data() + off));
-  g.store(g.load(std::memory_order_relaxed) | kGuardSupersededBit, std::memory_order_release);
+  g.store(g.load(std::memory_order_relaxed) | kGuardNotCurrentBit, std::memory_order_release);
 }
 
 void Store::RemoveSlot(uint32_t head, const SlotRef& r) {
@@ -199,6 +208,9 @@ bool Store::EvictOldestCandidate(uint32_t head, const KeyHash& kh) {
     }
   }
   if (oldest.bucket == nullptr) return false;
+  if (cfg_.on_evict && !LengthsTombstone(oldest.header.lengths)) {
+    cfg_.on_evict(EntryKey(SlotLogOffset(oldest.slot), oldest.header));
+  }
   RemoveSlot(head, oldest);
   head_stats_[head].evictions.fetch_add(1, std::memory_order_relaxed);
   return true;
@@ -223,7 +235,7 @@ Result<uint32_t> Store::Write(uint32_t head, std::string_view key, std::string_v
     const SlotRef cur = FindKey(kh, key);
     const bool had_value = cur.bucket != nullptr && !LengthsTombstone(cur.header.lengths);
     if (tombstone && !had_value) {
-      WriteEntry(off, key, {}, 0, true);  // dead: keeps the segment walkable
+      WriteEntry(off, key, {}, 0, true);  // never published: keeps the segment walkable
       return Status::NotFound();
     }
     IndexBucket* bucket = cur.bucket;
@@ -256,11 +268,11 @@ Result<uint32_t> Store::Write(uint32_t head, std::string_view key, std::string_v
         EvictOldestCandidate(head, kh);
         continue;
       }
-      WriteEntry(off, key, value, 0, tombstone);
+      WriteEntry(off, key, value, 0, tombstone);  // never published (see WriteEntry)
       return Status::ServerFull("index full");
     }
     const uint32_t version = cur.bucket != nullptr ? cur.header.version + 1 : 1;
-    // 1. the new entry, complete and checksummed;
+    // 1. the new entry, complete and checksummed, not yet current;
     WriteEntry(off, key, value, version, tombstone);
     log_->AddLive(off, static_cast<int64_t>(bytes));
     if (cur.bucket != nullptr) {
@@ -270,8 +282,10 @@ Result<uint32_t> Store::Write(uint32_t head, std::string_view key, std::string_v
       if (LengthsTombstone(cur.header.lengths)) st.tombstones.fetch_sub(1, std::memory_order_relaxed);
       if (had_value) st.items.fetch_sub(1, std::memory_order_relaxed);
     }
-    // 3. the slot switches with a release store (DESIGN.md, "Ordering").
+    // 3. the slot switches with a release store (DESIGN.md, "Ordering");
     Index::StoreSlot(*bucket, index, PackSlot(kh.fingerprint, hint, off));
+    // 4. only now may the entry validate as current (the one-READ GET).
+    Publish(off);
     (tombstone ? st.tombstones : st.items).fetch_add(1, std::memory_order_relaxed);
     return version;
   }

@@ -102,7 +102,8 @@ class Store {
   Result<uint32_t> Write(uint32_t head, std::string_view key, std::string_view value, bool tombstone,
                          const CommitCheck& check);
   Result<uint64_t> ReserveSpace(uint32_t head, uint64_t bytes);
-  // Writes an entry into reserved log space (RacyStore; checksum last).
+  // Writes an entry into reserved log space (RacyStore; checksum last), not
+  // current (unpublished) until Publish.
   void WriteEntry(uint64_t off, std::string_view key, std::string_view value, uint32_t version,
                   bool tombstone) noexcept;
   EntryHeader ReadHeader(uint64_t off) const noexcept;
@@ -113,8 +114,11 @@ class Store {
   SlotRef FindLocation(const KeyHash& kh, uint64_t off) const;
   // REQUIRES: kh's bucket locks. A tombstone slot in kh's buckets (any key).
   SlotRef FindTombstone(const KeyHash& kh) const;
-  // Sets the superseded bit of the entry at `off` (before its slot moves).
+  // Sets the not-current bit of the entry at `off` (before its slot moves).
   void Supersede(uint64_t off) noexcept;
+  // Clears it, once: REQUIRES the key's bucket locks and that a slot of the
+  // key now points at `off` (stored before this call).
+  void Publish(uint64_t off) noexcept;
   // Removes a slot (tombstone purge or eviction). REQUIRES its bucket locks.
   void RemoveSlot(uint32_t head, const SlotRef& r);
   // Index full in cache mode: evicts the oldest of kh's slots. REQUIRES locks.

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <string_view>
 
 #include "common/format/format_constants.h"
 
@@ -63,6 +65,10 @@ struct StoreConfig {
   // Store mode: how long an append waits for the cleaner to free a segment
   // before answering ServerFull.
   std::chrono::milliseconds full_wait = std::chrono::milliseconds(200);
+  // Cache mode, tests: called just before an eviction removes a key's value
+  // (under the key's bucket locks, on the evicting thread), so that a
+  // linearizability check can count the eviction as a DELETE. Empty: unused.
+  std::function<void(std::string_view key)> on_evict;
 };
 
 }  // namespace kvrdma

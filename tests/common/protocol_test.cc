@@ -25,6 +25,7 @@ ServerDescriptor SampleDescriptor() {
   d.max_value_bytes = 1 << 20;
   d.get_deadline_us = 100000;
   d.lock_slots = 1000;
+  d.clock = {0x7f0030000000, 64, 0x5678};
   return d;
 }
 
@@ -49,7 +50,18 @@ TEST(HandshakeTest, DescriptorFromAnotherMajorVersionIsRefusedWithBothVersions) 
   auto back = DecodeServerDescriptor(buf);
   ASSERT_FALSE(back.ok());
   EXPECT_EQ(back.status().code(), Status::Code::kProtocol);
-  EXPECT_NE(back.status().message().find("protocol 2.0"), std::string::npos) << back.status().ToString();
+  EXPECT_NE(back.status().message().find("protocol " + std::to_string(kProtocolMajor + 1) + ".0"), std::string::npos)
+      << back.status().ToString();
+}
+
+TEST(HandshakeTest, AClockWordOutsideTheClockRegionIsRejected) {
+  std::array<uint8_t, kMaxAcceptData> buf{};
+  ServerDescriptor d = SampleDescriptor();
+  d.clock_offset = 64;  // the clock region is 64 bytes
+  EncodeServerDescriptor(d, buf);
+  auto back = DecodeServerDescriptor(buf);
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.status().message().find("clock region"), std::string::npos) << back.status().ToString();
 }
 
 TEST(HandshakeTest, TruncatedOrInsaneDescriptorsAreRejected) {

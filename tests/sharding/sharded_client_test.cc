@@ -7,6 +7,7 @@
 #include <fstream>
 #include <unistd.h>
 
+#include "bench/kvbench/placement.h"
 #include "client/sharded_client_internal.h"
 #include "kvrdma/sharded_client.h"
 #include "tests/e2e/e2e_util.h"
@@ -277,6 +278,42 @@ TEST_P(ShardingTest, AsyncBatchesRouteToTheirServers) {
   // Nothing in flight: Wait returns at once.
   Op* d[1];
   EXPECT_EQ(sc->Wait(d, 10000), 0u);
+}
+
+// Issue 13, finding 4: kvbench had its own jump hash (over the key id, not
+// the key) and its own HOST:PORT parsing, so a data set it preloaded over
+// several servers was not where ShardedClient and kvctl looked. Here keys are
+// preloaded the way kvbench does (its key names, its server choice, one
+// plain Client per server) and every one must be found by a ShardedClient.
+TEST_P(ShardingLoopbackTest, KvbenchPreloadIsWhereShardedClientLooks) {
+  std::vector<std::unique_ptr<Client>> plain;
+  for (size_t i = 0; i < 3; ++i) plain.push_back(Plain(i));
+  char key[16];
+  size_t per_server[3] = {};
+  for (uint64_t id = 0; id < 3000; ++id) {
+    bench::FormatKey(id, sizeof(key), key);
+    const std::string_view k(key, sizeof(key));
+    const size_t server = bench::ServerForKey(k, plain.size());
+    ASSERT_LT(server, plain.size());
+    ++per_server[server];
+    ASSERT_TRUE(plain[server]->Put(k, "v" + std::to_string(id)).ok());
+  }
+  for (size_t n : per_server) EXPECT_GT(n, 800u);  // spread over all three
+  auto sc = Sharded(Options(3));
+  ASSERT_TRUE(sc);
+  std::string v;
+  for (uint64_t id = 0; id < 3000; ++id) {
+    bench::FormatKey(id, sizeof(key), key);
+    Status st = sc->Get(std::string_view(key, sizeof(key)), &v);
+    ASSERT_TRUE(st.ok()) << "key " << id << ": " << st.ToString();
+    ASSERT_EQ(v, "v" + std::to_string(id));
+  }
+  // kvbench and kvctl parse HOST:PORT with ShardedClient's parser.
+  std::string host;
+  uint16_t port = 0;
+  EXPECT_TRUE(ShardedClient::ParseServerAddress("[fe80::1]:7500", &host, &port).ok());
+  EXPECT_EQ(host, "fe80::1");
+  EXPECT_EQ(port, 7500);
 }
 
 TEST_P(ShardingLoopbackTest, ConfigFileListsTheServers) {

@@ -58,7 +58,7 @@ TEST(Layout, EncodedEntryBytes) {
   EXPECT_EQ(h.version, 7u);
   EXPECT_EQ(LengthsKey(h.lengths), 3u);
   EXPECT_EQ(LengthsValue(h.lengths), 6u);
-  EXPECT_EQ(h.guard & kGuardSupersededBit, 0u);
+  EXPECT_EQ(h.guard & kGuardNotCurrentBit, 0u);
   EXPECT_EQ(h.guard, EntryChecksum(buf + 8, 8 + 3 + 6, 42));
   EXPECT_EQ(std::memcmp(buf + 16, "abcvalue!", 9), 0);
   EXPECT_EQ(buf[25], std::byte{0});  // padding is zero
