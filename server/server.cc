@@ -35,6 +35,7 @@ Status Server::Start() {
   if (cfg_.slot_bytes < 256 || cfg_.slot_bytes > (1u << 24)) {
     return Status::InvalidArgument("--slot-bytes must be 256..16777216");
   }
+  KVRDMA_RETURN_IF_ERROR(CheckMessageLimits(cfg_.slot_bytes, cfg_.max_key_bytes));
   StoreRegions r = backend_.regions();
   auto reg = [&](void* p, size_t n, uint32_t access, const char* what) -> Result<std::unique_ptr<MemoryRegion>> {
     auto mr = device_->RegisterMemory(p, n, access);
