@@ -44,6 +44,15 @@ void Client::Impl::Start(Op* op, bool stats) {
   if (!stats) {
     if (Status st = CheckKey(op->key); !st.ok()) return Finish(s, st);
   }
+  if (!stats && op->type != Op::Type::kGet) {
+    // The key travels whole in the first message, with at least one value
+    // byte (a fragment without value bytes would make no progress).
+    const bool value_bytes = op->type == Op::Type::kPut && !op->value.empty();
+    if (kRequestHeaderSize + op->key.size() + (value_bytes ? 1 : 0) > desc_.slot_size) {
+      return Finish(s, Status::TooLarge("key of " + std::to_string(op->key.size()) + " bytes does not fit a " +
+                                        std::to_string(desc_.slot_size) + "-byte request slot"));
+    }
+  }
   if (!stats && op->type == Op::Type::kGet) {
     if (op->result == nullptr) return Finish(s, Status::InvalidArgument("GET without a result string"));
     auto br = CandidateBucketReads(params_, op->key);

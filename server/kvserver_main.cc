@@ -103,6 +103,10 @@ int main(int argc, char** argv) {
     while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
     cfg.auth_token = t;
   }
+  if (kvrdma::Status st = kvrdma::CheckMessageLimits(cfg.slot_bytes, cfg.max_key_bytes); !st.ok()) {
+    std::fprintf(stderr, "kvserver: %s\n", st.message().c_str());
+    return 2;
+  }
   if (cfg.auth_token.size() > kvrdma::kMaxAuthToken) {
     std::fprintf(stderr, "kvserver: the auth token is longer than %zu bytes\n", kvrdma::kMaxAuthToken);
     return 2;

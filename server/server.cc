@@ -40,6 +40,7 @@ Status Server::Start() {
   if (cfg_.assembly_bytes < cfg_.max_value_bytes) {
     return Status::InvalidArgument("--assembly-mb must hold at least one value of --max-value-bytes");
   }
+  KVRDMA_RETURN_IF_ERROR(CheckMessageLimits(cfg_.slot_bytes, cfg_.max_key_bytes));
   StoreRegions r = backend_.regions();
   auto reg = [&](void* p, size_t n, uint32_t access, const char* what) -> Result<std::unique_ptr<MemoryRegion>> {
     auto mr = device_->RegisterMemory(p, n, access);

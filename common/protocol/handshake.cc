@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/protocol/messages.h"
 #include "common/protocol/wire.h"
 
 namespace kvrdma {
@@ -109,6 +110,18 @@ size_t EncodeServerDescriptor(const ServerDescriptor& d, std::span<uint8_t> out)
   return w.ok() ? w.size() : 0;
 }
 
+Status CheckMessageLimits(uint32_t slot_size, uint32_t max_key_bytes) {
+  if (uint64_t{kRequestHeaderSize} + max_key_bytes + 1 > slot_size) {
+    return Status::InvalidArgument(
+        "a slot of " + std::to_string(slot_size) + " bytes cannot hold a request header (" +
+        std::to_string(kRequestHeaderSize) + " bytes), the longest key (" + std::to_string(max_key_bytes) +
+        " bytes) and one value byte: raise --slot-bytes to at least " +
+        std::to_string(kRequestHeaderSize + max_key_bytes + 1) + " or lower --max-key-bytes to at most " +
+        std::to_string(slot_size > kRequestHeaderSize + 1 ? slot_size - kRequestHeaderSize - 1 : 0));
+  }
+  return Status::OK();
+}
+
 Result<ServerDescriptor> DecodeServerDescriptor(std::span<const uint8_t> in) {
   ServerDescriptor d;
   std::span<const uint8_t> body;
@@ -138,6 +151,9 @@ Result<ServerDescriptor> DecodeServerDescriptor(std::span<const uint8_t> in) {
   }
   if (d.credits == 0 || d.slot_size < 64 || uint64_t{d.credits} * d.slot_size > d.ring.length) {
     return Status::Protocol("server descriptor: bad request ring");
+  }
+  if (Status st = CheckMessageLimits(d.slot_size, d.max_key_bytes); !st.ok()) {
+    return Status::Protocol("server descriptor: limits that cannot work together: " + st.message());
   }
   if (d.clock_offset % 8 != 0 || uint64_t{d.clock_offset} + 8 > d.clock.length) {
     return Status::Protocol("server descriptor: clock word outside the clock region");

@@ -81,6 +81,14 @@ struct RejectMsg {
   std::string reason;  // human readable; truncated to fit
 };
 
+// Whether the message limits can work together: a request header, the
+// longest key and at least one value byte must fit in one slot (receive
+// buffer / ring slot), because the key travels whole in the first fragment
+// and every fragment must carry value bytes. InvalidArgument names the
+// numbers. Checked by kvserver at startup and by the client on the
+// descriptor it receives.
+Status CheckMessageLimits(uint32_t slot_size, uint32_t max_key_bytes);
+
 // Encoders return the number of bytes written into out (which must be at
 // least the kMax*Data size); decoders accept zero padding after the message.
 size_t EncodeConnectRequest(const ConnectRequestMsg& m, std::span<uint8_t> out);

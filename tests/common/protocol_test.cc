@@ -80,6 +80,27 @@ TEST(HandshakeTest, TruncatedOrInsaneDescriptorsAreRejected) {
   EXPECT_FALSE(DecodeServerDescriptor(buf).ok());
 }
 
+TEST(HandshakeTest, DescriptorWhoseSlotCannotHoldTheLongestKeyIsRefused) {
+  // A 256-byte slot with 1023-byte keys: a PUT of a long key would not fit
+  // its staging slot (the client copied past it before this check).
+  std::array<uint8_t, kMaxAcceptData> buf{};
+  ServerDescriptor d = SampleDescriptor();
+  d.slot_size = 256;
+  d.ring.length = 8 * 256;
+  d.max_key_bytes = 1023;
+  EncodeServerDescriptor(d, buf);
+  auto back = DecodeServerDescriptor(buf);
+  ASSERT_FALSE(back.ok());
+  EXPECT_EQ(back.status().code(), Status::Code::kProtocol);
+  EXPECT_NE(back.status().message().find("at most 223"), std::string::npos) << back.status().ToString();
+  // The largest key that leaves one value byte is fine.
+  d.max_key_bytes = 256 - kRequestHeaderSize - 1;
+  EncodeServerDescriptor(d, buf);
+  EXPECT_TRUE(DecodeServerDescriptor(buf).ok());
+  EXPECT_TRUE(CheckMessageLimits(256, 223).ok());
+  EXPECT_FALSE(CheckMessageLimits(256, 224).ok());
+}
+
 TEST(HandshakeTest, ConnectRequestRoundTrips) {
   std::array<uint8_t, kMaxRequestData> buf{};
   ConnectRequestMsg m;
