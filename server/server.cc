@@ -125,6 +125,7 @@ Status Server::Run() {
 }
 
 void Server::Reject(ConnectRequest& req, const Status& why) {
+  counters_.request_metrics.rejected.fetch_add(1, std::memory_order_relaxed);
   KVRDMA_LOG_WARN("refusing a client: %s", why.ToString().c_str());
   RejectMsg m;
   m.code = why.code();
@@ -215,6 +216,7 @@ void Server::OnDisconnected(Connection* c) {
   conns_.erase(it);
   workers_[cs->worker]->Remove(cs->qp_num);
   counters_.connections.fetch_sub(1);
+  counters_.request_metrics.closed_by_client.fetch_add(1, std::memory_order_relaxed);
   KVRDMA_LOG_DEBUG("connection %u closed", cs->id);
 }
 

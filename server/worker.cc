@@ -169,6 +169,7 @@ void Worker::Handle(const Completion& c) {
 }
 
 void Worker::HandleMessage(ConnState& cs, std::span<const uint8_t> msg) {
+  metrics::ServiceTimer service_timer(counters_.request_metrics.service_time(index_));
   auto parsed = ParseRequest(msg, cfg_.max_key_bytes, cfg_.max_value_bytes);
   if (!parsed.ok()) {
     counters_.errors.fetch_add(1, std::memory_order_relaxed);
@@ -248,6 +249,7 @@ void Worker::HandleMessage(ConnState& cs, std::span<const uint8_t> msg) {
 }
 
 void Worker::ReplyError(ConnState& cs, uint64_t request_id, const Status& st) {
+  counters_.request_metrics.CountFailure(st.code());
   ReplyHeader h;
   h.status = st.code();
   h.request_id = request_id;

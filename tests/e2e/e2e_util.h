@@ -73,6 +73,7 @@ class TestServer {
   uint16_t port() const { return server_->port(); }
   const server::ServerConfig& config() const { return cfg_; }
   server::StoreBackend& backend() { return *backend_; }
+  const server::Server& server() const { return *server_; }
 
   Result<std::unique_ptr<Client>> Connect(PutMode mode) {
     ClientOptions o;
