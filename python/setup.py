@@ -39,6 +39,18 @@ ext = Pybind11Extension(
     extra_compile_args=["-Wall", "-Wextra", "-Werror", "-fvisibility=hidden"],
 )
 
+
+
+class BuildExt(build_ext):
+    """Always rebuilds and relinks: the library's location (the rpath) and
+    headers come from outside this tree, so an earlier build in python/build
+    must never be reused."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        self.force = True
+
+
 # The three sources compile in parallel (KVRDMA_PY_JOBS, default 2).
 ParallelCompile("KVRDMA_PY_JOBS", default=2).install()
-setup(ext_modules=[ext], cmdclass={"build_ext": build_ext})
+setup(ext_modules=[ext], cmdclass={"build_ext": BuildExt})

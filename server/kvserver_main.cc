@@ -95,7 +95,8 @@ int main(int argc, char** argv) {
                  "Serve Prometheus metrics over HTTP at ADDR:PORT/metrics (e.g. 127.0.0.1:9471;\n"
                  "[::1]:9471 for IPv6). Off by default. Plain HTTP, no authentication: it shows\n"
                  "counts and sizes, never keys or values; bind it to a loopback or management\n"
-                 "address (docs/SECURITY.md, \"The metrics port\")");
+                 "address (docs/SECURITY.md, \"The metrics port\")")
+      ->type_name("ADDR:PORT");
   app.add_option("--log-level", level, "debug, info, warn or error")
       ->capture_default_str()->check(CLI::IsMember({"debug", "info", "warn", "error"}));
   try {

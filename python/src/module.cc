@@ -10,6 +10,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -194,8 +195,10 @@ class Binding {
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> g(mu_);
     c_.reset();  // disconnects
+    closed_.store(true);
   }
-  bool closed() const { return c_ == nullptr; }
+  // Without the mutex: a call in progress on another thread does not block it.
+  bool closed() const { return closed_.load(); }
 
   // Runs f(client) with the GIL released and the mutex held.
   template <typename F>
@@ -218,7 +221,8 @@ class Binding {
   static uint64_t LastVersion(ShardedClient& c, std::string_view key) { return c.server(c.ServerFor(key)).last_version(); }
 
   std::mutex mu_;
-  std::unique_ptr<C> c_;
+  std::unique_ptr<C> c_;  // guarded by mu_
+  std::atomic<bool> closed_{false};
 };
 
 using PyClient = Binding<Client>;

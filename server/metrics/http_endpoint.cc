@@ -7,6 +7,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 
 #include "common/log.h"
 
@@ -48,8 +49,15 @@ struct HttpCallbacks {
       return Send(c, MHD_HTTP_SERVICE_UNAVAILABLE, "too many connections to the metrics port\n", kText,
                   MHD_HTTP_HEADER_RETRY_AFTER, "1");
     }
+    std::string body;
+    try {
+      body = self->render_();
+    } catch (const std::exception& e) {  // out of memory: never through libmicrohttpd's C frames
+      self->refused_.fetch_add(1, std::memory_order_relaxed);
+      return Send(c, MHD_HTTP_INTERNAL_SERVER_ERROR, std::string("rendering failed: ") + e.what() + "\n", kText);
+    }
     self->served_.fetch_add(1, std::memory_order_relaxed);
-    return Send(c, MHD_HTTP_OK, self->render_(), "text/plain; version=0.0.4; charset=utf-8");
+    return Send(c, MHD_HTTP_OK, body, "text/plain; version=0.0.4; charset=utf-8");
   }
 
   static void OnConnection(void* cls, MHD_Connection* /*c*/, void** /*socket_state*/,

@@ -141,15 +141,14 @@ void RenderLocks(Exposition& e, const LockView& l) {
 }  // namespace
 
 std::string SnakeCase(std::string_view camel) {
+  auto upper = [&](size_t i) { return i < camel.size() && std::isupper(static_cast<unsigned char>(camel[i])); };
+  auto lower = [&](size_t i) { return i < camel.size() && std::islower(static_cast<unsigned char>(camel[i])); };
   std::string out;
   for (size_t i = 0; i < camel.size(); ++i) {
-    const char c = camel[i];
-    if (std::isupper(static_cast<unsigned char>(c))) {
-      if (i > 0) out += '_';
-      out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    } else {
-      out += c;
-    }
+    // A word starts at an upper-case letter after a lower-case one, or at
+    // the last upper-case letter of a run followed by lower case ("IOError").
+    if (i > 0 && upper(i) && (lower(i - 1) || (upper(i - 1) && lower(i + 1)))) out += '_';
+    out += static_cast<char>(std::tolower(static_cast<unsigned char>(camel[i])));
   }
   return out;
 }

@@ -20,6 +20,8 @@ fails=0
 ok() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; fails=$((fails + 1)); }
 
+"$BUILD/server/kvserver" --help | grep -q -- "--metrics-listen ADDR:PORT\|--metrics-listen TEXT" && ok "--help explains --metrics-listen" \
+  || bad "--help: $("$BUILD/server/kvserver" --help | grep -A3 metrics)"
 "$BUILD/server/kvserver" --listen "$ADDR" --port "$PORT" --index-mb 4 --log-mb 64 --segment-mb 2 --workers 2 \
   --metrics-listen "127.0.0.1:$MPORT" > "$DIR/server.log" 2>&1 &
 PID=$!

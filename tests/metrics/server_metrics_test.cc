@@ -100,7 +100,9 @@ TEST(Exposition, EscapesAndRefusesBadNames) {
   EXPECT_NE(t.find("g 0.25\n"), std::string::npos) << t;
   EXPECT_NE(t.find("g +Inf\n"), std::string::npos) << t;
   EXPECT_EQ(server::metrics::SnakeCase("InvalidArgument"), "invalid_argument");
-  EXPECT_EQ(server::metrics::SnakeCase("IOError"), "i_o_error");
+  EXPECT_EQ(server::metrics::SnakeCase("IOError"), "io_error");
+  EXPECT_EQ(server::metrics::SnakeCase("NotFound"), "not_found");
+  EXPECT_EQ(server::metrics::SnakeCase("Ok"), "ok");
 }
 
 class ServerMetricsTest : public ::testing::Test {
