@@ -14,6 +14,8 @@
 #include "common/log.h"
 #include "common/protocol/handshake.h"
 #include "common/transport/verbs_transport.h"
+#include "server/metrics/http_endpoint.h"
+#include "server/metrics/server_metrics.h"
 #include "server/server.h"
 #include "server/store_backend.h"
 
@@ -88,6 +90,13 @@ int main(int argc, char** argv) {
                  "are refused before they learn any rkey (prefer --auth-token-file: argv is visible)");
   app.add_option("--auth-token-file", token_file, "Read the shared secret from this file (trailing newline dropped)")
       ->check(CLI::ExistingFile)->excludes("--auth-token");
+  std::string metrics_listen;
+  app.add_option("--metrics-listen", metrics_listen,
+                 "Serve Prometheus metrics over HTTP at ADDR:PORT/metrics (e.g. 127.0.0.1:9471;\n"
+                 "[::1]:9471 for IPv6). Off by default. Plain HTTP, no authentication: it shows\n"
+                 "counts and sizes, never keys or values; bind it to a loopback or management\n"
+                 "address (docs/SECURITY.md, \"The metrics port\")")
+      ->type_name("ADDR:PORT");
   app.add_option("--log-level", level, "debug, info, warn or error")
       ->capture_default_str()->check(CLI::IsMember({"debug", "info", "warn", "error"}));
   try {
@@ -157,11 +166,27 @@ int main(int argc, char** argv) {
     KVRDMA_LOG_ERROR("%s", st.ToString().c_str());
     return 1;
   }
+  // The metrics port reads the server's counters, the store and the lock
+  // table: it is stopped before the server releases them.
+  std::unique_ptr<kvrdma::server::metrics::HttpEndpoint> metrics;
+  if (!metrics_listen.empty()) {
+    kvrdma::server::metrics::MetricsSources src{&server.config(), &server.counters(), &(*backend)->store(),
+                                                server.lock_view()};
+    auto m = kvrdma::server::metrics::HttpEndpoint::Start(
+        metrics_listen, [src] { return kvrdma::server::metrics::RenderMetrics(src); });
+    if (!m.ok()) {
+      KVRDMA_LOG_ERROR("%s", m.status().ToString().c_str());
+      return 1;
+    }
+    metrics = std::move(m).value();
+    KVRDMA_LOG_INFO("metrics on http://%s/metrics (port %u)", metrics_listen.c_str(), metrics->port());
+  }
   std::thread signals([&] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
     KVRDMA_LOG_INFO("%s: stopping (finishing requests in flight, disconnecting clients)",
                     sig == SIGINT ? "SIGINT" : "SIGTERM");
+    metrics.reset();  // before Run() releases what it reads
     server.RequestStop();
   });
   signals.detach();  // exits with the process

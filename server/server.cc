@@ -136,6 +136,7 @@ Status Server::Run() {
 }
 
 void Server::Reject(ConnectRequest& req, const Status& why) {
+  counters_.request_metrics.rejected.fetch_add(1, std::memory_order_relaxed);
   KVRDMA_LOG_WARN("refusing a client: %s", why.ToString().c_str());
   RejectMsg m;
   m.code = why.code();
@@ -261,6 +262,7 @@ void Server::OnDisconnected(Connection* c) {
   std::shared_ptr<ConnState> cs = std::move(*it);
   conns_.erase(it);
   counters_.connections.fetch_sub(1);
+  counters_.request_metrics.closed_by_client.fetch_add(1, std::memory_order_relaxed);
   KVRDMA_LOG_DEBUG("connection %u closed", cs->id);
   Retire(std::move(cs));
 }

@@ -41,6 +41,10 @@ class Server {
   void RequestStop() { stop_.store(true); }
   uint16_t port() const { return listener_ ? listener_->port() : 0; }
   const ServerCounters& counters() const { return counters_; }
+  const ServerConfig& config() const { return cfg_; }
+  // The lock table as workers see it (the metrics port counts held locks).
+  // Valid between Start() and the end of Run().
+  LockView lock_view() const { return LockView{locks_.get(), cfg_.lock_slots, backend_.regions().hash_seed}; }
 
  private:
   void OnConnectRequest(std::unique_ptr<ConnectRequest> req);

@@ -30,6 +30,7 @@
 #include "server/config.h"
 #include "server/conn_state.h"
 #include "server/conn_table.h"
+#include "server/metrics/request_metrics.h"
 
 namespace kvrdma::server {
 
@@ -43,6 +44,9 @@ struct ServerCounters {
   // control (more requests than credits, replies not taken).
   std::atomic<uint64_t> closed_failed{0};
   std::atomic<uint64_t> closed_flow_control{0};
+  // Service time per worker, failures by status, closes by client, refusals
+  // (kvserver --metrics-listen; server/metrics/).
+  metrics::RequestMetrics request_metrics;
 };
 
 // The shared receive side: SRQ + its buffers.

@@ -21,6 +21,7 @@ constexpr uint32_t kSignalEvery = 16;           // selective signaling of inline
 }  // namespace
 
 void Worker::ReplyError(ConnState& cs, uint64_t request_id, const Status& st) {
+  counters_.request_metrics.CountFailure(st.code());
   ReplyHeader h;
   h.status = st.code();
   h.request_id = request_id;

@@ -29,6 +29,7 @@ struct LockFence {
 }  // namespace
 
 void Worker::HandleRequest(ConnState& cs, std::span<const uint8_t> msg) {
+  metrics::ServiceTimer service_timer(counters_.request_metrics.service_time(index_));
   auto parsed = ParseRequest(msg, cfg_.max_key_bytes, cfg_.max_value_bytes);
   if (!parsed.ok()) {
     counters_.errors.fetch_add(1, std::memory_order_relaxed);

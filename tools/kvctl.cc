@@ -4,6 +4,7 @@
 //   kvctl --server HOST[:PORT] put KEY VALUE  (VALUE "-" reads it from stdin)
 //   kvctl --server HOST[:PORT] del KEY        exit 1 if absent
 //   kvctl --server HOST[:PORT] stats          the server's counters, one per line
+//   kvctl --server HOST[:PORT] stats --json   the same as one JSON object {"name": value, ...}
 //   kvctl --server HOST[:PORT] lock KEY [--lease-ms N] [--hold-ms M]
 //                                             waits for the lock, prints "locked", holds it
 //                                             M ms (-1: until killed), unlocks
@@ -27,6 +28,26 @@
 namespace {
 
 constexpr int kExitOk = 0, kExitNotFound = 1, kExitError = 2;
+
+// A JSON string literal: the server chooses the names, so every byte that
+// JSON does not allow raw is escaped (bytes >= 0x80 as \u00XX: the output
+// stays ASCII whatever the server sends).
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c >= 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
 
 int Fail(const std::string& what, const kvrdma::Status& st) {
   std::fprintf(stderr, "kvctl: %s: %s\n", what.c_str(), st.ToString().c_str());
@@ -61,6 +82,8 @@ int main(int argc, char** argv) {
   auto* del = app.add_subcommand("del", "Delete KEY (exit 1 if absent)");
   del->add_option("KEY", key, "The key")->required();
   auto* stats = app.add_subcommand("stats", "Print the server's counters");
+  bool json = false;
+  stats->add_flag("--json", json, "One JSON object {\"name\": value, ...} instead of 'name value' lines");
   int64_t lease_ms = 10000, hold_ms = 0;
   auto* lock = app.add_subcommand("lock", "Wait for KEY's lock, print 'locked', hold it, unlock");
   lock->add_option("KEY", key, "The key")->required();
@@ -139,6 +162,15 @@ int main(int argc, char** argv) {
   if (stats->parsed()) {
     auto s = c.Stats();
     if (!s.ok()) return Fail("stats", s.status());
+    if (json) {
+      std::string out = "{";
+      for (const auto& [name, v] : *s) {
+        if (out.size() > 1) out += ", ";
+        out += JsonString(name) + ": " + std::to_string(v);
+      }
+      std::printf("%s}\n", out.c_str());
+      return kExitOk;
+    }
     for (const auto& [name, v] : *s) std::printf("%s %llu\n", name.c_str(), static_cast<unsigned long long>(v));
     return kExitOk;
   }

@@ -327,6 +327,9 @@ StoreStats Store::Stats() const {
   s.segments_free = c.free + c.retired;
   s.segments_retired = c.retired;
   s.segments_used = c.open + c.sealed + c.busy;
+  s.segments_open = c.open;
+  s.segments_sealed = c.sealed;
+  s.segments_busy = c.busy;
   s.cuckoo_moves = index_->moves();
   return s;
 }

@@ -40,6 +40,9 @@ struct StoreStats {
   uint64_t segments_free = 0;     // free (including retired, awaiting the grace period)
   uint64_t segments_retired = 0;  // waiting for the grace period
   uint64_t segments_used = 0;     // open + sealed + being cleaned
+  uint64_t segments_open = 0;     // of segments_used: a head appends to it
+  uint64_t segments_sealed = 0;   // of segments_used: full, waiting for the cleaner
+  uint64_t segments_busy = 0;     // of segments_used: being compacted or evicted
   uint64_t cleaner_runs = 0;      // cleaner passes that reclaimed something
   uint64_t segments_cleaned = 0;  // segments compacted and retired
   uint64_t relocations = 0;       // live entries moved by the cleaner

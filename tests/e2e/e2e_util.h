@@ -74,6 +74,7 @@ class TestServer {
   const server::ServerConfig& config() const { return cfg_; }
   server::StoreBackend& backend() { return *backend_; }
   server::Server& server() { return *server_; }
+  const server::Server& server() const { return *server_; }
 
   Result<std::unique_ptr<Client>> Connect(PutMode mode) {
     ClientOptions o;

@@ -48,6 +48,9 @@ ctl --put-mode write-imm put viaimm yes; check "put via write-imm" 0 $?
 stats=$(ctl stats); check "stats" 0 $?
 echo "$stats" | grep -q '^puts [0-9]' && echo "$stats" | grep -q '^items 2$' && echo "ok   stats content" \
   || { echo "FAIL stats content:"; echo "$stats"; fails=$((fails + 1)); }
+json=$(ctl stats --json); check "stats --json" 0 $?
+echo "$json" | python3 -c 'import json, sys; d = json.load(sys.stdin); assert d["items"] == 2 and d["puts"] >= 3, d' \
+  && echo "ok   stats --json parses (python3 json) with items 2" || { echo "FAIL stats --json: $json"; fails=$((fails + 1)); }
 ctl put "" x 2> /dev/null; check "empty key -> 2" 2 $?
 err=$("$KVCTL" --server "$ADDR:$((PORT + 1))" get k 2>&1); check "no server -> 2" 2 $?
 echo "$err" | grep -q "kvctl: connecting" && echo "ok   error message: $err" || { echo "FAIL message: $err"; fails=$((fails + 1)); }

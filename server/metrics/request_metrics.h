@@ -1,0 +1,103 @@
+// Counters the request path records for the metrics endpoint: worker
+// service time per request (a histogram per worker), requests answered with
+// an error status (by status), connections closed by their client or
+// refused at connect.
+//
+// Thread ownership: a worker writes only its own ServiceTimeHistogram (single
+// writer: relaxed load + store, no locked instruction on the request path);
+// the other counters are shared and take a relaxed fetch_add. A scrape reads
+// every field with relaxed loads from another thread, never taking a lock
+// the request path takes: it may see a request in one field and not yet in
+// another (a histogram's sum can lag its buckets by a request), which
+// Prometheus tolerates; each counter on its own never goes backwards.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+#include "common/status.h"
+
+namespace kvrdma::server::metrics {
+
+// Upper bounds of the service-time buckets, in nanoseconds (the exposition
+// converts them to seconds). A request longer than the last lands in +Inf.
+inline constexpr std::array<uint64_t, 18> kServiceBoundsNs = {
+    1'000,      2'500,      5'000,      10'000,      25'000,      50'000,
+    100'000,    250'000,    500'000,    1'000'000,   2'500'000,   5'000'000,
+    10'000'000, 25'000'000, 50'000'000, 100'000'000, 250'000'000, 1'000'000'000};
+
+class alignas(64) ServiceTimeHistogram {
+ public:
+  static constexpr size_t kBuckets = kServiceBoundsNs.size() + 1;  // the last is +Inf
+
+  // REQUIRES: one writer thread (the worker that owns it).
+  void Record(uint64_t ns) noexcept {
+    size_t b = 0;
+    while (b < kServiceBoundsNs.size() && ns > kServiceBoundsNs[b]) ++b;
+    Bump(buckets_[b], 1);
+    Bump(sum_ns_, ns);
+  }
+  // Any thread. Per-bucket counts (not cumulative).
+  uint64_t bucket(size_t i) const noexcept { return buckets_[i].load(std::memory_order_relaxed); }
+  uint64_t sum_ns() const noexcept { return sum_ns_.load(std::memory_order_relaxed); }
+
+ private:
+  static void Bump(std::atomic<uint64_t>& a, uint64_t d) noexcept {
+    a.store(a.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);
+  }
+  std::array<std::atomic<uint64_t>, kBuckets> buckets_{};
+  std::atomic<uint64_t> sum_ns_{0};
+};
+
+// Times one request from construction to destruction into a histogram.
+class ServiceTimer {
+ public:
+  explicit ServiceTimer(ServiceTimeHistogram& h) noexcept : h_(h), start_(Clock::now()) {}
+  ~ServiceTimer() {
+    auto d = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count();
+    h_.Record(static_cast<uint64_t>(d < 0 ? 0 : d));
+  }
+  ServiceTimer(const ServiceTimer&) = delete;
+  ServiceTimer& operator=(const ServiceTimer&) = delete;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  ServiceTimeHistogram& h_;
+  Clock::time_point start_;
+};
+
+class RequestMetrics {
+ public:
+  static constexpr uint32_t kMaxWorkers = 256;  // kvserver --workers at most
+  static constexpr size_t kStatusCodes = 16;    // Status::Code values 0..15
+
+  RequestMetrics() : service_(new ServiceTimeHistogram[kMaxWorkers]) {}
+
+  // The histogram of worker `w` (its index; clamped into range).
+  ServiceTimeHistogram& service_time(uint32_t w) noexcept { return service_[w < kMaxWorkers ? w : 0]; }
+  const ServiceTimeHistogram& service_time(uint32_t w) const noexcept { return service_[w]; }
+
+  // A reply with a status other than OK.
+  void CountFailure(Status::Code code) noexcept {
+    auto i = static_cast<size_t>(code);
+    failures_[i < kStatusCodes ? i : 0].fetch_add(1, std::memory_order_relaxed);
+  }
+  uint64_t failures(Status::Code code) const noexcept {
+    auto i = static_cast<size_t>(code);
+    return i < kStatusCodes ? failures_[i].load(std::memory_order_relaxed) : 0;
+  }
+
+  // Connections that ended with the client's disconnect.
+  std::atomic<uint64_t> closed_by_client{0};
+  // Connect requests refused (authentication, malformed, out of memory).
+  std::atomic<uint64_t> rejected{0};
+
+ private:
+  std::unique_ptr<ServiceTimeHistogram[]> service_;
+  std::array<std::atomic<uint64_t>, kStatusCodes> failures_{};
+};
+
+}  // namespace kvrdma::server::metrics

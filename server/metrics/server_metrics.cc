@@ -1,0 +1,167 @@
+#include "server/metrics/server_metrics.h"
+
+#include <cctype>
+
+#include "common/version.h"
+#include "server/metrics/exposition.h"
+
+namespace kvrdma::server::metrics {
+namespace {
+
+uint64_t Load(const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); }
+
+void Counter(Exposition& e, std::string_view name, std::string_view help, uint64_t v) {
+  e.Family(name, "counter", help);
+  e.Sample(name, {}, v);
+}
+
+void Gauge(Exposition& e, std::string_view name, std::string_view help, double v) {
+  e.Family(name, "gauge", help);
+  e.Sample(name, {}, v);
+}
+
+void RenderRequests(Exposition& e, const MetricsSources& s) {
+  const ServerCounters& c = *s.counters;
+  Counter(e, "kvrdma_puts_total", "PUT requests applied to the store", Load(c.puts));
+  Counter(e, "kvrdma_deletes_total", "DELETE requests that removed a key", Load(c.deletes));
+  Counter(e, "kvrdma_errors_total",
+          "Requests and connections the server counted as errors (malformed or refused requests, "
+          "failed authentication, flow-control violations)",
+          Load(c.errors));
+  e.Family("kvrdma_request_failures_total", "counter",
+           "Requests answered with a status other than OK, by status (not_found and locked are normal "
+           "outcomes, not errors)");
+  for (uint8_t code = 1; code < RequestMetrics::kStatusCodes; ++code) {
+    auto sc = static_cast<Status::Code>(code);
+    std::string label = SnakeCase(CodeName(sc));
+    e.Sample("kvrdma_request_failures_total", {{"status", label}}, c.request_metrics.failures(sc));
+  }
+
+  e.Family("kvrdma_worker_service_seconds", "histogram",
+           "Time a worker spent on one request message, from parsing to posting its reply");
+  uint64_t cumulative[ServiceTimeHistogram::kBuckets] = {};
+  uint64_t sum_ns = 0;
+  for (uint32_t w = 0; w < s.config->workers && w < RequestMetrics::kMaxWorkers; ++w) {
+    const ServiceTimeHistogram& h = c.request_metrics.service_time(w);
+    for (size_t b = 0; b < ServiceTimeHistogram::kBuckets; ++b) cumulative[b] += h.bucket(b);
+    sum_ns += h.sum_ns();
+  }
+  uint64_t running = 0;
+  for (size_t b = 0; b < ServiceTimeHistogram::kBuckets; ++b) {
+    running += cumulative[b];
+    std::string le = b < kServiceBoundsNs.size() ? Exposition::FormatDouble(kServiceBoundsNs[b] * 1e-9) : "+Inf";
+    e.Sample("kvrdma_worker_service_seconds_bucket", {{"le", le}}, running);
+  }
+  e.Sample("kvrdma_worker_service_seconds_sum", {}, static_cast<double>(sum_ns) * 1e-9);
+  e.Sample("kvrdma_worker_service_seconds_count", {}, running);
+}
+
+void RenderConnections(Exposition& e, const MetricsSources& s) {
+  const ServerCounters& c = *s.counters;
+  Gauge(e, "kvrdma_connections", "Client connections open now", static_cast<double>(Load(c.connections)));
+  Counter(e, "kvrdma_connections_accepted_total", "Client connections accepted", Load(c.connections_total));
+  Counter(e, "kvrdma_connections_rejected_total",
+          "Connect requests refused (wrong auth token, malformed request, out of memory)",
+          Load(c.request_metrics.rejected));
+  e.Family("kvrdma_connections_closed_total", "counter",
+           "Client connections that ended, by reason: client (it disconnected), qp_failed (its queue "
+           "pair failed, the server closed it), flow_control (it broke flow control, the server closed it)");
+  e.Sample("kvrdma_connections_closed_total", {{"reason", "client"}}, Load(c.request_metrics.closed_by_client));
+  e.Sample("kvrdma_connections_closed_total", {{"reason", "qp_failed"}}, Load(c.closed_failed));
+  e.Sample("kvrdma_connections_closed_total", {{"reason", "flow_control"}}, Load(c.closed_flow_control));
+  Counter(e, "kvrdma_flow_control_violations_total",
+          "Connections that sent more requests than their credits or did not take their replies "
+          "(each was closed)",
+          Load(c.closed_flow_control));
+  Gauge(e, "kvrdma_connection_credits", "Requests a connection may have in flight (kvserver --credits)",
+        s.config->credits);
+  Gauge(e, "kvrdma_workers", "Worker threads applying requests", s.config->workers);
+}
+
+void RenderStore(Exposition& e, const Store& store) {
+  const StoreStats st = store.Stats();
+  const double seg = static_cast<double>(store.config().segment_bytes);
+  Gauge(e, "kvrdma_items", "Keys with a value", static_cast<double>(st.items));
+  Gauge(e, "kvrdma_tombstones", "Deleted keys whose tombstone still holds an index slot",
+        static_cast<double>(st.tombstones));
+  Gauge(e, "kvrdma_index_slots", "Slots in the hash index", static_cast<double>(st.index_slots));
+  Gauge(e, "kvrdma_index_slots_used", "Index slots holding an item or a tombstone",
+        static_cast<double>(st.index_slots_used));
+  Gauge(e, "kvrdma_index_load_ratio", "Index slots used / index slots",
+        st.index_slots == 0 ? 0.0 : static_cast<double>(st.index_slots_used) / static_cast<double>(st.index_slots));
+  Gauge(e, "kvrdma_log_size_bytes", "Size of the value log", static_cast<double>(st.log_bytes));
+  Gauge(e, "kvrdma_log_live_bytes", "Bytes of log entries the index points to", static_cast<double>(st.log_bytes_live));
+  Gauge(e, "kvrdma_log_used_bytes", "Bytes of log segments in use (open, sealed or being cleaned)",
+        static_cast<double>(st.segments_used) * seg);
+  Gauge(e, "kvrdma_log_free_bytes", "Bytes of free log segments (including retired ones in their grace period)",
+        static_cast<double>(st.segments_free) * seg);
+  e.Family("kvrdma_log_segments", "gauge",
+           "Log segments by state: free, open (appended to), sealed, cleaning (being compacted or evicted), "
+           "retired (waiting for the grace period before reuse)");
+  e.Sample("kvrdma_log_segments", {{"state", "free"}}, st.segments_free - st.segments_retired);
+  e.Sample("kvrdma_log_segments", {{"state", "open"}}, st.segments_open);
+  e.Sample("kvrdma_log_segments", {{"state", "sealed"}}, st.segments_sealed);
+  e.Sample("kvrdma_log_segments", {{"state", "cleaning"}}, st.segments_busy);
+  e.Sample("kvrdma_log_segments", {{"state", "retired"}}, st.segments_retired);
+  Gauge(e, "kvrdma_grace_queue_segments",
+        "Retired segments waiting for the grace period before they may be reused",
+        static_cast<double>(st.segments_retired));
+  Counter(e, "kvrdma_cleaner_passes_total", "Cleaner passes that reclaimed something", st.cleaner_runs);
+  Counter(e, "kvrdma_cleaner_relocations_total", "Live entries the cleaner moved", st.relocations);
+  Counter(e, "kvrdma_cleaner_segments_retired_total", "Segments compacted or evicted and retired",
+          st.segments_cleaned);
+  Counter(e, "kvrdma_evictions_total", "Entries evicted to make room (cache mode)", st.evictions);
+  Counter(e, "kvrdma_index_cuckoo_moves_total", "Index slots displaced between buckets", st.cuckoo_moves);
+}
+
+// The lock table: clients take and release locks with RDMA atomics the
+// server does not see, so takeovers are not counted; what the table shows
+// now is (held, expired-but-not-released = what a takeover would claim).
+void RenderLocks(Exposition& e, const LockView& l) {
+  const uint64_t now = __atomic_load_n(&l.words[0], __ATOMIC_ACQUIRE);
+  uint64_t held = 0, expired = 0;
+  for (uint32_t i = 1; i <= l.slots; ++i) {
+    const uint64_t w = __atomic_load_n(&l.words[i], __ATOMIC_RELAXED);
+    if (w == 0) continue;
+    if (LockExpiry(w) > now) {
+      ++held;
+    } else {
+      ++expired;
+    }
+  }
+  Gauge(e, "kvrdma_lock_slots", "Lock words in the lock table", l.slots);
+  e.Family("kvrdma_locks", "gauge",
+           "Lock words by state: held (lease running) or expired (lease ended, not released: a client "
+           "died or is late; another client may take it over). Takeovers themselves are RDMA atomics "
+           "the server does not observe");
+  e.Sample("kvrdma_locks", {{"state", "held"}}, held);
+  e.Sample("kvrdma_locks", {{"state", "expired"}}, expired);
+}
+
+}  // namespace
+
+std::string SnakeCase(std::string_view camel) {
+  auto upper = [&](size_t i) { return i < camel.size() && std::isupper(static_cast<unsigned char>(camel[i])); };
+  auto lower = [&](size_t i) { return i < camel.size() && std::islower(static_cast<unsigned char>(camel[i])); };
+  std::string out;
+  for (size_t i = 0; i < camel.size(); ++i) {
+    // A word starts at an upper-case letter after a lower-case one, or at
+    // the last upper-case letter of a run followed by lower case ("IOError").
+    if (i > 0 && upper(i) && (lower(i - 1) || (upper(i - 1) && lower(i + 1)))) out += '_';
+    out += static_cast<char>(std::tolower(static_cast<unsigned char>(camel[i])));
+  }
+  return out;
+}
+
+std::string RenderMetrics(const MetricsSources& s) {
+  Exposition e;
+  e.Family("kvrdma_build_info", "gauge", "Always 1; the version label is kvserver's version");
+  e.Sample("kvrdma_build_info", {{"version", KVRDMA_VERSION_STRING}}, uint64_t{1});
+  RenderRequests(e, s);
+  RenderConnections(e, s);
+  if (s.store != nullptr) RenderStore(e, *s.store);
+  if (s.locks.words != nullptr) RenderLocks(e, s.locks);
+  return e.Take();
+}
+
+}  // namespace kvrdma::server::metrics
