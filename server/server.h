@@ -44,7 +44,9 @@ class Server {
   const ServerConfig& config() const { return cfg_; }
   // The lock table as workers see it (the metrics port counts held locks).
   // Valid between Start() and the end of Run().
-  LockView lock_view() const { return LockView{locks_.get(), cfg_.lock_slots, backend_.regions().hash_seed}; }
+  LockView lock_view() const {
+    return LockView{locks_.get(), clock_word_.get(), cfg_.lock_slots, backend_.regions().hash_seed};
+  }
 
  private:
   void OnConnectRequest(std::unique_ptr<ConnectRequest> req);
