@@ -1,0 +1,181 @@
+// Stateful fuzzer for the client's handling of replies: a hostile server (on
+// the loopback transport) answers the real client's PUT/DELETE/STATS
+// messages as the input says: correctly, with another request id, status or
+// flags, with garbage, twice, or not at all. The client must never crash, hang
+// past its operation timeout or trip a sanitizer; an operation either
+// succeeds or fails with a Status.
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "client/client_internal.h"
+#include "common/format/bucket.h"
+#include "common/log.h"
+#include "common/protocol/handshake.h"
+#include "common/protocol/messages.h"
+#include "common/transport/loopback_transport.h"
+
+namespace kvrdma::fuzz {
+namespace {
+
+constexpr uint32_t kSlot = 512;
+constexpr uint16_t kCredits = 4;
+
+struct Fabric {
+  std::shared_ptr<LoopbackFabric> fabric = LoopbackFabric::Create();
+  std::shared_ptr<Device> server = fabric->CreateDevice("fuzz-server");
+  std::shared_ptr<Device> client = fabric->CreateDevice("fuzz-client");
+  // Regions the descriptor names (never read: the ops here send messages).
+  std::vector<uint8_t> mem = std::vector<uint8_t>(1 << 16, 0);
+  std::unique_ptr<MemoryRegion> mr;
+  Fabric() {
+    auto r = server->RegisterMemory(mem.data(), mem.size(),
+                                    kAccessLocalWrite | kAccessRemoteRead | kAccessRemoteWrite | kAccessRemoteAtomic);
+    if (!r.ok()) std::abort();
+    mr = std::move(r).value();
+  }
+};
+
+Fabric& F() {
+  static Fabric f;
+  return f;
+}
+
+// How the server answers one message.
+struct Answer {
+  uint8_t kind;  // 0 correct, 1 other id, 2 other status, 3 other flags, 4 garbage, 5 twice, 6 none
+  uint8_t status;
+  uint8_t flags;
+  uint64_t id;
+  std::vector<uint8_t> bytes;
+};
+
+void Serve(Listener& l, const std::vector<Answer>& answers, std::atomic<bool>& stop) {
+  Fabric& f = F();
+  std::unique_ptr<Connection> conn;
+  for (int i = 0; i < 50 && !conn && !stop.load(); ++i) {
+    auto ev = l.NextEvent(20);
+    if (!ev.ok() || ev->type != CmEvent::Type::kConnectRequest) continue;
+    ServerDescriptor d;
+    d.conn_id = 1;
+    d.index = {f.mr->base(), 2 * kBucketBytes, f.mr->rkey()};
+    d.bucket_count = 2;
+    d.log = {f.mr->base() + 4096, 4096, f.mr->rkey()};
+    d.locks = {f.mr->base() + 8192, 9 * 8, f.mr->rkey()};
+    d.ring = {f.mr->base() + 16384, kCredits * kSlot, f.mr->rkey()};
+    d.slot_size = kSlot;
+    d.credits = kCredits;
+    d.max_key_bytes = 64;
+    d.max_value_bytes = 4096;
+    d.get_deadline_us = 50000;
+    d.lock_slots = 8;
+    uint8_t buf[kMaxAcceptData];
+    size_t n = EncodeServerDescriptor(d, buf);
+    QpConfig qc;
+    qc.max_inline = 256;
+    auto c = ev->request->Accept(qc, {buf, n});
+    if (c.ok()) conn = std::move(c).value();
+  }
+  if (!conn) return;
+  uint8_t* recv = f.mem.data() + 32768;
+  uint8_t* send = f.mem.data() + 49152;
+  for (uint32_t i = 0; i < 8; ++i) {
+    RecvWr r{i, f.mr->Slice(32768 + i * kSlot, kSlot)};
+    (void)conn->PostRecv({&r, 1});
+  }
+  size_t next = 0;
+  Completion wc[8];
+  while (!stop.load()) {
+    int got = conn->recv_cq().Poll(wc);
+    if (got <= 0) {
+      Completion s[8];
+      (void)conn->PollSend(s);
+      (void)conn->recv_cq().Wait(5);
+      continue;
+    }
+    for (int i = 0; i < got; ++i) {
+      const uint8_t* m = wc[i].opcode == WrOpcode::kRecvWriteImm
+                             ? f.mem.data() + 16384 + size_t{wc[i].imm >> 24} % kCredits * kSlot
+                             : recv + wc[i].wr_id * kSlot;
+      uint64_t id = 0;
+      for (int b = 0; b < 8; ++b) id |= uint64_t{m[8 + b]} << (8 * b);
+      RecvWr r{wc[i].wr_id, f.mr->Slice(32768 + wc[i].wr_id * kSlot, kSlot)};
+      (void)conn->PostRecv({&r, 1});
+      const Answer a = answers.empty() ? Answer{0, 0, 0, 0, {}} : answers[next++ % answers.size()];
+      if (wc[i].status != WcStatus::kSuccess || a.kind == 6) continue;
+      ReplyHeader h;
+      h.request_id = a.kind == 1 ? a.id : id;
+      h.status = a.kind == 2 ? static_cast<Status::Code>(a.status % 16) : Status::Code::kOk;
+      h.flags = a.kind == 3 ? a.flags : 0;
+      size_t len = a.kind == 4 ? std::min<size_t>(a.bytes.size(), kMaxReplySize)
+                               : EncodeReply(h, a.bytes, {send, kMaxReplySize});
+      if (a.kind == 4 && len > 0) std::memcpy(send, a.bytes.data(), len);
+      for (int k = 0; k < (a.kind == 5 ? 2 : 1); ++k) {
+        SendWr w;
+        w.opcode = WrOpcode::kSend;
+        w.local = f.mr->Slice(49152, static_cast<uint32_t>(len));
+        w.signaled = false;
+        (void)conn->PostSend({&w, 1});
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvrdma::fuzz
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  kvrdma::SetLogLevel(kvrdma::LogLevel::kOff);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace kvrdma;
+  using namespace kvrdma::fuzz;
+  FuzzedDataProvider in(data, size);
+  const bool write_imm = in.ConsumeBool();
+  const int ops = in.ConsumeIntegralInRange<int>(1, 6);
+  std::vector<int> op_kinds;
+  for (int i = 0; i < ops; ++i) op_kinds.push_back(in.ConsumeIntegralInRange<int>(0, 3));
+  std::vector<Answer> answers;
+  while (in.remaining_bytes() > 0 && answers.size() < 32) {
+    Answer a;
+    a.kind = in.ConsumeIntegralInRange<uint8_t>(0, 6);
+    a.status = in.ConsumeIntegral<uint8_t>();
+    a.flags = in.ConsumeIntegral<uint8_t>();
+    a.id = in.ConsumeIntegral<uint64_t>();
+    a.bytes = in.ConsumeBytes<uint8_t>(in.ConsumeIntegralInRange<size_t>(0, 64));
+    answers.push_back(std::move(a));
+  }
+  Fabric& f = F();
+  auto l = f.server->Listen("", 0, 4);
+  if (!l.ok()) return 0;
+  std::atomic<bool> stop{false};
+  std::thread srv([&] { Serve(**l, answers, stop); });
+  {
+    ClientOptions o;
+    o.host = "loopback";
+    o.port = (*l)->port();
+    o.put_mode = write_imm ? PutMode::kWriteImm : PutMode::kSend;
+    o.op_timeout_ms = 50;
+    o.connect_timeout_ms = 1000;
+    auto c = ClientFactory::ConnectWith(f.client, o);
+    if (c.ok()) {
+      for (int k : op_kinds) {
+        switch (k) {
+          case 0: (void)(*c)->Put("key", "small value"); break;
+          case 1: (void)(*c)->Put("big", std::string(1500, 'v')); break;  // fragments
+          case 2: (void)(*c)->Delete("key"); break;
+          case 3: (void)(*c)->Stats(); break;
+        }
+      }
+    }
+  }
+  stop.store(true);
+  srv.join();
+  return 0;
+}
