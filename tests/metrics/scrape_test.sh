@@ -37,7 +37,10 @@ value() {  # value FILE SAMPLE -> the sample's value (0 if absent)
 }
 [ "$(value "$DIR/s0.txt" kvrdma_puts_total)" = 0 ] && ok "idle server: kvrdma_puts_total 0" || bad "first scrape: $(head -c 300 "$DIR/s0.txt")"
 
-"$BUILD/bench/kvbench/kvbench" -s "$ADDR:$PORT" -w A --keys 2000 --value-size 256 -t 2 -d 4 --duration 5 \
+# Three slow clients hold connections with half a request through the run.
+exec 5<>"/dev/tcp/127.0.0.1/$MPORT" 6<>"/dev/tcp/127.0.0.1/$MPORT" 7<>"/dev/tcp/127.0.0.1/$MPORT"
+for fd in 5 6 7; do printf 'GET /metrics HTTP/1.1\r\nHost: x\r\n' >&$fd; done
+"$BUILD/bench/kvbench/kvbench" -s "$ADDR:$PORT" -w A --keys 2000 --value-size 256 -t 2 -d 4 --duration 6 \
   --warmup 0 --json "$DIR/bench.json" > "$DIR/bench.log" 2>&1 &
 BENCH=$!
 sleep 1.5
@@ -45,17 +48,18 @@ i=0
 while kill -0 $BENCH 2> /dev/null; do
   i=$((i + 1))
   scrape > "$DIR/s$i.txt" || bad "scrape $i during the run failed"
-  [ $i = 2 ] && code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$MPORT/metrics") && \
+  [ $i = 1 ] && code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$MPORT/metrics") && \
     { [ "$code" = 405 ] && ok "POST during the run -> 405" || bad "POST -> $code"; }
-  [ $i = 2 ] && code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$MPORT/nope") && \
+  [ $i = 1 ] && code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$MPORT/nope") && \
     { [ "$code" = 404 ] && ok "wrong path during the run -> 404" || bad "wrong path -> $code"; }
   sleep 0.3
 done
 wait $BENCH; brc=$?
+exec 5>&- 6>&- 7>&-
 [ $brc = 0 ] && ok "kvbench exit 0" || { bad "kvbench exit $brc"; cat "$DIR/bench.log"; }
 scrape > "$DIR/end.txt" || bad "final scrape"
 mid=$DIR/s$(( (i + 1) / 2 )).txt
-[ "$i" -ge 2 ] && ok "$i scrapes during the run" || bad "only $i scrapes during the run"
+[ "$i" -ge 1 ] && ok "$i scrape(s) during the run" || bad "no scrape during the run"
 
 # Counters: PUTs during the run (the mid-run scrape is between 0 and the
 # end), the end at least kvbench's acknowledged updates, service-time

@@ -180,5 +180,42 @@ TEST_F(ServerMetricsTest, CountersMoveWithRequests) {
   EXPECT_EQ(p.at("kvrdma_connections_closed_total{reason=\"client\"}"), 1);
 }
 
+// Overwrites in small segments make the cleaner compact and retire them;
+// in cache mode a full log evicts. The metrics show both.
+TEST_F(ServerMetricsTest, CleanerAndEvictionCountersMove) {
+  for (CapacityMode mode : {CapacityMode::kStore, CapacityMode::kCache}) {
+    server::ServerConfig cfg = TestServer::Defaults();
+    cfg.max_value_bytes = 2048;
+    cfg.grace_period_ms = 2;
+    TestServer s(env_, cfg, [&](StoreConfig& sc) {
+      sc.segment_bytes = 64 << 10;
+      sc.log_bytes = 1 << 20;  // 16 segments
+      sc.mode = mode;
+      sc.grace_period = std::chrono::milliseconds(2);
+    });
+    auto c = s.Connect(PutMode::kSend);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    const int keys = mode == CapacityMode::kStore ? 40 : 2000;  // cache: more than the log holds
+    for (int i = 0; i < 3000; ++i) {
+      Status st = (*c)->Put("key" + std::to_string(i % keys), std::string(1500, static_cast<char>('a' + i % 26)));
+      ASSERT_TRUE(st.ok()) << i << " " << st.ToString();
+    }
+    ASSERT_TRUE(WaitFor([&] { return Parse(Render(s)).at("kvrdma_cleaner_segments_retired_total") > 0; }, 10000))
+        << Render(s);
+    Parsed p = Parse(Render(s));
+    ASSERT_TRUE(p.problems.empty()) << p.problems.front();
+    EXPECT_GT(p.at("kvrdma_cleaner_passes_total"), 0);
+    if (mode == CapacityMode::kStore) {
+      EXPECT_GT(p.at("kvrdma_cleaner_relocations_total"), 0);
+      EXPECT_EQ(p.at("kvrdma_evictions_total"), 0);
+      EXPECT_EQ(p.at("kvrdma_items"), keys);
+    } else {
+      EXPECT_GT(p.at("kvrdma_evictions_total"), 0);
+      EXPECT_LT(p.at("kvrdma_items"), keys);
+    }
+    EXPECT_GT(p.at("kvrdma_log_free_bytes"), 0);
+  }
+}
+
 }  // namespace
 }  // namespace kvrdma::testing
