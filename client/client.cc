@@ -48,9 +48,9 @@ Status Client::Impl::Connect() {
   auto align = [](size_t x) { return (x + 63) & ~size_t{63}; };
   stage_off_ = 0;
   reply_off_ = align(size_t{desc_.credits} * desc_.slot_size);
-  big_off_ = align(reply_off_ + size_t{desc_.credits} * kMaxReplySize);
-  big_cap_ = std::max(EntryBytes(desc_.max_key_bytes, desc_.max_value_bytes), kSlotEntryBytes);
-  scratch_off_ = align(big_off_ + big_cap_);
+  large_off_ = align(reply_off_ + size_t{desc_.credits} * kMaxReplySize);
+  large_cap_ = std::max(EntryBytes(desc_.max_key_bytes, desc_.max_value_bytes), kSlotEntryBytes);
+  scratch_off_ = align(large_off_ + large_cap_);
   slot_off_ = scratch_off_ + 64;
   size_t total = (slot_off_ + size_t{max_in_flight_} * SlotBytes() + 4095) & ~size_t{4095};
   mem_.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, total)));

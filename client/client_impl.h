@@ -1,10 +1,7 @@
 // The client's engine: per-operation state machines over one QP.
 //
-// GET   kStartRound -> (2 bucket READs, one doorbell) -> probe
-//         -> (entry READ) -> decode -> value | tombstone | next candidate
-//         -> (big entry: second READ into the shared large buffer)
-//         -> nothing found: a second round confirms the miss (MissCheck)
-//         -> torn/superseded/too slow: a new round
+// GET   one state machine over RDMA READs, in client_get.cc (its header
+//         draws it): cached entry | buckets -> entry -> large entry.
 // PUT/DELETE/STATS: request messages (fragments for big values) within the
 //         server's credits; replies arrive in order (one worker per
 //         connection) and are matched FIFO, checked by request id.
@@ -33,8 +30,22 @@
 
 namespace kvrdma {
 
-inline constexpr uint64_t kReadTag = 1ull << 62;  // READ wr_id: tag | slot; messages: sequence number
-inline constexpr uint64_t kSyncTag = 3ull << 62;  // the one lock-table WR of a Lock/Unlock step
+// Send work-request ids: the kind in the top 4 bits, a payload below (a GET's
+// slot, a message's sequence number). Kinds are disjoint by construction.
+enum class WrKind : uint8_t {
+  kMessage = 1,    // a request message (payload: sequence number)
+  kGetRead = 2,    // a GET's READ (payload: its slot)
+  kLockTable = 3,  // the one lock-table READ/CAS of a Lock/Unlock step
+};
+inline constexpr unsigned kWrKindShift = 60;
+inline constexpr uint64_t kWrPayloadMask = (uint64_t{1} << kWrKindShift) - 1;
+constexpr uint64_t MakeWrId(WrKind k, uint64_t payload) noexcept {
+  return (uint64_t{static_cast<uint8_t>(k)} << kWrKindShift) | (payload & kWrPayloadMask);
+}
+constexpr WrKind WrKindOf(uint64_t wr_id) noexcept { return static_cast<WrKind>(wr_id >> kWrKindShift); }
+constexpr uint64_t WrPayload(uint64_t wr_id) noexcept { return wr_id & kWrPayloadMask; }
+static_assert(WrKindOf(MakeWrId(WrKind::kMessage, ~uint64_t{0})) == WrKind::kMessage);
+static_assert(WrPayload(MakeWrId(WrKind::kGetRead, 63)) == 63);
 
 class Client::Impl {
  public:
@@ -80,11 +91,17 @@ class Client::Impl {
  private:
   enum class Step : uint8_t {
     kFree,
-    kReady,       // GET: waits to post its next READs (or the large buffer)
-    kBuckets,     // GET: bucket READs in flight
-    kEntry,       // GET: entry READ in flight
+    kGetPost,     // GET: the READs of its phase wait to be posted (credits, large buffer)
+    kGetRead,     // GET: the READs of its phase are in flight
     kSending,     // message op: not all messages sent yet
     kReplies,     // message op: all sent, replies pending
+  };
+  // What a GET reads (client_get.cc).
+  enum class GetPhase : uint8_t {
+    kCachedEntry,  // the entry at the location cache's slot (one READ)
+    kBuckets,      // both candidate buckets (two READs, one completion)
+    kEntry,        // candidate `cand`'s entry, its hinted length, into the slot's buffer
+    kLargeEntry,   // candidate `cand`'s whole entry into the shared large buffer
   };
   struct Slot {
     Op* op = nullptr;
@@ -95,14 +112,11 @@ class Client::Impl {
     BucketReads br;
     ProbeResult probe;
     MissCheck miss;
-    Clock::time_point round_start;
-    enum class Next : uint8_t { kCached, kBuckets, kEntry, kBigEntry };
-    Next next = Next::kBuckets;  // what a kReady GET posts next
-    uint8_t cand = 0;        // candidate being read
-    uint64_t cached_slot = 0;  // the location-cache slot being tried (kCached)
-    bool cached_read = false;  // the entry READ in flight is the cached one
-    bool big = false;        // this slot holds the large buffer
-    uint32_t entry_len = 0;
+    Clock::time_point round_start;  // of the round (or cached READ) in progress
+    GetPhase phase = GetPhase::kBuckets;
+    uint8_t cand = 0;               // kEntry/kLargeEntry: the candidate being read
+    uint64_t cached_slot = 0;       // kCachedEntry: the location cache's slot
+    uint32_t entry_len = 0;         // bytes of the entry READ
     uint32_t restarts = 0;           // rounds thrown away (NewRound with retry)
     const char* restart_cause = "";  // why the last one was
     // messages
@@ -131,12 +145,17 @@ class Client::Impl {
   void FailAll(const Status& st);
   // Posting: GET steps go through batch_ and one PostSend per Progress.
   void Progress();
-  bool StageGet(Slot& s);
   void FlushBatch();
+  // GET (client_get.cc).
+  void StartGet(Slot& s);
+  bool StageGet(Slot& s);
+  void PostGetRead(uint32_t idx, const RemoteRegion& region, uint64_t offset, size_t local_off, uint32_t len,
+                   bool signaled);
+  void OnGetReadDone(Slot& s);
+  void NextPhase(Slot& s, GetPhase phase);
   void PumpMessages();
   bool SendNextMessage(Slot& s);
   // Completions.
-  void OnReadDone(Slot& s);
   void OnBuckets(Slot& s);
   void OnEntry(Slot& s);
   void OnCachedEntry(Slot& s);
@@ -158,7 +177,7 @@ class Client::Impl {
     void operator()(void* p) const noexcept { std::free(p); }
   };
   // Local memory: [staging slots][reply buffers][large entry buffer][per-op slots].
-  size_t stage_off_ = 0, reply_off_ = 0, big_off_ = 0, big_cap_ = 0, slot_off_ = 0, scratch_off_ = 0;
+  size_t stage_off_ = 0, reply_off_ = 0, large_off_ = 0, large_cap_ = 0, slot_off_ = 0, scratch_off_ = 0;
   std::unique_ptr<uint8_t, FreeDeleter> mem_;
   std::unique_ptr<MemoryRegion> mr_;
   std::unique_ptr<Connection> conn_;  // destroyed before mr_
@@ -177,7 +196,7 @@ class Client::Impl {
   uint32_t msgs_in_flight_ = 0;
   uint32_t in_flight_ = 0;
   int32_t frag_owner_ = -1;  // slot sending a fragmented PUT
-  int32_t big_owner_ = -1;   // slot using the large entry buffer
+  int32_t large_owner_ = -1;  // GET slot whose kLargeEntry READ uses the large buffer
   uint64_t next_request_ = 1;
   uint64_t seq_ = 0;         // messages sent; staging slot = seq % credits
   Status broken_;            // set once the connection failed

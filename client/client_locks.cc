@@ -20,7 +20,7 @@ Result<uint64_t> Client::Impl::LockTableOp(WrOpcode op, const RemoteRegion& regi
   if (!broken_.ok() && in_flight_ == 0) KVRDMA_RETURN_IF_ERROR(Reconnect());
   if (!broken_.ok()) return broken_;
   SendWr w;
-  w.wr_id = kSyncTag;
+  w.wr_id = MakeWrId(WrKind::kLockTable, 0);
   w.opcode = op;
   w.local = mr_->Slice(scratch_off_, 8);
   w.remote_addr = region.addr + offset;

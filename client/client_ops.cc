@@ -58,12 +58,7 @@ void Client::Impl::Start(Op* op, bool stats) {
     auto br = CandidateBucketReads(params_, op->key);
     if (!br.ok()) return Finish(s, br.status());
     s.br = *br;
-    s.round_start = Clock::now();
-    s.step = Step::kReady;
-    if ((s.cached_slot = cache_.Lookup(s.br.hash.hash)) != 0) s.next = Slot::Next::kCached;
-    ++stats_.gets;
-    ready_.push_back(idx);
-    return;
+    return StartGet(s);  // client_get.cc
   }
   s.opcode = stats ? Opcode::kStats : op->type == Op::Type::kPut ? Opcode::kPut : Opcode::kDelete;
   std::string_view value = s.opcode == Opcode::kPut ? op->value : std::string_view{};
@@ -89,7 +84,7 @@ void Client::Impl::Finish(Slot& s, Status st) {
   }
   op->status = std::move(st);
   uint32_t idx = SlotOf(s);
-  if (big_owner_ == static_cast<int32_t>(idx)) big_owner_ = -1;
+  if (large_owner_ == static_cast<int32_t>(idx)) large_owner_ = -1;
   if (frag_owner_ == static_cast<int32_t>(idx)) frag_owner_ = -1;
   s.step = Step::kFree;
   s.op = nullptr;
@@ -183,10 +178,10 @@ void Client::Impl::PollCompletions() {
   bool progress = n > 0;
   for (int i = 0; i < n; ++i) {
     if (wc[i].status != WcStatus::kSuccess) return FailAll(CompletionStatus(wc[i]));
-    if (wc[i].wr_id == kSyncTag) {
-      sync_done_ = true;
-    } else if (wc[i].wr_id & kReadTag) {
-      OnReadDone(slots_[wc[i].wr_id & 0xffff]);
+    switch (WrKindOf(wc[i].wr_id)) {
+      case WrKind::kGetRead: OnGetReadDone(slots_[WrPayload(wc[i].wr_id) % kMaxInFlight]); break;
+      case WrKind::kLockTable: sync_done_ = true; break;
+      case WrKind::kMessage: break;  // reaps send-queue slots only (replies complete messages)
     }
   }
   if (n < 0) return FailAll(Status::ConnectionLost("completion queue failed"));
@@ -220,7 +215,7 @@ void Client::Impl::ResetEngine() {
   replies_.clear();
   batch_len_ = 0;
   reads_in_flight_ = msgs_in_flight_ = 0;
-  frag_owner_ = big_owner_ = -1;
+  frag_owner_ = large_owner_ = -1;
   seq_ = 0;
   held_.clear();    // locks belong to the old connection (they lapse with their lease)
   cache_.Clear();   // locations may name another server's memory now
@@ -256,9 +251,9 @@ void Client::Impl::CheckDeadlines() {
   auto now = Clock::now();
   for (Slot& s : slots_) {
     if (s.step == Step::kFree || now <= s.deadline) continue;
-    if (s.step == Step::kReady || (s.step == Step::kSending && s.outstanding == 0 && s.sent == 0 && s.first)) {
+    if (s.step == Step::kGetPost || (s.step == Step::kSending && s.outstanding == 0 && s.sent == 0 && s.first)) {
       // Nothing of it on the wire: fail just this operation.
-      if (s.step == Step::kReady) std::erase(ready_, SlotOf(s));
+      if (s.step == Step::kGetPost) std::erase(ready_, SlotOf(s));
       if (s.step == Step::kSending) std::erase(senders_, SlotOf(s));
       Finish(s, Status::Timeout("operation timed out before it could be sent"));
       continue;
@@ -269,220 +264,13 @@ void Client::Impl::CheckDeadlines() {
   }
 }
 
-// -------------------------------------------------------------------- GET
-
-bool Client::Impl::StageGet(Slot& s) {
-  uint32_t idx = SlotOf(s);
-  auto now = Clock::now();
-  if (now > s.deadline) {
-    Finish(s, Status::Timeout(
-                  "GET found no consistent read within " + std::to_string(opts_.op_timeout_ms) + " ms: " +
-                  std::to_string(s.restarts) + " restarts" +
-                  (s.restarts != 0 ? std::string(", the last after ") + s.restart_cause : std::string()) +
-                  (s.big || s.next == Slot::Next::kBigEntry ? "; waiting for the large-entry buffer" : "")));
-    return true;
-  }
-  uint32_t budget = std::max<uint32_t>(conn_->max_rd_atomic(), kCandidateBuckets);
-  uint32_t need = s.next == Slot::Next::kBuckets ? kCandidateBuckets : 1;
-  if (reads_in_flight_ + need > budget) return false;
-  if (s.next == Slot::Next::kBigEntry) {
-    if (big_owner_ != -1 && big_owner_ != static_cast<int32_t>(idx)) return false;
-    big_owner_ = static_cast<int32_t>(idx);
-    s.big = true;
-  }
-  if (s.next == Slot::Next::kCached) {
-    uint64_t off = SlotLogOffset(s.cached_slot);
-    uint32_t len = std::min<uint32_t>(static_cast<uint32_t>(SlotReadBytes(s.cached_slot)), kSlotEntryBytes);
-    if (off + len > desc_.log.length) {  // cannot be: treat as stale
-      cache_.Erase(s.br.hash.hash);
-      s.next = Slot::Next::kBuckets;
-      need = kCandidateBuckets;
-      if (reads_in_flight_ + need > budget) return false;
-    } else {
-      s.round_start = now;
-      s.entry_len = len;
-      s.cached_read = true;
-      SendWr& w = batch_[batch_len_++];
-      w = SendWr{};
-      w.wr_id = kReadTag | idx;
-      w.opcode = WrOpcode::kRead;
-      w.local = mr_->Slice(EntryOff(idx), len);
-      w.remote_addr = desc_.log.addr + off;
-      w.rkey = desc_.log.rkey;
-      s.step = Step::kEntry;
-      reads_in_flight_ += 1;
-      stats_.reads += 1;
-      return true;
-    }
-  }
-  if (s.next == Slot::Next::kBuckets) {
-    // A round must finish within the server's GET deadline, so what it READs
-    // cannot have been recycled under it (DESIGN.md): a late round starts over.
-    if (now - s.round_start > std::chrono::microseconds(desc_.get_deadline_us)) s.miss = MissCheck{};
-    s.round_start = now;
-    ++stats_.get_rounds;
-    for (size_t b = 0; b < kCandidateBuckets; ++b) {
-      SendWr& w = batch_[batch_len_++];
-      w = SendWr{};
-      w.wr_id = kReadTag | idx;
-      w.opcode = WrOpcode::kRead;
-      w.signaled = b + 1 == kCandidateBuckets;  // READs complete in order: the last one covers both
-      w.local = mr_->Slice(BucketOff(idx) + b * kBucketBytes, kBucketBytes);
-      w.remote_addr = desc_.index.addr + s.br.reads[b].offset;
-      w.rkey = desc_.index.rkey;
-    }
-    s.step = Step::kBuckets;
-  } else {
-    const SlotCandidate& c = s.probe.candidates[s.cand];
-    SendWr& w = batch_[batch_len_++];
-    w = SendWr{};
-    w.wr_id = kReadTag | idx;
-    w.opcode = WrOpcode::kRead;
-    if (s.next == Slot::Next::kEntry) s.entry_len = std::min<uint32_t>(c.entry.length, kSlotEntryBytes);
-    w.local = mr_->Slice(s.big ? big_off_ : EntryOff(idx), s.entry_len);
-    w.remote_addr = desc_.log.addr + c.entry.offset;
-    w.rkey = desc_.log.rkey;
-    s.step = Step::kEntry;
-  }
-  reads_in_flight_ += need;
-  stats_.reads += need;
-  return true;
-}
+// ------------------------------------------------------------- batching
 
 void Client::Impl::FlushBatch() {
   if (batch_len_ == 0) return;
   Status st = conn_->PostSend({batch_.data(), batch_len_});
   batch_len_ = 0;
   if (!st.ok()) FailAll(st.IsConnectionLost() ? st : Status::ConnectionLost(st.ToString()));
-}
-
-void Client::Impl::OnReadDone(Slot& s) {
-  if (s.step == Step::kBuckets) {
-    reads_in_flight_ -= kCandidateBuckets;
-    OnBuckets(s);
-  } else if (s.step == Step::kEntry) {
-    reads_in_flight_ -= 1;
-    OnEntry(s);
-  }
-}
-
-void Client::Impl::OnBuckets(Slot& s) {
-  uint32_t idx = SlotOf(s);
-  const auto* b = reinterpret_cast<const std::byte*>(Mem(BucketOff(idx)));
-  if (Status st = ProbeBuckets({b, kBucketBytes}, {b + kBucketBytes, kBucketBytes}, s.br.hash, params_, &s.probe);
-      !st.ok()) {
-    return Finish(s, st);
-  }
-  s.cand = 0;
-  if (s.probe.count == 0) return Miss(s);
-  s.next = Slot::Next::kEntry;
-  s.step = Step::kReady;
-  ready_.push_back(idx);
-}
-
-void Client::Impl::Miss(Slot& s) {
-  // Nothing in either bucket: real only if a second round sees the same
-  // bucket versions (no key was moved between the buckets meanwhile).
-  if (s.miss.ConfirmMiss(s.probe)) return Finish(s, Status::NotFound());
-  NewRound(s, /*retry=*/false);
-}
-
-void Client::Impl::NewRound(Slot& s, bool retry, const char* why) {
-  if (retry) {
-    ++stats_.get_retries;
-    ++s.restarts;
-    s.restart_cause = why;
-    s.miss = MissCheck{};
-  }
-  s.next = Slot::Next::kBuckets;
-  s.step = Step::kReady;
-  ready_.push_back(SlotOf(s));
-}
-
-void Client::Impl::OnCachedEntry(Slot& s) {
-  s.cached_read = false;
-  const auto* bytes = reinterpret_cast<const std::byte*>(Mem(EntryOff(SlotOf(s))));
-  // Accepted only when current: checksum, key, and the NOT-CURRENT bit clear.
-  // The server clears it only after a slot of the key names the entry and
-  // sets it before the slot moves away, so a clear bit proves the entry was
-  // the key's current one when the READ read it, however old the cached
-  // location and whatever became of its segment since (DESIGN.md, "Location
-  // cache"). No deadline is needed.
-  EntryView v = DecodeEntry({bytes, s.entry_len}, s.op->key, s.cached_slot, params_.seed, /*require_current=*/true);
-  if (v.verdict == EntryVerdict::kValue) {
-    ++stats_.cache_hits;
-    s.op->result->assign(reinterpret_cast<const char*>(v.value.data()), v.value.size());
-    return Finish(s, Status::OK());
-  }
-  if (v.verdict == EntryVerdict::kTombstone) {
-    cache_.Erase(s.br.hash.hash);
-    return Finish(s, Status::NotFound());
-  }
-  // Not current, recycled, torn, another key, or too long for one READ: the
-  // index path decides (and refreshes the cache).
-  ++stats_.cache_stale;
-  cache_.Erase(s.br.hash.hash);
-  NewRound(s, /*retry=*/false);
-}
-
-bool Client::Impl::RoundIsLate(const Slot& s) const {
-  return Clock::now() - s.round_start > std::chrono::microseconds(desc_.get_deadline_us);
-}
-
-void Client::Impl::OnEntry(Slot& s) {
-  uint32_t idx = SlotOf(s);
-  if (s.cached_read) return OnCachedEntry(s);
-  const SlotCandidate& c = s.probe.candidates[s.cand];
-  const auto* bytes = reinterpret_cast<const std::byte*>(Mem(s.big ? big_off_ : EntryOff(idx)));
-  EntryView v = DecodeEntry({bytes, s.entry_len}, s.op->key, c.slot, params_.seed, /*require_current=*/false);
-  auto release_big = [&] {
-    if (s.big) big_owner_ = -1;
-    s.big = false;
-  };
-  if (v.verdict == EntryVerdict::kNeedMore) {
-    release_big();
-    if (s.next == Slot::Next::kBigEntry || v.total_bytes > big_cap_ ||
-        c.entry.offset + v.total_bytes > desc_.log.length) {
-      return NewRound(s, /*retry=*/true, "an implausible entry header (torn)");
-    }
-    s.entry_len = v.total_bytes;
-    s.next = Slot::Next::kBigEntry;
-    s.step = Step::kReady;
-    ready_.push_back(idx);
-    return;
-  }
-  // Within the deadline the slot READ of this round vouches for the entry
-  // (the reuse rule). A round that outlived it (a large value on a busy
-  // link) is still sound when the entry's NOT-CURRENT bit was clear: the
-  // entry was the key's current one when READ, whatever the slot said.
-  if (RoundIsLate(s) && (v.superseded || v.verdict == EntryVerdict::kWrongKey)) {
-    release_big();
-    return NewRound(s, /*retry=*/true, "the round outlived the GET deadline and its entry was no longer current");
-  }
-  switch (v.verdict) {
-    case EntryVerdict::kValue:
-      s.op->result->assign(reinterpret_cast<const char*>(v.value.data()), v.value.size());
-      release_big();
-      cache_.Insert(s.br.hash.hash, c.slot);
-      return Finish(s, Status::OK());
-    case EntryVerdict::kTombstone:
-      release_big();
-      cache_.Erase(s.br.hash.hash);
-      return Finish(s, Status::NotFound());
-    case EntryVerdict::kWrongKey:
-      release_big();
-      if (++s.cand < s.probe.count) {
-        s.next = Slot::Next::kEntry;
-        s.step = Step::kReady;
-        ready_.push_back(idx);
-        return;
-      }
-      return Miss(s);  // only fingerprint collisions: the key is not in these buckets
-    default:           // torn, malformed, superseded
-      release_big();
-      return NewRound(s, /*retry=*/true, v.verdict == EntryVerdict::kTorn ? "a torn entry READ (a writer was changing it)"
-                                                                          : "a malformed entry READ");
-  }
 }
 
 // --------------------------------------------------------------- messages
@@ -524,7 +312,7 @@ bool Client::Impl::SendNextMessage(Slot& s) {
   len += chunk;
 
   SendWr w;
-  w.wr_id = seq_;
+  w.wr_id = MakeWrId(WrKind::kMessage, seq_);
   w.local = mr_->Slice(off, static_cast<uint32_t>(len));
   // A staging buffer is reused only after the reply to its message, which
   // implies the server read it: completions only reap send-queue slots.

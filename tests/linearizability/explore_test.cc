@@ -2,17 +2,26 @@
 // own seed, against a store built to recycle memory under cached locations,
 // every history checked for linearizability.
 //
-// Per seed: a tiny index (ServerFull for new keys when full), 4 KiB log
-// segments, a tiny grace period, the cleaner run by the driver at points the
-// seed chooses (and no cleaner thread), store or cache mode (evictions).
-// Three clients with the location cache on keep up to 3 operations each in
-// flight (client 0 a slow reader whose cached locations grow old); a single
-// driver thread chooses, from the seed, what happens next:
-// submit a GET / a same-size PUT (so log offsets repeat) / a DELETE (often of
-// an absent key) on one of a few keys, poll a client, run the cleaner, wait
-// out the grace period, or break a client's connection (its operations in
-// flight end unknown; it reconnects, dropping its cache). PUTs answered
+// Per seed: a tiny index (14 or 28 slots for up to 39 keys: PUTs of new keys
+// answered ServerFull), 4 KiB log segments, a 2 ms grace period, the cleaner
+// run by the driver at points the seed chooses (no cleaner thread), store or
+// cache mode (evictions enter the history as DELETEs), and a shape of key and
+// value sizes that makes log offsets repeat across the reuses of a segment
+// (every other seed "wide": 1 KiB entries, 4 per segment). Three clients with
+// the location cache on keep up to 3 operations each in flight (client 0 is
+// a slow reader whose cached locations outlive reuses); a single driver
+// thread chooses, from the seed, what happens next: submit a GET / a
+// same-size PUT / a DELETE (often of an absent key) on one of 1-3 hot keys or
+// one of 36 fillers, poll a client, run the cleaner, wait out the grace
+// period, or (half the seeds) break a connection (its operations in flight
+// end unknown; the client reconnects and drops its cache). PUTs answered
 // ServerFull changed nothing and are left out of the history.
+//
+// It finds the bug of issue 13 finding 1: with entries born current again
+// (the fix reverted in Store::WriteEntry and CompactSegment) the first
+// violation came after 57, 5, 25 and 15 seeds in four runs ("a GET returned a
+// value no PUT of this key wrote": a ServerFull leftover under a cached
+// location).
 //
 // The driver's choices are a function of the seed; the server's worker
 // threads and the loopback transport's completion order are not, so a seed
@@ -21,7 +30,9 @@
 // printed; KVRDMA_EXPLORE_SEED=<seed> runs just that seed.
 //
 // KVRDMA_EXPLORE_SEEDS (default: 40 in the unit form, 2000 in the "explore"
-// form), KVRDMA_EXPLORE_STEPS (steps per seed, default 1500).
+// form; ctest sets it per label), KVRDMA_EXPLORE_FIRST (first seed, 1),
+// KVRDMA_EXPLORE_STEPS (steps per seed, 1500), KVRDMA_EXPLORE_SHAPE (0..3:
+// force one shape), KVRDMA_EXPLORE_VERBOSE=1 (a line per seed).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -52,18 +63,22 @@ uint64_t NowNs() {
 constexpr int kClients = 3;
 constexpr int kDepth = 3;
 constexpr int kFillerKeys = 36;   // other keys ("f0".."fz") that fill the index and the log
-// Value sizes are chosen so that log offsets repeat across the reuses of a
-// segment (all keys are 2 bytes). Per seed, one of these shapes:
+// Key and value sizes are chosen so that log offsets repeat across the reuses
+// of a segment. Keys are a 2-byte name ("h0", "f7") padded to key_bytes. Per
+// seed, one of these shapes:
 //   small: every entry is 24 bytes (6-byte values, and tombstones): every
 //          offset of a segment holds the start of an entry in every use;
 //   mixed: hot values 24-byte entries, filler values 408 (17 x 24) bytes;
-//   large: every value entry is 408 bytes (few offsets per segment).
+//   large: every value entry is 408 bytes (few offsets per segment);
+//   wide:  1002-byte keys, 6-byte values: every entry, tombstones included,
+//          is 1024 bytes, 4 per segment, and segments are reused constantly.
 struct Shape {
   const char* name;
-  size_t hot_value_bytes, filler_value_bytes;
+  size_t key_bytes, hot_value_bytes, filler_value_bytes;
 };
-constexpr Shape kShapes[] = {{"small", 6, 6}, {"mixed", 6, 390}, {"large", 390, 390}};
+constexpr Shape kShapes[] = {{"small", 2, 6, 6}, {"mixed", 2, 6, 390}, {"large", 2, 390, 390}, {"wide", 1002, 6, 6}};
 static_assert((16 + 2 + 6) % 24 == 0 && (16 + 2 + 390) % 24 == 0 && (16 + 2 + 7) / 8 * 8 == 24);
+static_assert((16 + 1002 + 6) == 1024 && (16 + 1002 + 7) / 8 * 8 == 1024);
 
 struct Pending {
   Op op;
@@ -82,13 +97,16 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
   std::mt19937_64 rng(seed);
   auto pick = [&](uint64_t n) { return static_cast<uint64_t>(rng() % n); };
   TransportEnv env = TransportEnv::Make(kind);
-  const Shape shape = kShapes[seed % 3];
+  // Every other seed is "wide": its segments are reused fastest.
+  const uint64_t shape_pick = EnvOr("KVRDMA_EXPLORE_SHAPE", seed % 2 == 1 ? 3 : (seed / 2) % 3);
+  const Shape shape = kShapes[shape_pick % 4];
   const int hot_keys = 1 + static_cast<int>(pick(3));  // keys the history is about ("h0".."h2")
   const bool cache_mode = pick(4) == 0;
+  const uint64_t index_buckets = pick(2) ? 2 : 4;  // 14 or 28 slots for up to 39 keys: often full
   const bool faults = kind == Kind::kLoopback && pick(2) == 0;
   server::ServerConfig cfg = TestServer::Defaults();
   cfg.workers = 2;
-  cfg.max_key_bytes = 16;
+  cfg.max_key_bytes = 1023;
   cfg.max_value_bytes = 512;
   cfg.grace_period_ms = 2;
   // Evictions (cache mode) of hot keys enter the history as DELETEs.
@@ -98,18 +116,20 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
       if (key.empty() || key[0] != 'h') return;
       lin::HistoryOp ho;
       ho.client = 999;
-      ho.key = std::string(key);
+      ho.key = std::string(key.substr(0, 2));
       ho.type = lin::OpType::kDelete;
       ho.outcome = lin::Outcome::kOk;
       ho.invoke_ns = NowNs();  // just before the slot is cleared (under the key's locks)
-      ho.complete_ns = ho.invoke_ns + 5'000'000;
+      ho.complete_ns = ho.invoke_ns + 100'000;  // the slot is cleared microseconds later
       std::lock_guard<std::mutex> g(evicted->first);
       evicted->second.push_back(std::move(ho));
     };
     sc.cleaner_thread = false;
-    sc.index_buckets = 4;  // 28 slots for 44 keys: often full
+    sc.index_buckets = index_buckets;
     sc.segment_bytes = 4096;
-    sc.log_bytes = 8 * 4096;
+    // Room for the live data (up to 28 slots) plus churn: 8 segments, or 32
+    // for 1 KiB entries.
+    sc.log_bytes = (shape.key_bytes > 2 ? 32 : 8) * 4096;
     sc.full_wait = std::chrono::milliseconds(1);
     sc.min_free_segments = 4;
     sc.mode = cache_mode ? CapacityMode::kCache : CapacityMode::kStore;
@@ -156,7 +176,7 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
     }
     lin::HistoryOp ho;
     ho.client = static_cast<uint32_t>(c);
-    ho.key = p.key;
+    ho.key = p.key.substr(0, 2);
     ho.invoke_ns = p.invoke_ns;
     ho.complete_ns = done;
     ho.type = op->type == Op::Type::kGet ? lin::OpType::kGet
@@ -202,6 +222,7 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
     const bool filler = c != 0 && pick(2) == 0;
     static constexpr char kAlphabet[] = "0123456789abcdefghijklmnopqrstuvwxyz";
     p->key = filler ? std::string{'f', kAlphabet[pick(kFillerKeys)]} : "h" + std::to_string(pick(hot_keys));
+    p->key.resize(shape.key_bytes, 'k');
     p->op = Op{};
     p->op.key = p->key;
     p->op.user = p;
@@ -237,7 +258,7 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
       ++st->cleaner_passes;
     } else if (what < 99) {
       std::this_thread::sleep_for(std::chrono::milliseconds(cfg.grace_period_ms + 1));
-    } else if (faults) {
+    } else if (faults && pick(3) == 0) {
       break_next->store(true);
       ++st->reconnects;
     }
@@ -252,6 +273,16 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
     st->cache_stale += clients[c]->stats().cache_stale;
   }
   const StoreStats ss = store.Stats();
+  if (EnvOr("KVRDMA_EXPLORE_VERBOSE", 0) != 0) {
+    std::printf("[explore] seed %llu: shape %s, %d hot keys, %llu buckets, %s mode%s; %zu history ops; "
+                "segments cleaned %llu, relocations %llu, evictions %llu; client 0: %llu cache hits, %llu stale\n",
+                static_cast<unsigned long long>(seed), shape.name, hot_keys,
+                static_cast<unsigned long long>(index_buckets), cache_mode ? "cache" : "store",
+                faults ? ", faults" : "", h.size(), static_cast<unsigned long long>(ss.segments_cleaned),
+                static_cast<unsigned long long>(ss.relocations), static_cast<unsigned long long>(ss.evictions),
+                static_cast<unsigned long long>(clients[0]->stats().cache_hits),
+                static_cast<unsigned long long>(clients[0]->stats().cache_stale));
+  }
   st->segments_cleaned += ss.segments_cleaned;
   st->evictions += ss.evictions;
   server.Stop();

@@ -1,0 +1,222 @@
+// The GET path, top to bottom: one state machine per GET over one-sided RDMA
+// READs (docs/DESIGN.md, "Client: GET path" and "Why a GET returns a value
+// the key had during the GET").
+//
+// A GET is always in one phase (Slot::phase) and one step: kGetPost (its
+// READs wait to be posted: READ credits, or the large buffer) or kGetRead
+// (they are in flight; their completion carries WrKind::kGetRead and the slot).
+//
+//   StartGet ──cache hit──> kCachedEntry ──current──────────────> done
+//      │                        └─not current/torn/other──┐
+//      └──────────────────────> kBuckets <────────────────┴── NewRound
+//                                   │ probe: candidates, or a miss round (MissCheck)
+//                                   v
+//                               kEntry (candidate `cand`, hinted length)
+//                                   │ longer than the hint
+//                                   v
+//                               kLargeEntry (whole entry, shared large buffer)
+//
+// Rules: an entry read after the bucket READ of the same round, within the
+// GET deadline, is trusted as the reuse rule allows; an entry read at a
+// cached location, or by a round that outlived the deadline, only if its
+// NOT-CURRENT bit was clear. Torn/malformed bytes start a new round.
+#include "client/client_impl.h"
+
+namespace kvrdma {
+
+void Client::Impl::StartGet(Slot& s) {
+  s.round_start = Clock::now();
+  s.cached_slot = cache_.Lookup(s.br.hash.hash);
+  s.phase = s.cached_slot != 0 ? GetPhase::kCachedEntry : GetPhase::kBuckets;
+  s.step = Step::kGetPost;
+  ++stats_.gets;
+  ready_.push_back(SlotOf(s));
+}
+
+// Posts the READs of the GET's phase into batch_. False: not now (READ
+// credits or the large buffer are taken); the GET stays in ready_.
+bool Client::Impl::StageGet(Slot& s) {
+  const uint32_t idx = SlotOf(s);
+  const auto now = Clock::now();
+  if (now > s.deadline) {
+    Finish(s, Status::Timeout(
+                  "GET found no consistent read within " + std::to_string(opts_.op_timeout_ms) + " ms: " +
+                  std::to_string(s.restarts) + " restarts" +
+                  (s.restarts != 0 ? std::string(", the last after ") + s.restart_cause : std::string()) +
+                  (s.phase == GetPhase::kLargeEntry ? "; it was waiting for the large-entry buffer" : "")));
+    return true;
+  }
+  if (s.phase == GetPhase::kCachedEntry &&
+      SlotLogOffset(s.cached_slot) + SlotReadBytes(s.cached_slot) > desc_.log.length) {
+    cache_.Erase(s.br.hash.hash);  // cannot be: treat as stale
+    s.phase = GetPhase::kBuckets;
+  }
+  const uint32_t budget = std::max<uint32_t>(conn_->max_rd_atomic(), kCandidateBuckets);
+  const uint32_t reads = s.phase == GetPhase::kBuckets ? kCandidateBuckets : 1;
+  if (reads_in_flight_ + reads > budget) return false;
+  if (s.phase == GetPhase::kLargeEntry) {
+    if (large_owner_ != -1 && large_owner_ != static_cast<int32_t>(idx)) return false;
+    large_owner_ = static_cast<int32_t>(idx);  // released in OnEntry or Finish
+  }
+  switch (s.phase) {
+    case GetPhase::kCachedEntry:
+      s.round_start = now;
+      s.entry_len = std::min<uint32_t>(static_cast<uint32_t>(SlotReadBytes(s.cached_slot)), kSlotEntryBytes);
+      PostGetRead(idx, desc_.log, SlotLogOffset(s.cached_slot), EntryOff(idx), s.entry_len, true);
+      break;
+    case GetPhase::kBuckets:
+      // MissCheck compares consecutive rounds; a round after a long pause is
+      // a fresh start for it.
+      if (now - s.round_start > std::chrono::microseconds(desc_.get_deadline_us)) s.miss = MissCheck{};
+      s.round_start = now;
+      ++stats_.get_rounds;
+      // One doorbell; READs complete in order, so the last one signals both.
+      for (size_t b = 0; b < kCandidateBuckets; ++b) {
+        PostGetRead(idx, desc_.index, s.br.reads[b].offset, BucketOff(idx) + b * kBucketBytes, kBucketBytes,
+                    b + 1 == kCandidateBuckets);
+      }
+      break;
+    case GetPhase::kEntry: {
+      const SlotCandidate& c = s.probe.candidates[s.cand];
+      s.entry_len = std::min<uint32_t>(c.entry.length, kSlotEntryBytes);
+      PostGetRead(idx, desc_.log, c.entry.offset, EntryOff(idx), s.entry_len, true);
+      break;
+    }
+    case GetPhase::kLargeEntry:  // entry_len: the exact length from the header
+      PostGetRead(idx, desc_.log, s.probe.candidates[s.cand].entry.offset, large_off_, s.entry_len, true);
+      break;
+  }
+  s.step = Step::kGetRead;
+  reads_in_flight_ += reads;
+  stats_.reads += reads;
+  return true;
+}
+
+void Client::Impl::PostGetRead(uint32_t idx, const RemoteRegion& region, uint64_t offset, size_t local_off,
+                               uint32_t len, bool signaled) {
+  SendWr& w = batch_[batch_len_++];
+  w = SendWr{};
+  w.wr_id = MakeWrId(WrKind::kGetRead, idx);
+  w.opcode = WrOpcode::kRead;
+  w.signaled = signaled;
+  w.local = mr_->Slice(local_off, len);
+  w.remote_addr = region.addr + offset;
+  w.rkey = region.rkey;
+}
+
+void Client::Impl::OnGetReadDone(Slot& s) {
+  if (s.step != Step::kGetRead) return;
+  reads_in_flight_ -= s.phase == GetPhase::kBuckets ? kCandidateBuckets : 1;
+  switch (s.phase) {
+    case GetPhase::kCachedEntry: return OnCachedEntry(s);
+    case GetPhase::kBuckets: return OnBuckets(s);
+    case GetPhase::kEntry:
+    case GetPhase::kLargeEntry: return OnEntry(s);
+  }
+}
+
+// Posts the GET's next phase (from a completion handler).
+void Client::Impl::NextPhase(Slot& s, GetPhase phase) {
+  s.phase = phase;
+  s.step = Step::kGetPost;
+  ready_.push_back(SlotOf(s));
+}
+
+void Client::Impl::NewRound(Slot& s, bool retry, const char* why) {
+  if (retry) {
+    ++stats_.get_retries;
+    ++s.restarts;
+    s.restart_cause = why;
+    s.miss = MissCheck{};
+  }
+  NextPhase(s, GetPhase::kBuckets);
+}
+
+void Client::Impl::OnCachedEntry(Slot& s) {
+  const auto* bytes = reinterpret_cast<const std::byte*>(Mem(EntryOff(SlotOf(s))));
+  // Accepted only when current: checksum, key, and the NOT-CURRENT bit clear.
+  // The server clears it only after a slot of the key names the entry and
+  // sets it before the slot moves away, so a clear bit proves the entry was
+  // the key's current one when the READ read it, however old the cached
+  // location and whatever became of its segment since (DESIGN.md, "Location
+  // cache"). No deadline is needed.
+  EntryView v = DecodeEntry({bytes, s.entry_len}, s.op->key, s.cached_slot, params_.seed, /*require_current=*/true);
+  if (v.verdict == EntryVerdict::kValue) {
+    ++stats_.cache_hits;
+    s.op->result->assign(reinterpret_cast<const char*>(v.value.data()), v.value.size());
+    return Finish(s, Status::OK());
+  }
+  if (v.verdict == EntryVerdict::kTombstone) {
+    cache_.Erase(s.br.hash.hash);
+    return Finish(s, Status::NotFound());
+  }
+  // Not current, recycled, torn, another key, or too long for one READ: the
+  // index path decides (and refreshes the cache).
+  ++stats_.cache_stale;
+  cache_.Erase(s.br.hash.hash);
+  NewRound(s, /*retry=*/false);
+}
+
+void Client::Impl::OnBuckets(Slot& s) {
+  const auto* b = reinterpret_cast<const std::byte*>(Mem(BucketOff(SlotOf(s))));
+  if (Status st = ProbeBuckets({b, kBucketBytes}, {b + kBucketBytes, kBucketBytes}, s.br.hash, params_, &s.probe);
+      !st.ok()) {
+    return Finish(s, st);
+  }
+  s.cand = 0;
+  if (s.probe.count == 0) return Miss(s);
+  NextPhase(s, GetPhase::kEntry);
+}
+
+void Client::Impl::Miss(Slot& s) {
+  // Nothing in either bucket: real only if the following rounds see the same
+  // bucket versions (no key was moved between the buckets meanwhile).
+  if (s.miss.ConfirmMiss(s.probe)) return Finish(s, Status::NotFound());
+  NewRound(s, /*retry=*/false);
+}
+
+bool Client::Impl::RoundIsLate(const Slot& s) const {
+  return Clock::now() - s.round_start > std::chrono::microseconds(desc_.get_deadline_us);
+}
+
+void Client::Impl::OnEntry(Slot& s) {
+  const uint32_t idx = SlotOf(s);
+  const bool large = s.phase == GetPhase::kLargeEntry;
+  // The large buffer is ours until we return: nothing posts before then.
+  if (large) large_owner_ = -1;
+  const SlotCandidate& c = s.probe.candidates[s.cand];
+  const auto* bytes = reinterpret_cast<const std::byte*>(Mem(large ? large_off_ : EntryOff(idx)));
+  EntryView v = DecodeEntry({bytes, s.entry_len}, s.op->key, c.slot, params_.seed, /*require_current=*/false);
+  if (v.verdict == EntryVerdict::kNeedMore) {
+    if (large || v.total_bytes > large_cap_ || c.entry.offset + v.total_bytes > desc_.log.length) {
+      return NewRound(s, /*retry=*/true, "an implausible entry header (torn)");
+    }
+    s.entry_len = v.total_bytes;
+    return NextPhase(s, GetPhase::kLargeEntry);
+  }
+  // Within the deadline the slot READ of this round vouches for the entry
+  // (the reuse rule). A round that outlived it (a large value on a busy
+  // link) is still sound when the entry's NOT-CURRENT bit was clear: the
+  // entry was the key's current one when READ, whatever the slot said.
+  if (RoundIsLate(s) && (v.superseded || v.verdict == EntryVerdict::kWrongKey)) {
+    return NewRound(s, /*retry=*/true, "the round outlived the GET deadline and its entry was no longer current");
+  }
+  switch (v.verdict) {
+    case EntryVerdict::kValue:
+      s.op->result->assign(reinterpret_cast<const char*>(v.value.data()), v.value.size());
+      cache_.Insert(s.br.hash.hash, c.slot);
+      return Finish(s, Status::OK());
+    case EntryVerdict::kTombstone:
+      cache_.Erase(s.br.hash.hash);
+      return Finish(s, Status::NotFound());
+    case EntryVerdict::kWrongKey:  // a fingerprint collision: the next candidate
+      if (++s.cand < s.probe.count) return NextPhase(s, GetPhase::kEntry);
+      return Miss(s);  // only collisions: the key is not in these buckets
+    default:           // torn, malformed
+      return NewRound(s, /*retry=*/true,
+                      v.verdict == EntryVerdict::kTorn ? "a torn entry READ (a writer was changing it)"
+                                                       : "a malformed entry READ");
+  }
+}
+
+}  // namespace kvrdma
