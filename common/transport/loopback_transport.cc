@@ -13,6 +13,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -76,6 +77,19 @@ struct Region {
   size_t len;
   uint32_t access;
   const LoopDevice* owner;
+  // A memory window: usable only by a peer of this QP, and never as an lkey.
+  // 0 = a memory region.
+  uint32_t bound_qpn = 0;
+};
+
+class LoopMw final : public MemoryWindow {
+ public:
+  LoopMw(std::shared_ptr<LoopDevice> dev, uint32_t rkey) : MemoryWindow(rkey), dev_(std::move(dev)) {}
+  ~LoopMw() override;
+  LoopDevice& device() { return *dev_; }
+
+ private:
+  std::shared_ptr<LoopDevice> dev_;
 };
 
 class LoopMr final : public MemoryRegion {
@@ -126,6 +140,8 @@ class Fabric final : public LoopbackFabric, public std::enable_shared_from_this<
 
   // --- used by the other loopback classes; REQUIRES mu_ unless noted ---
   uint32_t NewKey() { return next_key_++; }
+  // A window's rkey: an index far above the region keys, a random key byte.
+  uint32_t NewWindowKey() { return (next_mw_index_++ << 8) | static_cast<uint8_t>(key_rng_()); }
   uint32_t NewQpNum() { return next_qpn_++; }
   std::map<uint32_t, Region> regions;  // by lkey and by rkey
   std::map<uint16_t, LoopListener*> listeners;
@@ -151,6 +167,8 @@ class Fabric final : public LoopbackFabric, public std::enable_shared_from_this<
   LoopbackStats stats_;
   uint64_t post_count_ = 0;
   uint32_t next_key_ = 0x100;
+  uint32_t next_mw_index_ = 0x100000;
+  std::mt19937 key_rng_{std::random_device{}()};
   uint32_t next_qpn_ = 0x11;
   const LoopConn* executing_ = nullptr;
   bool stop_ = false;
@@ -175,13 +193,22 @@ class LoopDevice final : public Device {
     if (access & (kAccessRemoteWrite | kAccessRemoteAtomic)) access |= kAccessLocalWrite;
     std::lock_guard<std::mutex> g(fabric_->mu_);
     uint32_t lkey = fabric_->NewKey();
-    uint32_t rkey = fabric_->NewKey();
     Region r{reinterpret_cast<uint64_t>(addr), len, access, this};
     fabric_->regions[lkey] = r;
-    fabric_->regions[rkey] = r;
+    // Like rxe: a region without remote rights has no rkey (0) at all.
+    uint32_t rkey = 0;
+    if (access & (kAccessRemoteRead | kAccessRemoteWrite | kAccessRemoteAtomic)) {
+      rkey = fabric_->NewKey();
+      fabric_->regions[rkey] = r;
+    }
     std::unique_ptr<MemoryRegion> mr = std::make_unique<LoopMr>(
         std::static_pointer_cast<LoopDevice>(shared_from_this()), addr, len, lkey, rkey, access);
     return mr;
+  }
+  Result<std::unique_ptr<MemoryWindow>> CreateMemoryWindow() override {
+    std::lock_guard<std::mutex> g(fabric_->mu_);
+    std::unique_ptr<MemoryWindow> w = std::make_unique<LoopMw>(self(), fabric_->NewWindowKey());
+    return w;
   }
   Result<std::unique_ptr<CompletionQueue>> CreateCompletionQueue(uint32_t) override {
     std::unique_ptr<CompletionQueue> cq = std::make_unique<LoopCq>();
@@ -206,6 +233,11 @@ class LoopDevice final : public Device {
 LoopMr::~LoopMr() {
   std::lock_guard<std::mutex> g(dev_->fabric()->mu_);
   dev_->fabric()->regions.erase(lkey());
+  if (rkey() != 0) dev_->fabric()->regions.erase(rkey());
+}
+
+LoopMw::~LoopMw() {
+  std::lock_guard<std::mutex> g(dev_->fabric()->mu_);
   dev_->fabric()->regions.erase(rkey());
 }
 
@@ -281,6 +313,8 @@ class LoopConn final : public Connection {
       std::unique_lock<std::mutex> l(fabric_->mu_);
       fabric_->WaitNotExecuting(l, this);
       fabric_->conns.remove(this);
+      // Windows bound to this QP die with it.
+      std::erase_if(fabric_->regions, [&](const auto& kv) { return kv.second.bound_qpn == qpn_; });
       if (listener != nullptr) listener->members.erase(this);
       peer = this->peer;
       if (peer != nullptr) {
@@ -398,9 +432,17 @@ class LoopConnectRequest final : public ConnectRequest {
                                              const std::function<void(Connection&)>& ready) override {
     if (reply.size() > kAcceptDataMax) return Status::InvalidArgument("accept private data over 196 bytes");
     if (answered_) return Status::InvalidArgument("request already answered");
+    KVRDMA_RETURN_IF_ERROR(CheckBinding(cfg.window));
     answered_ = true;
     auto conn = std::make_unique<LoopConn>(listener_->device().self(), cfg);
     conn->set_peer_data(data_);
+    if (cfg.window.window != nullptr) {  // bound before the client can learn the rkey
+      const WindowBinding& b = cfg.window;
+      std::lock_guard<std::mutex> g(listener_->device().fabric()->mu_);
+      listener_->device().fabric()->regions[b.window->rkey()] =
+          Region{b.addr, b.length, b.access & (kAccessRemoteRead | kAccessRemoteWrite | kAccessRemoteAtomic),
+                 &listener_->device(), conn->qp_num()};
+    }
     if (ready) ready(*conn);
     std::lock_guard<std::mutex> hg(hs_->mu);
     if (hs_->state != Handshake::State::kPending) return Status::Unavailable("the client gave up");
@@ -419,6 +461,26 @@ class LoopConnectRequest final : public ConnectRequest {
     listener_->Push(CmEvent{CmEvent::Type::kEstablished, nullptr, conn.get()});
     std::unique_ptr<Connection> r = std::move(conn);
     return r;
+  }
+  // What a NIC checks when it executes a bind: same device, a region that
+  // allows binding (and local write for remote write), the range inside it.
+  Status CheckBinding(const WindowBinding& b) {
+    if (b.window == nullptr) return Status::OK();
+    auto* mw = dynamic_cast<LoopMw*>(b.window);
+    if (mw == nullptr || &mw->device() != &listener_->device()) {
+      return Status::InvalidArgument("memory window of another device");
+    }
+    const MemoryRegion* mr = b.region;
+    if (mr == nullptr || !(mr->access() & kAccessMwBind)) {
+      return Status::InvalidArgument("region not registered for window binding");
+    }
+    if ((b.access & (kAccessRemoteWrite | kAccessRemoteAtomic)) && !(mr->access() & kAccessLocalWrite)) {
+      return Status::InvalidArgument("a writable window needs a region with local write");
+    }
+    if (b.length == 0 || b.addr < mr->base() || b.length > mr->length() || b.addr - mr->base() > mr->length() - b.length) {
+      return Status::InvalidArgument("window outside its region");
+    }
+    return Status::OK();
   }
   void Reject(std::span<const uint8_t> reply) noexcept override {
     if (answered_) return;
@@ -584,11 +646,15 @@ void Fabric::Run() {
   }
 }
 
+// The region `key` names for an access of [addr, addr + len) needing `need`.
+// via_qpn: for a remote access, the responder's QP (a window answers only
+// there); 0 for a local SGE (an lkey, never a window).
 const Region* FindRegion(const std::map<uint32_t, Region>& m, uint32_t key, const LoopDevice* owner,
-                         uint64_t addr, uint64_t len, uint32_t need) {
+                         uint64_t addr, uint64_t len, uint32_t need, uint32_t via_qpn = 0) {
   auto it = m.find(key);
   if (it == m.end() || it->second.owner != owner) return nullptr;
   const Region& r = it->second;
+  if (r.bound_qpn != 0 && r.bound_qpn != via_qpn) return nullptr;
   if (addr < r.base || len > r.len || addr - r.base > r.len - len) return nullptr;
   if ((r.access & need) != need) return nullptr;
   return &r;
@@ -652,7 +718,7 @@ bool Fabric::Execute(LoopConn* c, std::unique_lock<std::mutex>& l) {
         ++stats_.reads;
         if (!FindRegion(regions, w.local.lkey, me, w.local.addr, w.local.length, kAccessLocalWrite)) {
           st = WcStatus::kLocalProtectionError;
-        } else if (!FindRegion(regions, w.rkey, them, w.remote_addr, w.local.length, kAccessRemoteRead)) {
+        } else if (!FindRegion(regions, w.rkey, them, w.remote_addr, w.local.length, kAccessRemoteRead, peer->qp_num())) {
           st = WcStatus::kRemoteAccessError;
         } else {
           st = DoRead(c, w, l);
@@ -663,7 +729,7 @@ bool Fabric::Execute(LoopConn* c, std::unique_lock<std::mutex>& l) {
         ++stats_.writes;
         if (!local_ok_src) {
           st = WcStatus::kLocalProtectionError;
-        } else if (!FindRegion(regions, w.rkey, them, w.remote_addr, w.local.length, kAccessRemoteWrite)) {
+        } else if (!FindRegion(regions, w.rkey, them, w.remote_addr, w.local.length, kAccessRemoteWrite, peer->qp_num())) {
           st = WcStatus::kRemoteAccessError;
         } else {
           RacyCopy(reinterpret_cast<void*>(w.remote_addr), local_src, w.local.length);
@@ -708,7 +774,7 @@ bool Fabric::Execute(LoopConn* c, std::unique_lock<std::mutex>& l) {
           st = WcStatus::kLocalProtectionError;
         } else if (w.remote_addr % 8 != 0) {
           st = WcStatus::kRemoteInvalidRequest;
-        } else if (!FindRegion(regions, w.rkey, them, w.remote_addr, 8, kAccessRemoteAtomic)) {
+        } else if (!FindRegion(regions, w.rkey, them, w.remote_addr, 8, kAccessRemoteAtomic, peer->qp_num())) {
           st = WcStatus::kRemoteAccessError;
         } else {
           auto* word = reinterpret_cast<uint64_t*>(w.remote_addr);

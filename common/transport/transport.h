@@ -12,6 +12,8 @@
 //   Device            one NIC + protection domain; registers memory, makes
 //                     CQs and SRQs, listens and connects.
 //   MemoryRegion      registered memory: lkey for local use, rkey for peers.
+//   MemoryWindow      remote access to part of a region, bound to one QP
+//                     (type 2): its rkey works on that QP only.
 //   CompletionQueue   completions, pollable, with a blocking wait.
 //   SharedReceiveQueue receive buffers shared by many connections.
 //   Connection        one reliable-connected QP to a peer.
@@ -42,6 +44,10 @@ enum AccessFlags : uint32_t {
   kAccessRemoteRead = 1u << 1,
   kAccessRemoteWrite = 1u << 2,
   kAccessRemoteAtomic = 1u << 3,
+  // Memory windows may be bound over the region (IBV_ACCESS_MW_BIND). Gives
+  // no remote right by itself: a region with only local rights and this
+  // exposes no usable rkey; the windows bound over it carry the rights.
+  kAccessMwBind = 1u << 4,
 };
 
 enum class WrOpcode : uint8_t {
@@ -154,6 +160,40 @@ class MemoryRegion {
   uint32_t access_;
 };
 
+// A type-2 memory window: remote access to [addr, addr + length) of a region
+// registered with kAccessMwBind, granted through ONE queue pair. The NIC
+// refuses its rkey on every other QP (remote access error), and the window
+// stops working when that QP is destroyed or the window is. Made by
+// Device::CreateMemoryWindow, bound by ConnectRequest::Accept (QpConfig::
+// window) before the peer learns the rkey. Destroy it before its region.
+class MemoryWindow {
+ public:
+  virtual ~MemoryWindow() = default;
+  MemoryWindow(const MemoryWindow&) = delete;
+  MemoryWindow& operator=(const MemoryWindow&) = delete;
+  // The rkey the window has once bound: the one to give the peer. Its low
+  // byte (the key part a type-2 bind chooses) is random.
+  uint32_t rkey() const noexcept { return rkey_; }
+
+ protected:
+  explicit MemoryWindow(uint32_t rkey) : rkey_(rkey) {}
+
+ private:
+  uint32_t rkey_;
+};
+
+// A window to bind over part of a region on a new QP (see QpConfig::window).
+struct WindowBinding {
+  MemoryWindow* window = nullptr;       // nullptr: no binding
+  const MemoryRegion* region = nullptr;  // registered with kAccessMwBind
+  uint64_t addr = 0;                     // inside region
+  uint64_t length = 0;
+  uint32_t access = kAccessRemoteWrite;  // remote rights granted through the window
+  // wr_id of the bind work request: a failed bind completes with it on the
+  // QP's send CQ (a successful one is unsignaled and completes silently).
+  uint64_t wr_id = 0;
+};
+
 class CompletionQueue {
  public:
   virtual ~CompletionQueue() = default;
@@ -189,6 +229,9 @@ struct QpConfig {
   CompletionQueue* send_cq = nullptr;
   CompletionQueue* recv_cq = nullptr;
   SharedReceiveQueue* srq = nullptr;  // nullptr = a private receive queue
+  // ConnectRequest::Accept only: bound on the new QP, ahead of anything else
+  // on its send queue, before the peer is told (so before it can use it).
+  WindowBinding window;
 };
 
 class Connection {
@@ -295,6 +338,8 @@ class Device : public std::enable_shared_from_this<Device> {
   virtual const DeviceInfo& info() const noexcept = 0;
   virtual Result<std::unique_ptr<MemoryRegion>> RegisterMemory(void* addr, size_t len,
                                                                uint32_t access) = 0;
+  // An unbound type-2 memory window (bind it with QpConfig::window).
+  virtual Result<std::unique_ptr<MemoryWindow>> CreateMemoryWindow() = 0;
   // A CQ with a completion channel (Wait blocks on it).
   virtual Result<std::unique_ptr<CompletionQueue>> CreateCompletionQueue(uint32_t depth) = 0;
   virtual Result<std::unique_ptr<SharedReceiveQueue>> CreateSharedReceiveQueue(uint32_t max_wr) = 0;

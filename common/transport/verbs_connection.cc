@@ -85,6 +85,7 @@ ibv_qp_init_attr_ex QpAttr(VerbsDevice& dev, const QpConfig& cfg, ibv_cq* scq, i
   a.send_ops_flags = IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_RDMA_WRITE |
                      IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
                      IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+  if (cfg.window.window != nullptr) a.send_ops_flags |= IBV_QP_EX_WITH_BIND_MW;
   return a;
 }
 
@@ -95,9 +96,10 @@ class VerbsConnection final : public Connection {
 
   ~VerbsConnection() override {
     if (id_) {
-      if (id_->qp != nullptr) {
+      if (qp_ != nullptr) {
         rdma_disconnect(id_.get());  // no-op error if never connected
         rdma_destroy_qp(id_.get());
+        qp_ = nullptr;
       }
       id_->context = nullptr;
       id_.reset();
@@ -128,11 +130,34 @@ class VerbsConnection final : public Connection {
     }
     ibv_qp_init_attr_ex a = QpAttr(*dev_, cfg, scq->cq(), rcq->cq(), srq != nullptr ? srq->srq() : nullptr);
     if (rdma_create_qp_ex(id_.get(), &a) != 0) return Status::FromErrno("rdma_create_qp_ex", errno);
-    qpx_ = ibv_qp_to_qp_ex(id_->qp);
+    qp_ = id_->qp;
+    qpx_ = ibv_qp_to_qp_ex(qp_);
     if (qpx_ == nullptr) return Status::Internal("ibv_qp_to_qp_ex returned null");
     max_send_wr_ = a.cap.max_send_wr;
     max_inline_ = a.cap.max_inline_data;
     id_->context = this;
+    return Status::OK();
+  }
+
+  // Posts an unsignaled type-2 bind (REQUIRES: QP in RTS). rxe runs the
+  // requester inside ibv_post_send for an idle QP: the window is bound on
+  // return. A failed bind completes on the send CQ with b.wr_id.
+  Status BindWindow(const WindowBinding& b) {
+    auto* mw = dynamic_cast<VerbsMw*>(b.window);
+    auto* mr = dynamic_cast<const VerbsMr*>(b.region);
+    if (mw == nullptr || mr == nullptr) return Status::InvalidArgument("window or region of another transport");
+    if (!(mr->access() & kAccessMwBind)) return Status::InvalidArgument("region not registered for window binding");
+    ibv_mw_bind_info bi{};
+    bi.mr = mr->mr();
+    bi.addr = b.addr;
+    bi.length = b.length;
+    bi.mw_access_flags = ToIbvAccess(b.access) & (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
+                                                   IBV_ACCESS_REMOTE_ATOMIC);
+    ibv_wr_start(qpx_);
+    qpx_->wr_id = b.wr_id;
+    qpx_->wr_flags = 0;
+    ibv_wr_bind_mw(qpx_, mw->mw(), b.window->rkey(), &bi);
+    if (int rc = ibv_wr_complete(qpx_); rc != 0) return Status::FromErrno("binding a memory window", rc);
     return Status::OK();
   }
 
@@ -146,14 +171,14 @@ class VerbsConnection final : public Connection {
   Status PostSend(std::span<const SendWr> wrs) override;
   Status PostRecv(std::span<const RecvWr> wrs) override {
     if (broken()) return Status::ConnectionLost("connection is broken");
-    return PostRecvChain(wrs, nullptr, id_->qp);
+    return PostRecvChain(wrs, nullptr, qp_);
   }
-  uint32_t qp_num() const noexcept override { return id_->qp->qp_num; }
+  uint32_t qp_num() const noexcept override { return qp_->qp_num; }
   bool broken() const noexcept override { return broken_.load(std::memory_order_acquire); }
   void MarkBroken() noexcept override { broken_.store(true, std::memory_order_release); }
   void Disconnect() noexcept override {
     MarkBroken();
-    if (id_ && id_->qp != nullptr) rdma_disconnect(id_.get());
+    if (id_ && qp_ != nullptr) rdma_disconnect(id_.get());
   }
   void PollCmEvents() noexcept override {
     if (!channel_) return;  // server side: the listener sees our events
@@ -172,6 +197,7 @@ class VerbsConnection final : public Connection {
   std::unique_ptr<VerbsCq> own_send_cq_;
   std::unique_ptr<VerbsCq> own_recv_cq_;
   CmId id_;  // its QP is destroyed in ~VerbsConnection before the id
+  ibv_qp* qp_ = nullptr;  // id_->qp (owned by rdma_cm)
   ibv_qp_ex* qpx_ = nullptr;
   std::atomic<bool> broken_{false};
 };
@@ -259,6 +285,14 @@ class VerbsConnectRequest final : public ConnectRequest {
         KVRDMA_LOG_DEBUG("setting the RNR timer: %s", std::strerror(e));
       }
     }
+    // The window is bound as the QP's first work request. rdma_accept moved
+    // the QP to RTS (a bind needs it) and sent the reply with the rkey; the
+    // peer can use it only after the reply's round trip and its own QP
+    // transitions, while rxe executes the bind inside ibv_post_send (the
+    // requester runs in the caller's context for an idle QP). A write that
+    // still overtook the bind would fail with a remote access error: the
+    // peer's connection, never the ring's safety, would suffer.
+    if (cfg.window.window != nullptr) KVRDMA_RETURN_IF_ERROR(conn->BindWindow(cfg.window));
     std::unique_ptr<Connection> r = std::move(conn);
     return r;
   }
@@ -310,6 +344,8 @@ class VerbsListener final : public Listener {
         case RDMA_CM_EVENT_UNREACHABLE:
           out.type = CmEvent::Type::kDisconnected;
           out.connection = conn;
+          KVRDMA_LOG_DEBUG("listener: %s (status %d) on qp %u", rdma_event_str(ev->event), ev->status,
+                           conn != nullptr ? conn->qp_num() : 0u);
           if (conn != nullptr) conn->MarkBroken();
           deliver = conn != nullptr;
           break;

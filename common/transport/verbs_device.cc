@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <random>
 
 #include "common/log.h"
 #include "common/transport/verbs_internal.h"
@@ -17,18 +18,6 @@ void LogDestroyFailure(const char* what, int err) noexcept {
 }
 
 namespace {
-
-class VerbsMr final : public kvrdma::MemoryRegion {
- public:
-  VerbsMr(std::shared_ptr<VerbsDevice> dev, IbvMr mr, uint32_t access)
-      : kvrdma::MemoryRegion(mr->addr, mr->length, mr->lkey, mr->rkey, access),
-        dev_(std::move(dev)),
-        mr_(std::move(mr)) {}
-
- private:
-  std::shared_ptr<VerbsDevice> dev_;  // keeps the PD alive
-  IbvMr mr_;
-};
 
 WcStatus FromIbvStatus(ibv_wc_status s) noexcept {
   switch (s) {
@@ -80,7 +69,15 @@ int ToIbvAccess(uint32_t access) noexcept {
   if (access & kAccessRemoteRead) a |= IBV_ACCESS_REMOTE_READ;
   if (access & kAccessRemoteWrite) a |= IBV_ACCESS_REMOTE_WRITE;
   if (access & kAccessRemoteAtomic) a |= IBV_ACCESS_REMOTE_ATOMIC;
+  if (access & kAccessMwBind) a |= IBV_ACCESS_MW_BIND;
   return a;
+}
+
+uint8_t RandomKeyByte(uint8_t avoid) noexcept {
+  thread_local std::mt19937 rng{std::random_device{}()};
+  uint8_t b = avoid;
+  while (b == avoid) b = static_cast<uint8_t>(rng());
+  return b;
 }
 
 Status PostRecvChain(std::span<const RecvWr> wrs, ibv_srq* srq, ibv_qp* qp) {
@@ -158,6 +155,19 @@ Result<std::unique_ptr<kvrdma::MemoryRegion>> VerbsDevice::RegisterMemory(void* 
     return Status::FromErrno(m, err);
   }
   std::unique_ptr<kvrdma::MemoryRegion> r = std::make_unique<VerbsMr>(self(), std::move(mr), access);
+  return r;
+}
+
+Result<std::unique_ptr<kvrdma::MemoryWindow>> VerbsDevice::CreateMemoryWindow() {
+  IbvMw mw(ibv_alloc_mw(pd_.get(), IBV_MW_TYPE_2));
+  if (!mw) {
+    int err = errno;
+    return Status::FromErrno("ibv_alloc_mw (type 2; does " + info_.name + " support memory windows?)", err);
+  }
+  // A type-2 bind sets the key byte (the low 8 bits) of the rkey; the rest
+  // is the window's index. A random byte makes the key one guess in 255.
+  uint32_t rkey = (mw->rkey & ~0xffu) | RandomKeyByte(static_cast<uint8_t>(mw->rkey & 0xff));
+  std::unique_ptr<kvrdma::MemoryWindow> r = std::make_unique<VerbsMw>(self(), std::move(mw), rkey);
   return r;
 }
 

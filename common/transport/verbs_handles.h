@@ -60,6 +60,8 @@ inline int DestroyDeviceList(ibv_context** l) {
   rdma_free_devices(l);
   return 0;
 }
+// ibv_dealloc_mw is a static inline in verbs.h: wrap it for external linkage.
+inline int DeallocMw(ibv_mw* mw) { return ibv_dealloc_mw(mw); }
 inline constexpr char kEventChannel[] = "rdma_event_channel";
 inline constexpr char kCmId[] = "rdma_cm_id";
 inline constexpr char kDeviceList[] = "rdma device list";
@@ -69,6 +71,7 @@ inline constexpr char kCq[] = "completion queue";
 inline constexpr char kSrq[] = "shared receive queue";
 inline constexpr char kQp[] = "queue pair";
 inline constexpr char kMr[] = "memory region";
+inline constexpr char kMw[] = "memory window";
 }  // namespace detail
 
 using CmEventChannel = Handle<rdma_event_channel, detail::DestroyEventChannel, detail::kEventChannel>;
@@ -83,5 +86,7 @@ using IbvSrq = Handle<ibv_srq, ibv_destroy_srq, detail::kSrq>;
 // A QP created with ibv_create_qp_ex (so ibv_qp_to_qp_ex works for ibv_wr_*).
 using IbvQp = Handle<ibv_qp, ibv_destroy_qp, detail::kQp>;
 using IbvMr = Handle<ibv_mr, ibv_dereg_mr, detail::kMr>;
+// A memory window; deallocate it before the MR it is bound over.
+using IbvMw = Handle<ibv_mw, detail::DeallocMw, detail::kMw>;
 
 }  // namespace kvrdma::verbs

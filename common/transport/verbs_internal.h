@@ -17,6 +17,7 @@ class VerbsDevice final : public Device {
   const DeviceInfo& info() const noexcept override { return info_; }
   Result<std::unique_ptr<kvrdma::MemoryRegion>> RegisterMemory(void* addr, size_t len,
                                                                 uint32_t access) override;
+  Result<std::unique_ptr<kvrdma::MemoryWindow>> CreateMemoryWindow() override;
   Result<std::unique_ptr<kvrdma::CompletionQueue>> CreateCompletionQueue(uint32_t depth) override;
   Result<std::unique_ptr<kvrdma::SharedReceiveQueue>> CreateSharedReceiveQueue(
       uint32_t max_wr) override;
@@ -80,11 +81,39 @@ class VerbsSrq final : public kvrdma::SharedReceiveQueue {
   uint32_t max_wr_ = 0;
 };
 
+class VerbsMr final : public kvrdma::MemoryRegion {
+ public:
+  VerbsMr(std::shared_ptr<VerbsDevice> dev, IbvMr mr, uint32_t access)
+      : kvrdma::MemoryRegion(mr->addr, mr->length, mr->lkey, mr->rkey, access),
+        dev_(std::move(dev)),
+        mr_(std::move(mr)) {}
+  ibv_mr* mr() const noexcept { return mr_.get(); }
+
+ private:
+  std::shared_ptr<VerbsDevice> dev_;  // keeps the PD alive
+  IbvMr mr_;
+};
+
+// A type-2 memory window (ibv_alloc_mw). rkey() is the key it will have once
+// bound: the allocated key's index with a random key byte.
+class VerbsMw final : public kvrdma::MemoryWindow {
+ public:
+  VerbsMw(std::shared_ptr<VerbsDevice> dev, IbvMw mw, uint32_t rkey)
+      : kvrdma::MemoryWindow(rkey), dev_(std::move(dev)), mw_(std::move(mw)) {}
+  ibv_mw* mw() const noexcept { return mw_.get(); }
+
+ private:
+  std::shared_ptr<VerbsDevice> dev_;  // keeps the PD alive
+  IbvMw mw_;
+};
+
 // Converts a work completion.
 Completion FromIbvWc(const ibv_wc& wc) noexcept;
 // Posts receive WRs in chains of at most 32 (shared by SRQ and QP).
 Status PostRecvChain(std::span<const RecvWr> wrs, ibv_srq* srq, ibv_qp* qp);
 // IBV_ACCESS_* bits for our AccessFlags (remote write/atomic imply local write).
 int ToIbvAccess(uint32_t access) noexcept;
+// A random byte other than `avoid` (the key part of a type-2 window's rkey).
+uint8_t RandomKeyByte(uint8_t avoid) noexcept;
 
 }  // namespace kvrdma::verbs

@@ -257,6 +257,52 @@ TEST_P(TransportTest, WriteToReadOnlyRegionIsRemoteAccessAndChangesNothing) {
   for (uint8_t b : readonly_) ASSERT_EQ(b, 0x5a);
 }
 
+// A type-2 memory window: its rkey writes through the QP it is bound to and
+// through no other, the region under it exposes no usable rkey, and the
+// window dies with its QP.
+TEST_P(TransportTest, AWindowWorksOnlyThroughTheQpItIsBoundTo) {
+  std::vector<uint8_t> ring(8192, 0);
+  auto mr = Register(env_.server, ring.data(), ring.size(), kAccessLocalWrite | kAccessMwBind);
+  ASSERT_TRUE(mr);
+  auto mw = env_.server->CreateMemoryWindow();
+  ASSERT_TRUE(mw.ok()) << mw.status().ToString();
+  QpConfig cfg = ServerCfg();
+  cfg.window = WindowBinding{mw->get(), mr.get(), mr->base() + 4096, 4096, kAccessRemoteWrite, 77};
+  Pair& owner = Connect();  // a connection without a window, to fill the QP numbers
+  pairs_.push_back(ConnectPair(env_, *listener_, cfg));
+  Pair& bound = pairs_.back();
+  Pair& other = Connect();
+  ASSERT_TRUE(owner.client && bound.client && other.client);
+  const uint32_t rkey = (*mw)->rkey();
+  auto write = [&](Connection& c, uint64_t addr, uint32_t key, uint8_t fill) {
+    std::memset(local_.data(), fill, 64);
+    SendWr w;
+    w.opcode = WrOpcode::kWrite;
+    w.local = local_mr_->Slice(0, 64);
+    w.remote_addr = addr;
+    w.rkey = key;
+    return RunOne(c, w).status;
+  };
+  // Through its own QP: lands.
+  EXPECT_EQ(write(*bound.client, mr->base() + 4096, rkey, 0x11), WcStatus::kSuccess);
+  EXPECT_EQ(ring[4096], 0x11);
+  EXPECT_EQ(ring[4096 + 63], 0x11);
+  // Through another QP with the same rkey: refused, nothing changes.
+  EXPECT_EQ(write(*other.client, mr->base() + 4096, rkey, 0x22), WcStatus::kRemoteAccessError);
+  EXPECT_EQ(write(*owner.client, mr->base() + 4096, mr->rkey(), 0x33), WcStatus::kRemoteAccessError);
+  EXPECT_EQ(ring[4096], 0x11);
+  for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(ring[i], 0) << i;  // outside the window: untouched
+  // The window dies with its QP.
+  bound.client.reset();
+  bound.server.reset();
+  Pair& late = Connect();
+  ASSERT_TRUE(late.client);
+  EXPECT_EQ(write(*late.client, mr->base() + 4096, rkey, 0x44), WcStatus::kRemoteAccessError);
+  EXPECT_EQ(ring[4096], 0x11);
+  pairs_.clear();  // QPs before the window, the window before its region
+  mw->reset();
+}
+
 TEST_P(TransportTest, WorkAfterAnErrorIsFlushed) {
   Pair& p = Connect();
   ASSERT_TRUE(p.client && p.server);

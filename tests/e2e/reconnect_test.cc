@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <thread>
 #include <unistd.h>
 
@@ -68,10 +69,20 @@ TEST_P(ReconnectTest, ServerRestartFailsInFlightOpsThenTheClientReconnects) {
     }
     while (client.in_flight() > 0) client.Wait(done, 100);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Wait for the conditions the test asserts, with a bound, not for a guessed
+  // time: some operations succeed before the restart ...
+  auto wait_for = [](const std::function<bool()>& cond, int ms) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (!cond() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return cond();
+  };
+  EXPECT_TRUE(wait_for([&] { return ok_before.load() >= 100; }, 20000)) << ok_before.load();
   server->Stop();  // clients are disconnected
   server.reset();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // ... and some fail while the server is away, before it comes back.
+  EXPECT_TRUE(wait_for([&] { return lost.load() > 0; }, 20000));
   restarted = true;
   server = std::make_unique<TestServer>(env, cfg);  // same port, empty store
   for (int i = 0; i < 100 && ok_after.load() < 200; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
