@@ -69,7 +69,8 @@ struct LockView {
   uint32_t slots = 0;
   uint64_t seed = 0;
   // Status to answer a PUT/DELETE of key carrying token: OK or Locked.
-  Status Check(std::span<const uint8_t> key, uint64_t token) const;
+  // requester: the owner id (connection id) of the connection it came on.
+  Status Check(std::span<const uint8_t> key, uint64_t token, uint32_t requester) const;
 };
 
 // Milliseconds on the steady clock (reply watchdog, assembly timeout).

@@ -20,9 +20,10 @@ uint64_t PeekRequestId(std::span<const uint8_t> msg) {
 struct LockFence {
   const LockView* locks;
   uint64_t token;
+  uint32_t requester;  // the connection's owner id
   static Status Check(const void* ctx, std::string_view key) {
     auto* f = static_cast<const LockFence*>(ctx);
-    return f->locks->Check({reinterpret_cast<const uint8_t*>(key.data()), key.size()}, f->token);
+    return f->locks->Check({reinterpret_cast<const uint8_t*>(key.data()), key.size()}, f->token, f->requester);
   }
 };
 
@@ -98,7 +99,7 @@ void Worker::HandleFragment(ConnState& cs, const ParsedRequest& r) {
 
 void Worker::Apply(ConnState& cs, const RequestHeader& h, std::span<const uint8_t> key,
                    std::span<const uint8_t> value, bool is_delete) {
-  const LockFence fence{&locks_, h.lock_token};
+  const LockFence fence{&locks_, h.lock_token, cs.id};
   const CommitCheck check{&LockFence::Check, &fence};
   ReplyHeader rh;
   rh.request_id = h.request_id;

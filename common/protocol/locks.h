@@ -40,11 +40,14 @@ inline uint64_t LockWordIndex(std::string_view key, uint64_t seed, uint32_t slot
   return 1 + XXH3_64bits_withSeed(key.data(), key.size(), seed ^ 0x6c6f636b73ull) % slots;
 }
 
-// Whether a PUT/DELETE carrying `token` (0 = none) may change a key whose lock
-// word is `word`, at server clock `now_ms`: the lock is free, its lease has
-// ended, or the request comes from the holder of exactly this lease.
-constexpr bool LockAllows(uint64_t word, uint64_t token, uint64_t now_ms) noexcept {
-  return word == 0 || LockExpiry(word) <= now_ms || word == token;
+// Whether a PUT/DELETE carrying `token` (0 = none) from the connection whose
+// owner id is `requester` may change a key whose lock word is `word`, at
+// server clock `now_ms`: the lock is free, its lease has ended, or the request
+// comes from the holder of exactly this lease. The token alone proves nothing
+// (lock words are readable by every client): the word's owner must be the
+// connection the request arrived on.
+constexpr bool LockAllows(uint64_t word, uint64_t token, uint32_t requester, uint64_t now_ms) noexcept {
+  return word == 0 || LockExpiry(word) <= now_ms || (word == token && LockOwner(word) == requester);
 }
 
 }  // namespace kvrdma

@@ -475,6 +475,33 @@ TEST_P(HostileClientTest, LockIsCheckedAtTheCommitPoint) {
   ExpectStoreIntactAndServing();
 }
 
+// Lock words are readable by every client (they must be: TryLock READs and
+// CASes them), so a holder's token is no secret. A request is allowed past a
+// held lock only when the word's owner is the connection it came on: a
+// token another client read from the table is refused.
+TEST_P(HostileClientTest, AStolenLockTokenIsRefused) {
+  StartServer();
+  auto holder = Connect(PutMode::kSend);
+  ASSERT_TRUE(holder);
+  ASSERT_TRUE(holder->Put("guarded", "the holder's value").ok());
+  ASSERT_TRUE(holder->Lock("guarded", std::chrono::milliseconds(60000)).ok());
+  const server::LockView locks = server_->lock_view();
+  const uint64_t word = __atomic_load_n(&locks.words[LockWordIndex("guarded", locks.seed, locks.slots)],
+                                        __ATOMIC_ACQUIRE);
+  ASSERT_NE(word, 0u) << "the lock word is not set";
+  RogueClient thief;
+  ASSERT_TRUE(thief.Connect(env_, server_->port()).ok());
+  ASSERT_TRUE(thief.Send(WholePut("guarded", "stolen", 11, word)).ok());
+  RawReply rep = thief.Reply();
+  EXPECT_EQ(rep.code, Status::Code::kLocked) << rep.body;
+  EXPECT_EQ(rep.request_id, 11u);
+  EXPECT_EQ(Stored("guarded"), "the holder's value");
+  // The holder's own token still works.
+  ASSERT_TRUE(holder->Put("guarded", "the holder again").ok());
+  EXPECT_EQ(Stored("guarded"), "the holder again");
+  ExpectStoreIntactAndServing();
+}
+
 INSTANTIATE_TEST_SUITE_P(Loopback, HostileClientTest, ::testing::Values(Kind::kLoopback), KindName);
 INSTANTIATE_TEST_SUITE_P(Verbs, HostileClientTest, ::testing::Values(Kind::kVerbs), KindName);
 

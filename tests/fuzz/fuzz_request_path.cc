@@ -161,12 +161,12 @@ class Harness {
     for (const std::string& k : kKeyNames) keys_.push_back(prefix + k);
     budget_ = std::make_unique<server::AssemblyBudget>(cfg_.assembly_bytes);
     locks_.assign(1 + kLockSlots, 0);
-    locks_[0] = 1000;  // the server clock
+    clock_ = 1000;  // the server clock (its own word, as in kvserver)
     recv_mem_.assign(size_t{kRecvBuffers} * kSlotBytes, 0);
     recv_mr_ = std::make_unique<FakeRegion>(recv_mem_.data(), recv_mem_.size());
     backend_->memory.push_back(recv_mem_);
     server::ReceivePool pool{&srq_, recv_mr_.get(), kSlotBytes};
-    server::LockView lv{locks_.data(), kLockSlots, backend_->regions().hash_seed};
+    server::LockView lv{locks_.data(), &clock_, kLockSlots, backend_->regions().hash_seed};
     worker_ = std::make_unique<server::Worker>(0, cfg_, *backend_, counters_, *budget_, pool, lv,
                                                std::make_unique<FakeCq>());
     for (uint32_t i = 0; i < kConns; ++i) Open(i);
@@ -187,7 +187,7 @@ class Harness {
         case 4: Deliver(c, Next(c)); break;
         case 5: Deliver(c, in_.ConsumeBytes<uint8_t>(in_.ConsumeIntegralInRange<size_t>(0, kSlotBytes))); break;
         case 6: SetLock(); break;
-        case 7: locks_[0] += in_.ConsumeIntegralInRange<uint64_t>(0, 3000); break;
+        case 7: clock_ += in_.ConsumeIntegralInRange<uint64_t>(0, 3000); break;
         case 8: TakeReplies(c, in_.ConsumeIntegralInRange<int>(1, 8)); break;
         case 9: Reopen(c); break;
         case 10: RingViolation(c); break;
@@ -373,7 +373,7 @@ class Harness {
     const bool first = h.flags & kFlagFirst, last = h.flags & kFlagLast;
     if (first && last) {
       if (h.opcode == Opcode::kStats) return e;
-      return Write(e, str(p->key), h.opcode == Opcode::kPut ? std::optional(str(p->value)) : std::nullopt,
+      return Write(e, c, str(p->key), h.opcode == Opcode::kPut ? std::optional(str(p->value)) : std::nullopt,
                    h.lock_token);
     }
     ModelAssembly& a = c.server_asm;
@@ -401,10 +401,10 @@ class Harness {
     }
     ModelAssembly done = a;
     DropAssembly(c);
-    return Write(e, done.key, done.value, done.token);
+    return Write(e, c, done.key, done.value, done.token);
   }
-  Expect& Write(Expect& e, const std::string& key, std::optional<std::string> value, uint64_t token) {
-    if (!LockAllows(locks_[LockIndex(key)], token, locks_[0])) {
+  Expect& Write(Expect& e, const Conn& c, const std::string& key, std::optional<std::string> value, uint64_t token) {
+    if (!LockAllows(locks_[LockIndex(key)], token, c.cs->id, clock_)) {
       e.code = Status::Code::kLocked;
       return e;
     }
@@ -494,7 +494,7 @@ class Harness {
       w = 0;
     } else {
       w = PackLock(in_.ConsumeIntegralInRange<uint32_t>(1, 3),
-                   locks_[0] + in_.ConsumeIntegralInRange<uint64_t>(0, 2000) - 500);
+                   clock_ + in_.ConsumeIntegralInRange<uint64_t>(0, 2000) - 500);
     }
   }
   void ExpireAssemblies() {
@@ -528,6 +528,7 @@ class Harness {
   std::unique_ptr<server::AssemblyBudget> budget_;
   server::ServerCounters counters_;
   std::vector<uint64_t> locks_;
+  uint64_t clock_ = 1;  // the server clock word (LockView::clock)
   std::vector<uint8_t> recv_mem_;
   std::unique_ptr<FakeRegion> recv_mr_;
   FakeSrq srq_;
