@@ -84,6 +84,14 @@ int main(int argc, char** argv) {
                  "Close a connection whose replies stay unacknowledged this long (a client sending more\n"
                  "requests than its credits, or not posting receive buffers); 0 = never")
       ->capture_default_str()->check(CLI::Range(0u, 3600000u));
+  uint64_t assembly_mb = cfg.assembly_bytes >> 20;
+  app.add_option("--assembly-mb", assembly_mb,
+                 "Memory all fragmented PUTs being reassembled may hold together, in MiB; a PUT whose\n"
+                 "value would pass it is answered NoResource (must hold one --max-value-bytes value)")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--assembly-timeout-ms", cfg.assembly_timeout_ms,
+                 "Drop a fragmented PUT whose next fragment does not arrive within this long")
+      ->capture_default_str()->check(CLI::Range(10u, 3600000u));
   std::string token_file;
   app.add_option("--auth-token", cfg.auth_token,
                  "Shared secret (<= 32 bytes) clients must present when they connect; without it they\n"
@@ -114,6 +122,12 @@ int main(int argc, char** argv) {
   }
   if (kvrdma::Status st = kvrdma::CheckMessageLimits(cfg.slot_bytes, cfg.max_key_bytes); !st.ok()) {
     std::fprintf(stderr, "kvserver: %s\n", st.message().c_str());
+    return 2;
+  }
+  cfg.assembly_bytes = assembly_mb << 20;
+  if (cfg.assembly_bytes < cfg.max_value_bytes) {
+    std::fprintf(stderr, "kvserver: --assembly-mb %llu cannot hold one value of --max-value-bytes %u\n",
+                 static_cast<unsigned long long>(assembly_mb), cfg.max_value_bytes);
     return 2;
   }
   if (cfg.auth_token.size() > kvrdma::kMaxAuthToken) {

@@ -18,6 +18,10 @@ check() {  # check NAME EXPECTED_RC ACTUAL_RC
 "$KVSERVER" --version | grep -q "kvserver (kvrdma)" && echo "ok   --version" || { echo "FAIL --version"; fails=$((fails + 1)); }
 "$KVSERVER" --help | grep -q -- "--max-value-bytes" && echo "ok   --help" || { echo "FAIL --help"; fails=$((fails + 1)); }
 "$KVSERVER" --mode bogus > /dev/null 2>&1; check "bad option -> usage error 2" 2 $?
+"$KVSERVER" --assembly-mb 1 --max-value-bytes 2000000 > /dev/null 2>&1
+check "--assembly-mb below one value -> usage error 2" 2 $?
+"$KVSERVER" --help | grep -q -- "--assembly-timeout-ms" && echo "ok   --help lists the assembly limits" ||
+  { echo "FAIL --help lacks --assembly-timeout-ms"; fails=$((fails + 1)); }
 # Options from a config file (same names as the command line).
 CONF=$(mktemp)
 printf 'listen = "%s"\nport = %s\nindex-mb = 4\nlog-mb = 64\nworkers = 2\n' "$ADDR" "$PORT" > "$CONF"
