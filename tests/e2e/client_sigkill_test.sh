@@ -29,7 +29,9 @@ echo "baseline: kvserver has $fd0 open fds, $qp0 QPs"
 "$BUILD/bench/kvbench/kvbench" --server "$ADDR:$PORT" --workload A --keys 2000 --preload --threads 2 --depth 4 \
   --warmup 0.5 --duration 30 > "$DIR/bystander.log" 2>&1 &
 BPID=$!
-sleep 2
+# Its 2 connections are up (and kvctl's own): a bounded wait, no guessed time.
+for _ in $(seq 1 200); do [ "$(stat_of connections)" -ge 3 ] && break; sleep 0.1; done
+[ "$(stat_of connections)" -ge 3 ] || fail "the bystander did not connect in 20 s"
 # Victims: 3 kvbench processes (4 connections each) writing with 8 operations
 # in flight per connection, one over each put path and one with large values
 # sent in fragments, and a kvctl holding a lock.

@@ -43,7 +43,14 @@ for fd in 5 6 7; do printf 'GET /metrics HTTP/1.1\r\nHost: x\r\n' >&$fd; done
 "$BUILD/bench/kvbench/kvbench" -s "$ADDR:$PORT" -w A --keys 2000 --value-size 256 -t 2 -d 4 --duration 6 \
   --warmup 0 --json "$DIR/bench.json" > "$DIR/bench.log" 2>&1 &
 BENCH=$!
-sleep 1.5
+# The scrapes below are "during the run": wait (bounded) until PUTs are
+# being applied, instead of a guessed 1.5 s.
+for _ in $(seq 1 400); do
+  scrape > "$DIR/wait.txt" 2> /dev/null
+  [ "$(value "$DIR/wait.txt" kvrdma_puts_total)" -gt 0 ] && break
+  kill -0 $BENCH 2> /dev/null || break
+  sleep 0.05
+done
 i=0
 while kill -0 $BENCH 2> /dev/null; do
   i=$((i + 1))
