@@ -9,114 +9,10 @@
 
 #include "common/protocol/messages.h"
 #include "tests/e2e/e2e_util.h"
+#include "tests/e2e/rogue_client.h"
 
 namespace kvrdma::testing {
 namespace {
-
-// A client built directly on the transport and the wire protocol.
-class RogueClient {
- public:
-  Status Connect(TransportEnv& env, uint16_t port, ConnectRequestMsg msg = {}) {
-    uint8_t req[kMaxRequestData];
-    size_t n = EncodeConnectRequest(msg, req);
-    ConnectOptions o;
-    o.host = env.addr;
-    o.port = port;
-    auto c = env.client->Connect(o, QpConfig{}, {req, n}, &reject_);
-    if (!c.ok()) return c.status();
-    conn_ = std::move(c).value();
-    auto d = DecodeServerDescriptor(conn_->peer_private_data());
-    if (!d.ok()) return d.status();
-    desc_ = *d;
-    mem_.assign(1 << 16, 0);
-    auto mr = env.client->RegisterMemory(mem_.data(), mem_.size(), kAccessLocalWrite);
-    if (!mr.ok()) return mr.status();
-    mr_ = std::move(mr).value();
-    RecvWr r[4];
-    for (uint32_t i = 0; i < 4; ++i) r[i] = RecvWr{i, mr_->Slice(32768 + i * kMaxReplySize, kMaxReplySize)};
-    return conn_->PostRecv(r);
-  }
-  // Sends raw bytes as a SEND, or as WRITE_WITH_IMM into ring slot `slot`
-  // with an immediate that claims `imm_len` bytes.
-  Status Send(std::span<const uint8_t> msg) {
-    std::memcpy(mem_.data(), msg.data(), msg.size());
-    SendWr w;
-    w.opcode = WrOpcode::kSend;
-    w.local = mr_->Slice(0, static_cast<uint32_t>(msg.size()));
-    return Post(w);
-  }
-  Status WriteImm(std::span<const uint8_t> msg, uint32_t slot, uint32_t imm_len, uint64_t ring_offset = 0) {
-    std::memcpy(mem_.data(), msg.data(), msg.size());
-    SendWr w;
-    w.opcode = WrOpcode::kWriteImm;
-    w.local = mr_->Slice(0, static_cast<uint32_t>(msg.size()));
-    w.remote_addr = desc_.ring.addr + ring_offset;
-    w.rkey = desc_.ring.rkey;
-    w.imm = (slot << 24) | imm_len;
-    return Post(w);
-  }
-  // An RDMA WRITE of 64 bytes to region r.
-  Completion WriteTo(const RemoteRegion& r) {
-    std::memset(mem_.data(), 0xee, 64);
-    SendWr w;
-    w.opcode = WrOpcode::kWrite;
-    w.local = mr_->Slice(0, 64);
-    w.remote_addr = r.addr;
-    w.rkey = r.rkey;
-    EXPECT_TRUE(conn_->PostSend({&w, 1}).ok());
-    auto c = WaitForSend(*conn_, 1);
-    return c.empty() ? Completion{0, WcStatus::kOther} : c[0];
-  }
-  // Posts n SENDs of msg back to back (request ids 1..n), without waiting
-  // for their replies: more requests than credits when n > credits.
-  Status Flood(std::span<const uint8_t> msg, uint32_t n) {
-    std::memcpy(mem_.data(), msg.data(), msg.size());
-    for (uint32_t i = 0; i < n; ++i) {
-      SendWr w;
-      w.opcode = WrOpcode::kSend;
-      w.local = mr_->Slice(0, static_cast<uint32_t>(msg.size()));
-      KVRDMA_RETURN_IF_ERROR(Post(w));
-    }
-    return Status::OK();
-  }
-  // Waits until the server has closed this connection (true) or timeout_ms.
-  bool WaitClosed(int timeout_ms) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-    while (std::chrono::steady_clock::now() < deadline) {
-      conn_->PollCmEvents();
-      if (conn_->broken()) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return false;
-  }
-  // The next reply, as (status, message).
-  std::pair<Status::Code, std::string> Reply() {
-    auto got = WaitFor(conn_->recv_cq(), 1);
-    if (got.empty()) return {Status::Code::kTimeout, "no reply"};
-    auto* b = mem_.data() + 32768 + got[0].wr_id * kMaxReplySize;
-    auto p = ParseReply({b, got[0].byte_len});
-    RecvWr r{got[0].wr_id, mr_->Slice(32768 + got[0].wr_id * kMaxReplySize, kMaxReplySize)};
-    (void)conn_->PostRecv({&r, 1});
-    if (!p.ok()) return {Status::Code::kProtocol, p.status().ToString()};
-    return {p->header.status, std::string(p->body.begin(), p->body.end())};
-  }
-  const ServerDescriptor& desc() const { return desc_; }
-  const std::vector<uint8_t>& reject() const { return reject_; }
-  Connection& conn() { return *conn_; }
-
- private:
-  Status Post(const SendWr& w) {
-    KVRDMA_RETURN_IF_ERROR(conn_->PostSend({&w, 1}));
-    auto c = WaitForSend(*conn_, 1);
-    if (c.empty()) return Status::Timeout("no send completion");
-    return CompletionStatus(c[0]);
-  }
-  std::vector<uint8_t> reject_;
-  std::unique_ptr<Connection> conn_;
-  ServerDescriptor desc_;
-  std::vector<uint8_t> mem_;
-  std::unique_ptr<MemoryRegion> mr_;
-};
 
 std::vector<uint8_t> PutMsg(std::string_view key, std::string_view value) {
   RequestHeader h;
@@ -213,34 +109,34 @@ TEST_P(BadClientTest, MalformedRequestsGetClearErrorsAndTheStoreDoesNotChange) {
   auto bad_op = msg;
   bad_op[0] = 77;
   ASSERT_TRUE(r.Send(bad_op).ok());
-  auto [c1, m1] = r.Reply();
-  EXPECT_EQ(c1, Status::Code::kInvalidArgument);
-  EXPECT_NE(m1.find("unknown opcode 77"), std::string::npos) << m1;
+  const RawReply rep1 = r.Reply();
+  EXPECT_EQ(rep1.code, Status::Code::kInvalidArgument);
+  EXPECT_NE(rep1.body.find("unknown opcode 77"), std::string::npos) << rep1.body;
   // Lengths that do not add up (one byte missing).
   auto short_msg = msg;
   short_msg.pop_back();
   ASSERT_TRUE(r.Send(short_msg).ok());
-  auto [c2, m2] = r.Reply();
-  EXPECT_EQ(c2, Status::Code::kInvalidArgument);
-  EXPECT_NE(m2.find("do not add up"), std::string::npos) << m2;
+  const RawReply rep2 = r.Reply();
+  EXPECT_EQ(rep2.code, Status::Code::kInvalidArgument);
+  EXPECT_NE(rep2.body.find("do not add up"), std::string::npos) << rep2.body;
   // A value over the limit (claimed in the header).
   auto big = msg;
   uint32_t huge = server_->config().max_value_bytes + 1;
   std::memcpy(big.data() + 4, &huge, 4);
   ASSERT_TRUE(r.Send(big).ok());
-  auto [c3, m3] = r.Reply();
-  EXPECT_EQ(c3, Status::Code::kTooLarge) << m3;
+  const RawReply rep3 = r.Reply();
+  EXPECT_EQ(rep3.code, Status::Code::kTooLarge) << rep3.body;
   // A ring slot out of range and a length over the slot (WRITE_WITH_IMM).
-  ASSERT_TRUE(r.WriteImm(msg, 200, static_cast<uint32_t>(msg.size())).ok());
-  auto [c4, m4] = r.Reply();
-  EXPECT_EQ(c4, Status::Code::kInvalidArgument);
-  EXPECT_NE(m4.find("out of range"), std::string::npos) << m4;
-  ASSERT_TRUE(r.WriteImm(msg, 0, 1u << 20).ok());
-  auto [c5, m5] = r.Reply();
-  EXPECT_EQ(c5, Status::Code::kInvalidArgument) << m5;
+  ASSERT_TRUE(r.WriteImmAt(msg, 200, static_cast<uint32_t>(msg.size()), 0).ok());
+  const RawReply rep4 = r.Reply();
+  EXPECT_EQ(rep4.code, Status::Code::kInvalidArgument);
+  EXPECT_NE(rep4.body.find("out of range"), std::string::npos) << rep4.body;
+  ASSERT_TRUE(r.WriteImmAt(msg, 0, 1u << 20, 0).ok());
+  const RawReply rep5 = r.Reply();
+  EXPECT_EQ(rep5.code, Status::Code::kInvalidArgument) << rep5.body;
   // The rogue's connection still works for a well-formed request.
   ASSERT_TRUE(r.Send(PutMsg("rogue", "ok")).ok());
-  EXPECT_EQ(r.Reply().first, Status::Code::kOk);
+  EXPECT_EQ(r.Reply().code, Status::Code::kOk);
   ExpectStoreIntactAndServing();
 }
 
@@ -254,14 +150,14 @@ TEST_P(BadClientTest, WriteWithImmPastTheEndOfTheRingIsRemoteAccessAndChangesNot
     auto msg = PutMsg("precious", "overwritten past the ring?");
     ASSERT_LT(msg.size(), r.desc().ring.length);
     // Starts inside the ring (in its last slot), ends past it.
-    Status st = r.WriteImm(msg, r.desc().credits - 1, static_cast<uint32_t>(msg.size()),
+    Status st = r.WriteImmAt(msg, r.desc().credits - 1, static_cast<uint32_t>(msg.size()),
                            r.desc().ring.length - msg.size() / 2);
     EXPECT_TRUE(st.IsRemoteAccess()) << st.ToString();
     EXPECT_TRUE(r.conn().broken());
     // Entirely past the end.
     RogueClient r2;
     ASSERT_TRUE(r2.Connect(env_, server_->port()).ok());
-    st = r2.WriteImm(msg, 0, static_cast<uint32_t>(msg.size()), r2.desc().ring.length);
+    st = r2.WriteImmAt(msg, 0, static_cast<uint32_t>(msg.size()), r2.desc().ring.length);
     EXPECT_TRUE(st.IsRemoteAccess()) << st.ToString();
     ExpectStoreIntactAndServing();
   }

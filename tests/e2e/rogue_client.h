@@ -63,13 +63,17 @@ class RogueClient {
   Status Connect(TransportEnv& env, uint16_t port, PutPath path = PutPath::kSend, uint32_t receives = 4) {
     ConnectRequestMsg msg;
     msg.put_path = path;
+    return Connect(env, port, msg, receives);
+  }
+  // The same with any connect request (another protocol version...);
+  // reject() holds the server's reject data when it refuses.
+  Status Connect(TransportEnv& env, uint16_t port, const ConnectRequestMsg& msg, uint32_t receives = 4) {
     uint8_t req[kMaxRequestData];
     size_t n = EncodeConnectRequest(msg, req);
     ConnectOptions o;
     o.host = env.addr;
     o.port = port;
-    std::vector<uint8_t> reject;
-    auto c = env.client->Connect(o, QpConfig{}, {req, n}, &reject);
+    auto c = env.client->Connect(o, QpConfig{}, {req, n}, &reject_);
     if (!c.ok()) return c.status();
     conn_ = std::move(c).value();
     auto d = DecodeServerDescriptor(conn_->peer_private_data());
@@ -98,11 +102,17 @@ class RogueClient {
   // claims `imm_len` bytes (default: the message's length).
   Status WriteImm(std::span<const uint8_t> msg, uint32_t pos, uint32_t imm_len = ~0u, bool wait = true) {
     if (imm_len == ~0u) imm_len = static_cast<uint32_t>(msg.size());
+    return WriteImmAt(msg, pos, imm_len, size_t{pos} * desc_.slot_size, wait);
+  }
+  // WRITE_WITH_IMM of msg to any byte offset of the ring (inside it or not),
+  // with an immediate that names position `pos` and claims `imm_len` bytes.
+  Status WriteImmAt(std::span<const uint8_t> msg, uint32_t pos, uint32_t imm_len, uint64_t ring_offset,
+                    bool wait = true) {
     std::memcpy(mem_.data(), msg.data(), msg.size());
     SendWr w;
     w.opcode = WrOpcode::kWriteImm;
     w.local = mr_->Slice(0, static_cast<uint32_t>(msg.size()));
-    w.remote_addr = desc_.ring.addr + size_t{pos} * desc_.slot_size;
+    w.remote_addr = desc_.ring.addr + ring_offset;
     w.rkey = desc_.ring.rkey;
     w.imm = (pos << 24) | imm_len;
     return Post(w, wait);
@@ -116,6 +126,24 @@ class RogueClient {
     w.remote_addr = desc_.ring.addr + ring_offset;
     w.rkey = desc_.ring.rkey;
     return Post(w, true);
+  }
+  // An RDMA WRITE of 64 bytes to any region r; its send completion.
+  Completion WriteTo(const RemoteRegion& r) {
+    std::memset(mem_.data(), 0xee, 64);
+    SendWr w;
+    w.opcode = WrOpcode::kWrite;
+    w.local = mr_->Slice(0, 64);
+    w.remote_addr = r.addr;
+    w.rkey = r.rkey;
+    EXPECT_TRUE(conn_->PostSend({&w, 1}).ok());
+    auto c = WaitForSend(*conn_, 1);
+    return c.empty() ? Completion{0, WcStatus::kOther} : c[0];
+  }
+  // Posts n SENDs of msg back to back, each waiting only for its send
+  // completion, never for a reply: more requests than credits when n > credits.
+  Status Flood(std::span<const uint8_t> msg, uint32_t n) {
+    for (uint32_t i = 0; i < n; ++i) KVRDMA_RETURN_IF_ERROR(Send(msg));
+    return Status::OK();
   }
   // The next reply (the receive buffer is posted again).
   RawReply Reply(int timeout_ms = 10000) {
@@ -140,6 +168,7 @@ class RogueClient {
     return false;
   }
   const ServerDescriptor& desc() const { return desc_; }
+  const std::vector<uint8_t>& reject() const { return reject_; }
   Connection& conn() { return *conn_; }
 
  private:
@@ -152,6 +181,7 @@ class RogueClient {
     if (c.empty()) return Status::Timeout("no send completion");
     return CompletionStatus(c[0]);
   }
+  std::vector<uint8_t> reject_;
   std::unique_ptr<Connection> conn_;
   ServerDescriptor desc_;
   std::vector<uint8_t> mem_;
