@@ -25,15 +25,21 @@ struct ConnState {
   uint32_t id = 0;
   uint32_t worker = 0;
   PutPath put_path = PutPath::kSend;
-  // Declaration order = creation order: the QP (conn) is destroyed first, so
-  // the NIC no longer touches the ring or the reply buffers when they go.
+  // Members are destroyed in reverse declaration order: the ring's window
+  // first, then the QP (conn), so the NIC no longer touches the ring or the
+  // reply buffers when they go.
   std::unique_ptr<uint8_t, FreeDeleter> ring;  // credits * slot_bytes, this connection's only
-  std::unique_ptr<MemoryRegion> ring_mr;       // REMOTE_WRITE
+  std::unique_ptr<MemoryRegion> ring_mr;       // local write + window binding: no usable rkey
   // This connection's reply buffers: ReplyBufferCount(credits) large-reply
   // buffers + one scratch for inline replies, kMaxReplySize each (local only).
   std::unique_ptr<uint8_t, FreeDeleter> reply_mem;
   std::unique_ptr<MemoryRegion> reply_mr;
   std::unique_ptr<Connection> conn;  // set by the manager once Accept returns
+  // REMOTE_WRITE over the ring through this connection's QP only (type 2,
+  // bound at accept): its rkey is the ring rkey the client gets, and the NIC
+  // refuses it on every other QP (docs/SECURITY.md, "Rings"). Declared after
+  // conn: it must go before the QP it is bound to (MemoryWindow).
+  std::unique_ptr<MemoryWindow> ring_window;
   // The same connection, published to the worker (Worker::Add) before the
   // accept reaches the client; workers use only this.
   Connection* qp = nullptr;

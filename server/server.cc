@@ -175,9 +175,14 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
   size_t ring_bytes = size_t{cfg_.credits} * cfg_.slot_bytes;
   cs->ring = AlignedAlloc(ring_bytes);
   if (!cs->ring) return Reject(*req, Status::NoResource("server out of memory"));
-  auto mr = device_->RegisterMemory(cs->ring.get(), ring_bytes, kAccessRemoteWrite);
+  // The ring is remotely writable only through a window bound to this
+  // connection's QP: the NIC refuses its rkey on any other connection.
+  auto mr = device_->RegisterMemory(cs->ring.get(), ring_bytes, kAccessLocalWrite | kAccessMwBind);
   if (!mr.ok()) return Reject(*req, mr.status());
   cs->ring_mr = std::move(mr).value();
+  auto mw = device_->CreateMemoryWindow();
+  if (!mw.ok()) return Reject(*req, mw.status());
+  cs->ring_window = std::move(mw).value();
   const uint32_t reply_buffers = ReplyBufferCount(cfg_.credits);
   const size_t reply_bytes = size_t{reply_buffers + 1} * kMaxReplySize;  // + the inline scratch
   cs->reply_mem = AlignedAlloc(reply_bytes);
@@ -197,7 +202,7 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
   d.locks = {locks_mr_->base(), locks_mr_->length(), locks_mr_->rkey()};
   d.clock = {clock_mr_->base(), clock_mr_->length(), clock_mr_->rkey()};
   d.clock_offset = 0;
-  d.ring = {cs->ring_mr->base(), cs->ring_mr->length(), cs->ring_mr->rkey()};
+  d.ring = {cs->ring_mr->base(), cs->ring_mr->length(), cs->ring_window->rkey()};
   d.slot_size = cfg_.slot_bytes;
   d.credits = static_cast<uint16_t>(cfg_.credits);
   d.max_key_bytes = static_cast<uint16_t>(cfg_.max_key_bytes);
@@ -214,6 +219,8 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
   qc.srq = srq_.get();
   qc.max_send_wr = 2 * cfg_.credits + 32;  // replies in flight + unsignaled ones not yet reaped
   qc.max_inline = 256;
+  qc.window = WindowBinding{cs->ring_window.get(), cs->ring_mr.get(), cs->ring_mr->base(), ring_bytes,
+                            kAccessRemoteWrite, Worker::kWindowBindWrId};
   // The worker must know the QP before the client can send on it.
   auto conn = req->Accept(qc, {buf, n}, [&](Connection& c) {
     c.set_user(cs.get());

@@ -99,6 +99,14 @@ class Worker {
 
  private:
   static constexpr uint64_t kReplyTag = 1ull << 63;  // wr_id of reply SENDs (receives: buffer index)
+
+ public:
+  // wr_id of the bind of a connection's ring window: posted unsignaled ahead
+  // of any reply, it completes only if it fails, and is then handled like a
+  // failed inline reply (no buffer; the connection closes).
+  static constexpr uint64_t kWindowBindWrId = kReplyTag | 0xffffffffu;
+
+ private:
   friend class WorkerTestPeer;
   // --- worker.cc: the thread and completion dispatch ---
   void Run();

@@ -78,6 +78,7 @@ void Worker::Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t>
 }
 
 void Worker::OnReplySent(const Completion& c) {
+  static_assert(kWindowBindWrId == (kReplyTag | kInlineReply), "a failed window bind is a failed inline reply");
   ConnState* cs = Find(c.qp_num);
   if (cs == nullptr) return;  // closed meanwhile: its buffers went with it
   const uint32_t buffer = static_cast<uint32_t>(c.wr_id & ~kReplyTag);

@@ -292,15 +292,17 @@ TEST_P(TransportTest, AWindowWorksOnlyThroughTheQpItIsBoundTo) {
   EXPECT_EQ(write(*owner.client, mr->base() + 4096, mr->rkey(), 0x33), WcStatus::kRemoteAccessError);
   EXPECT_EQ(ring[4096], 0x11);
   for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(ring[i], 0) << i;  // outside the window: untouched
-  // The window dies with its QP.
+  // A window goes before its QP (MemoryWindow); after it, its rkey answers
+  // on no QP, the one it was bound to included.
+  mw->reset();
+  EXPECT_EQ(write(*bound.client, mr->base() + 4096, rkey, 0x44), WcStatus::kRemoteAccessError);
   bound.client.reset();
   bound.server.reset();
   Pair& late = Connect();
   ASSERT_TRUE(late.client);
-  EXPECT_EQ(write(*late.client, mr->base() + 4096, rkey, 0x44), WcStatus::kRemoteAccessError);
+  EXPECT_EQ(write(*late.client, mr->base() + 4096, rkey, 0x55), WcStatus::kRemoteAccessError);
   EXPECT_EQ(ring[4096], 0x11);
-  pairs_.clear();  // QPs before the window, the window before its region
-  mw->reset();
+  pairs_.clear();  // the QPs before the region
 }
 
 TEST_P(TransportTest, WorkAfterAnErrorIsFlushed) {

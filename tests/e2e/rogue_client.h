@@ -145,6 +145,20 @@ class RogueClient {
     for (uint32_t i = 0; i < n; ++i) KVRDMA_RETURN_IF_ERROR(Send(msg));
     return Status::OK();
   }
+  // A WRITE (imm_data 0: none) or WRITE_WITH_IMM of `bytes` to any ring the
+  // caller names (address + offset, with that ring's rkey): an attacker who
+  // learned another connection's ring.
+  Status WriteInto(const RemoteRegion& ring, uint64_t offset, std::span<const uint8_t> bytes, bool with_imm,
+                   uint32_t imm = 0) {
+    std::memcpy(mem_.data() + 16384, bytes.data(), bytes.size());
+    SendWr w;
+    w.opcode = with_imm ? WrOpcode::kWriteImm : WrOpcode::kWrite;
+    w.local = mr_->Slice(16384, static_cast<uint32_t>(bytes.size()));
+    w.remote_addr = ring.addr + offset;
+    w.rkey = ring.rkey;
+    w.imm = imm;
+    return Post(w, true);
+  }
   // The next reply (the receive buffer is posted again).
   RawReply Reply(int timeout_ms = 10000) {
     auto got = WaitFor(conn_->recv_cq(), 1, timeout_ms);
