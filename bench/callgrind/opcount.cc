@@ -1,10 +1,11 @@
 // opcount: one kind of operation, N warm-up then N measured, over the
 // loopback transport, for `valgrind --tool=callgrind` (bench/callgrind/run).
 //
-// The client thread counts only its own work: collection is toggled off
-// (CALLGRIND_TOGGLE_COLLECT acts on the calling thread) while the driver waits
-// for the fabric to execute what the client posted, so no empty poll of the
-// client is counted, and each Poll finds the completion it waits for. The
+// The client thread counts only its own work: collection is on
+// (CALLGRIND_TOGGLE_COLLECT acts on the calling thread) only around the
+// client's Submit and Poll calls, and the driver waits (uncounted) for the
+// fabric to execute what the client posted before each Poll, so no empty
+// poll is counted and each Poll finds the completion it waits for. The
 // server's worker sleeps on its completion channel at once (spin_polls = 0),
 // so its count is the request's work plus one wake-up. The other threads (the
 // loopback "NIC", the server's acceptor, cleaner, clock) are counted in their
@@ -76,10 +77,9 @@ uint64_t FabricOps(const LoopbackFabric& f) {
   return s.reads + s.writes + s.sends + s.atomics;
 }
 
-// Waits (not counted) until the fabric has executed `target` WRs in all; a
-// completion is queued under the same lock that counts its WR.
+// Waits until the fabric has executed `target` WRs in all (a completion is
+// queued under the same lock that counts its WR). Called with collection off.
 void WaitFabric(const LoopbackFabric& f, uint64_t target) {
-  CALLGRIND_TOGGLE_COLLECT;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (FabricOps(f) < target) {
     if (std::chrono::steady_clock::now() > deadline) {
@@ -88,16 +88,19 @@ void WaitFabric(const LoopbackFabric& f, uint64_t target) {
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
-  CALLGRIND_TOGGLE_COLLECT;
 }
 
-// Runs one operation; counts what the client thread does for it. Returns
-// the client's Poll calls (each should find work: no empty polls counted).
+// Runs one operation; counts what the client thread does for it (Submit and
+// the Polls, collection on only around them) and nothing of the driver.
+// Returns the client's Poll calls (each finds work: no empty polls counted).
 uint32_t RunOne(Client& c, const LoopbackFabric& f, Op& op) {
   const ClientStats before = c.stats();
   const uint64_t fab_before = FabricOps(f);
   Op* ops[1] = {&op};
-  if (c.Submit(ops) != 1) {
+  CALLGRIND_TOGGLE_COLLECT;  // on
+  const size_t submitted = c.Submit(ops);
+  CALLGRIND_TOGGLE_COLLECT;  // off
+  if (submitted != 1) {
     std::fprintf(stderr, "opcount: Submit refused\n");
     std::exit(1);
   }
@@ -107,10 +110,13 @@ uint32_t RunOne(Client& c, const LoopbackFabric& f, Op& op) {
     const ClientStats now = c.stats();
     // What this operation put on the wire so far: its READs, or its request
     // and the server's reply.
-    uint64_t posted = (now.reads - before.reads) + 2 * (now.messages - before.messages);
+    const uint64_t posted = (now.reads - before.reads) + 2 * (now.messages - before.messages);
     WaitFabric(f, fab_before + posted);
     ++polls;
-    if (c.Poll(done) == 1) return polls;
+    CALLGRIND_TOGGLE_COLLECT;  // on
+    const size_t n = c.Poll(done);
+    CALLGRIND_TOGGLE_COLLECT;  // off
+    if (n == 1) return polls;
   }
 }
 
@@ -216,7 +222,11 @@ int Main(int argc, char** argv) {
   polls = 0;
   CALLGRIND_ZERO_STATS;
   CALLGRIND_START_INSTRUMENTATION;
+  // Every thread collects (the server's, the fabric's); this one only inside
+  // RunOne's Submit and Poll calls.
+  CALLGRIND_TOGGLE_COLLECT;
   for (uint32_t i = a.ops; i < 2 * a.ops; ++i) run(i);
+  CALLGRIND_TOGGLE_COLLECT;
   CALLGRIND_STOP_INSTRUMENTATION;
   const ClientStats after = c.stats();
   std::printf("opcount: ops=%u reads/op=%.3f rounds/op=%.3f messages/op=%.3f polls/op=%.3f cache_hits=%llu\n",
