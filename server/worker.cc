@@ -112,10 +112,9 @@ void Worker::Run() {
   uint32_t empty = spin;                  // start asleep
   for (;;) {
     if (control_pending_.load(std::memory_order_acquire)) ApplyControl();
-    Completion wc[32];
-    int n = cq_->Poll(wc);
+    int n = cq_->Poll(wc_);
     if (n > 0) {
-      for (int i = 0; i < n; ++i) Dispatch(wc[i]);
+      for (int i = 0; i < n; ++i) Dispatch(wc_[i]);
       empty = 0;
       continue;
     }
