@@ -24,8 +24,8 @@
 
 namespace kvrdma {
 
-void Client::Impl::StartGet(Slot& s) {
-  s.round_start = Clock::now();
+void Client::Impl::StartGet(Slot& s, Clock::time_point now) {
+  s.round_start = now;
   s.cached_slot = cache_.Lookup(s.br.hash.hash);
   s.phase = s.cached_slot != 0 ? GetPhase::kCachedEntry : GetPhase::kBuckets;
   s.step = Step::kGetPost;

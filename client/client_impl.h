@@ -16,13 +16,13 @@
 #include <array>
 #include <chrono>
 #include <cstdlib>
-#include <deque>
 #include <string>
 #include <unordered_map>
 #include <memory>
 #include <vector>
 
 #include "client/client_internal.h"
+#include "client/fixed_ring.h"
 #include "client/location_cache.h"
 #include "common/format/read_path.h"
 #include "common/protocol/handshake.h"
@@ -147,7 +147,7 @@ class Client::Impl {
   void Progress();
   void FlushBatch();
   // GET (client_get.cc).
-  void StartGet(Slot& s);
+  void StartGet(Slot& s, Clock::time_point now);
   bool StageGet(Slot& s);
   void PostGetRead(uint32_t idx, const RemoteRegion& region, uint64_t offset, size_t local_off, uint32_t len,
                    bool signaled);
@@ -186,10 +186,13 @@ class Client::Impl {
   LocationCache cache_;
   std::array<Slot, kMaxInFlight> slots_;
   std::vector<uint32_t> free_;            // free slot indexes
-  std::deque<uint32_t> ready_;            // GETs waiting to post (READ budget / large buffer)
-  std::deque<uint32_t> senders_;          // message ops with messages left to send
-  std::deque<PendingReply> replies_;      // in send order
-  std::vector<Op*> done_;                 // completed, not yet handed out
+  FixedRing<uint32_t> ready_;             // GETs waiting to post (READ budget / large buffer); <= slots
+  FixedRing<uint32_t> senders_;           // message ops with messages left to send; <= slots
+  FixedRing<PendingReply> replies_;       // in send order; <= credits
+  std::vector<Op*> done_;                 // completed: [done_head_, size) not yet handed out
+  size_t done_head_ = 0;
+  Op* sync_op_ = nullptr;                 // RunSync's operation: Finish clears this instead of queueing it
+  std::array<Completion, 32> wc_;         // PollCompletions' buffer (not re-initialised per poll)
   std::array<SendWr, 2 * kMaxInFlight> batch_;
   size_t batch_len_ = 0;
   uint32_t reads_in_flight_ = 0;

@@ -27,9 +27,13 @@ void Client::Impl::NoticeDisconnectWhileIdle(Clock::time_point now) {
 
 void Client::Impl::Start(Op* op, bool stats) {
   // A failed connection is rebuilt when nothing is in flight on it any more.
-  NoticeDisconnectWhileIdle(Clock::now());
+  auto now = Clock::now();  // one clock read per operation start
+  NoticeDisconnectWhileIdle(now);
   Status reconnect;
-  if (!broken_.ok() && in_flight_ == 0) reconnect = Reconnect();
+  if (!broken_.ok() && in_flight_ == 0) {
+    reconnect = Reconnect();
+    now = Clock::now();  // the deadline counts from after the reconnect
+  }
   uint32_t idx = free_.back();
   free_.pop_back();
   ++in_flight_;
@@ -38,7 +42,7 @@ void Client::Impl::Start(Op* op, bool stats) {
   s.op = op;
   op->status = Status::OK();
   op->version = 0;
-  s.deadline = Clock::now() + std::chrono::milliseconds(opts_.op_timeout_ms);
+  s.deadline = now + std::chrono::milliseconds(opts_.op_timeout_ms);
   if (!reconnect.ok()) return Finish(s, reconnect);
   if (!broken_.ok()) return Finish(s, broken_);
   if (!stats) {
@@ -58,7 +62,7 @@ void Client::Impl::Start(Op* op, bool stats) {
     auto br = CandidateBucketReads(params_, op->key);
     if (!br.ok()) return Finish(s, br.status());
     s.br = *br;
-    return StartGet(s);  // client_get.cc
+    return StartGet(s, now);  // client_get.cc
   }
   s.opcode = stats ? Opcode::kStats : op->type == Op::Type::kPut ? Opcode::kPut : Opcode::kDelete;
   std::string_view value = s.opcode == Opcode::kPut ? op->value : std::string_view{};
@@ -90,7 +94,11 @@ void Client::Impl::Finish(Slot& s, Status st) {
   s.op = nullptr;
   free_.push_back(idx);
   --in_flight_;
-  done_.push_back(op);
+  if (op == sync_op_) {
+    sync_op_ = nullptr;  // RunSync is waiting for exactly this one
+  } else {
+    done_.push_back(op);
+  }
 }
 
 void Client::Impl::FailAll(const Status& st) {
@@ -117,10 +125,14 @@ size_t Client::Impl::Submit(std::span<Op* const> ops) {
 }
 
 size_t Client::Impl::Poll(std::span<Op*> done) {
-  if (done_.empty()) Progress();
-  size_t n = std::min(done.size(), done_.size());
-  for (size_t i = 0; i < n; ++i) done[i] = done_[i];
-  done_.erase(done_.begin(), done_.begin() + static_cast<ptrdiff_t>(n));
+  if (done_head_ == done_.size()) Progress();
+  size_t n = std::min(done.size(), done_.size() - done_head_);
+  for (size_t i = 0; i < n; ++i) done[i] = done_[done_head_ + i];
+  done_head_ += n;
+  if (done_head_ == done_.size()) {  // all handed out: reuse the storage
+    done_.clear();
+    done_head_ = 0;
+  }
   return n;
 }
 
@@ -128,25 +140,17 @@ size_t Client::Impl::Wait(std::span<Op*> done, int timeout_ms) {
   auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   for (uint32_t spins = 0;; ++spins) {
     size_t n = Poll(done);
-    if (n > 0 || (in_flight_ == 0 && done_.empty())) return n;
+    if (n > 0 || (in_flight_ == 0 && done_head_ == done_.size())) return n;
     if ((spins & 255) == 0 && Clock::now() > deadline) return 0;
   }
 }
 
 void Client::Impl::RunSync(Op* op, bool stats) {
   while (free_.empty()) Progress();  // async operations hold every slot
+  sync_op_ = op;  // Finish hands it back here, not to Poll
   Start(op, stats);
-  Progress();
-  for (;;) {
-    for (size_t i = 0; i < done_.size(); ++i) {
-      if (done_[i] == op) {  // other completed operations stay for Poll
-        done_.erase(done_.begin() + static_cast<ptrdiff_t>(i));
-        if (op->status.ok() && op->type != Op::Type::kGet) last_version_ = op->version;
-        return;
-      }
-    }
-    Progress();
-  }
+  while (sync_op_ != nullptr) Progress();  // other completed operations stay for Poll
+  if (op->status.ok() && op->type != Op::Type::kGet) last_version_ = op->version;
 }
 
 Result<std::vector<std::pair<std::string, uint64_t>>> Client::Impl::Stats() {
@@ -173,7 +177,7 @@ void Client::Impl::Progress() {
 
 void Client::Impl::PollCompletions() {
   if (!broken_.ok()) return;
-  Completion wc[32];
+  std::span<Completion> wc(wc_);
   int n = conn_->PollSend(wc);
   bool progress = n > 0;
   for (int i = 0; i < n; ++i) {
@@ -210,9 +214,9 @@ void Client::Impl::ResetEngine() {
   for (Slot& s : slots_) s = Slot{};
   free_.clear();
   for (uint32_t i = max_in_flight_; i > 0; --i) free_.push_back(i - 1);
-  ready_.clear();
-  senders_.clear();
-  replies_.clear();
+  ready_.Reserve(kMaxInFlight);
+  senders_.Reserve(kMaxInFlight);
+  replies_.Reserve(std::max<uint32_t>(desc_.credits, 1));
   batch_len_ = 0;
   reads_in_flight_ = msgs_in_flight_ = 0;
   frag_owner_ = large_owner_ = -1;
@@ -253,8 +257,8 @@ void Client::Impl::CheckDeadlines() {
     if (s.step == Step::kFree || now <= s.deadline) continue;
     if (s.step == Step::kGetPost || (s.step == Step::kSending && s.outstanding == 0 && s.sent == 0 && s.first)) {
       // Nothing of it on the wire: fail just this operation.
-      if (s.step == Step::kGetPost) std::erase(ready_, SlotOf(s));
-      if (s.step == Step::kSending) std::erase(senders_, SlotOf(s));
+      if (s.step == Step::kGetPost) ready_.erase(SlotOf(s));
+      if (s.step == Step::kSending) senders_.erase(SlotOf(s));
       Finish(s, Status::Timeout("operation timed out before it could be sent"));
       continue;
     }

@@ -12,7 +12,6 @@
 namespace kvrdma::server {
 namespace {
 
-constexpr int kSpinPolls = 4000;            // empty polls before blocking on the channel
 constexpr int64_t kExpiryCheckMs = 50;      // how often abandoned assemblies are looked for
 
 }  // namespace
@@ -109,13 +108,13 @@ ConnState* Worker::Find(uint32_t qp_num) {
 
 void Worker::Run() {
   pthread_setname_np(pthread_self(), ("kv-worker-" + std::to_string(index_)).c_str());
-  int empty = kSpinPolls;  // start asleep
+  const uint32_t spin = cfg_.spin_polls;  // empty polls before blocking on the channel
+  uint32_t empty = spin;                  // start asleep
   for (;;) {
     if (control_pending_.load(std::memory_order_acquire)) ApplyControl();
-    Completion wc[32];
-    int n = cq_->Poll(wc);
+    int n = cq_->Poll(wc_);
     if (n > 0) {
-      for (int i = 0; i < n; ++i) Dispatch(wc[i]);
+      for (int i = 0; i < n; ++i) Dispatch(wc_[i]);
       empty = 0;
       continue;
     }
@@ -127,9 +126,9 @@ void Worker::Run() {
     // sleep on the completion channel until a completion arrives: a GET-only
     // load sends no messages and must leave kvserver's CPU idle. A wait that
     // times out (to notice stop_ and control requests) goes back to sleep.
-    if (++empty < kSpinPolls) continue;
+    if (++empty < spin) continue;
     (void)cq_->Wait(kExpiryCheckMs);
-    empty = kSpinPolls;
+    empty = spin;
   }
 }
 

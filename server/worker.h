@@ -17,6 +17,7 @@
 // as it has copied the message out of it.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -139,6 +140,7 @@ class Worker {
 
   const uint32_t index_;
   const ServerConfig& cfg_;
+  std::array<Completion, 32> wc_;  // Run's completion buffer (not re-initialised per poll)
   Backend& backend_;
   ServerCounters& counters_;
   AssemblyBudget& assembly_budget_;

@@ -55,16 +55,33 @@ struct Config {
   double p_read = 1, p_update = 0, p_insert = 0, p_rmw = 0;
 };
 
-struct Shared {
-  explicit Shared(const Config& c) : cfg(c) {}
-  const Config& cfg;
-  std::unique_ptr<Zipfian> zipf;
-  std::atomic<uint64_t> inserted;  // keys 0..inserted-1 exist (D: grows)
-  std::atomic<bool> measuring{false}, stop{false};
-  std::atomic<uint64_t> ops_done{0}, ops_budget{0};
+// One worker's counters: written by that worker only (a relaxed load and
+// store, no read-modify-write, on its own cache lines), read by the reporter.
+// So an operation touches no atomic another thread writes.
+struct alignas(64) Tally {
   Histogram hist[kKinds];
   std::atomic<uint64_t> count[kKinds] = {}, errors[kKinds] = {}, misses{0};
   std::atomic<uint64_t> progress{0}, progress_errors{0};  // every completed op, warm-up included
+  static void Bump(std::atomic<uint64_t>& a) { a.store(a.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
+};
+
+struct Shared {
+  Shared(const Config& c) : cfg(c), tally(std::make_unique<Tally[]>(c.threads)) {}
+  const Config& cfg;
+  std::unique_ptr<Zipfian> zipf;
+  std::atomic<uint64_t> inserted;  // keys 0..inserted-1 exist (D: grows; written by inserts only)
+  std::atomic<bool> measuring{false}, stop{false};
+  std::atomic<unsigned> finished{0};  // --ops: workers whose share is done
+  std::unique_ptr<Tally[]> tally;  // one per worker
+  template <typename F>
+  uint64_t Sum(F f) const {
+    uint64_t n = 0;
+    for (unsigned i = 0; i < cfg.threads; ++i) n += f(tally[i]).load(std::memory_order_relaxed);
+    return n;
+  }
+  void MergeHist(int k, Histogram* into) const {
+    for (unsigned i = 0; i < cfg.threads; ++i) into->Merge(tally[i].hist[k]);
+  }
 };
 
 struct Slot {
@@ -78,7 +95,13 @@ struct Slot {
 
 class Worker {
  public:
-  Worker(Shared& sh, unsigned index) : sh_(sh), cfg_(sh.cfg), rng_(0x9e3779b9u * (index + 1)) {
+  Worker(Shared& sh, unsigned index)
+      : sh_(sh),
+        cfg_(sh.cfg),
+        tally_(sh.tally[index]),
+        // --ops: this worker's share (no shared counter per operation).
+        budget_(cfg_.ops / cfg_.threads + (index < cfg_.ops % cfg_.threads ? 1 : 0)),
+        rng_(0x9e3779b9u * (index + 1)) {
     values_.resize(cfg_.vmax + 1);
     for (auto& c : values_) c = static_cast<char>('a' + rng_() % 26);
     slots_.resize(cfg_.depth);
@@ -158,10 +181,8 @@ class Worker {
       auto now = Clock::now();
       while (!idle.empty()) {
         if (cfg_.rate > 0 && next_start_ > now) break;  // open loop: not yet
-        if (cfg_.ops != 0 && sh_.ops_budget.fetch_add(1) >= cfg_.ops) {
-          sh_.stop = true;
-          break;
-        }
+        if (cfg_.ops != 0 && started_ >= budget_) break;  // this worker's share is done
+        ++started_;
         Slot* s = idle.back();
         idle.pop_back();
         Start(*s, cfg_.rate > 0 ? next_start_ : now);
@@ -173,6 +194,12 @@ class Worker {
           Slot* s = reinterpret_cast<Slot*>(fin[i]->user);
           if (Complete(*s)) idle.push_back(s);
         }
+      }
+      // --ops: this worker's share started and completed; the last worker
+      // to get there stops the run.
+      if (cfg_.ops != 0 && started_ >= budget_ && idle.size() == slots_.size()) {
+        if (sh_.finished.fetch_add(1) + 1 == cfg_.threads) sh_.stop = true;
+        break;
       }
     }
     for (auto& c : clients_) {  // drain
@@ -227,16 +254,16 @@ class Worker {
       Submit(s);
       return false;
     }
-    sh_.progress.fetch_add(1, std::memory_order_relaxed);
-    if (!st.ok() && !st.IsNotFound()) sh_.progress_errors.fetch_add(1, std::memory_order_relaxed);
+    Tally::Bump(tally_.progress);
+    if (!st.ok() && !st.IsNotFound()) Tally::Bump(tally_.progress_errors);
     if (sh_.measuring.load(std::memory_order_relaxed)) {
       uint64_t ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - s.start).count());
-      sh_.hist[s.kind].Record(ns);
-      sh_.count[s.kind].fetch_add(1, std::memory_order_relaxed);
+      tally_.hist[s.kind].Record(ns);
+      Tally::Bump(tally_.count[s.kind]);
       if (st.IsNotFound()) {
-        sh_.misses.fetch_add(1, std::memory_order_relaxed);
+        Tally::Bump(tally_.misses);
       } else if (!st.ok()) {
-        sh_.errors[s.kind].fetch_add(1, std::memory_order_relaxed);
+        Tally::Bump(tally_.errors[s.kind]);
       }
     }
     return true;
@@ -244,6 +271,9 @@ class Worker {
 
   Shared& sh_;
   const Config& cfg_;
+  Tally& tally_;
+  const uint64_t budget_;  // --ops: operations this worker starts
+  uint64_t started_ = 0;
   std::mt19937_64 rng_;
   std::string values_;
   std::vector<Slot> slots_;
@@ -381,8 +411,9 @@ int main(int argc, char** argv) {
     auto now = Clock::now();
     bool was_measuring = sh.measuring.load();
     Histogram all;
-    for (int k = 0; k < kKinds; ++k) all.Merge(sh.hist[k]);
-    uint64_t total = sh.progress.load(), errors = sh.progress_errors.load();
+    for (int k = 0; k < kKinds; ++k) sh.MergeHist(k, &all);
+    uint64_t total = sh.Sum([](Tally& t) -> auto& { return t.progress; });
+    uint64_t errors = sh.Sum([](Tally& t) -> auto& { return t.progress_errors; });
     double el = std::chrono::duration<double>(now - start).count();
     std::printf("[%5.1fs] %s %10.0f ops/s  p50 %8.1f us  p99 %8.1f us  errors %" PRIu64 "\n", el,
                 sh.measuring ? "run   " : "warmup", static_cast<double>(total - last_total) /
@@ -407,24 +438,26 @@ int main(int argc, char** argv) {
               "p90_us", "p99_us", "p99.9_us", "max_us", "errors");
   std::string json_results;
   for (int k = 0; k < kKinds; ++k) {
-    const Histogram& h = sh.hist[k];
-    uint64_t n = sh.count[k].load();
+    Histogram h;
+    sh.MergeHist(k, &h);
+    uint64_t n = sh.Sum([k](Tally& t) -> auto& { return t.count[k]; });
+    const uint64_t kind_errors = sh.Sum([k](Tally& t) -> auto& { return t.errors[k]; });
     if (n == 0) continue;
     total += n;
     double us[6] = {h.Mean() / 1e3, h.Percentile(0.5) / 1e3, h.Percentile(0.9) / 1e3, h.Percentile(0.99) / 1e3,
                     h.Percentile(0.999) / 1e3, h.max() / 1e3};
     std::printf("%-8s %10" PRIu64 " %11.0f %9.1f %9.1f %9.1f %9.1f %9.1f %10.1f %8" PRIu64 "\n", kKindNames[k], n,
-                n / secs, us[0], us[1], us[2], us[3], us[4], us[5], sh.errors[k].load());
+                n / secs, us[0], us[1], us[2], us[3], us[4], us[5], kind_errors);
     char buf[512];
     std::snprintf(buf, sizeof buf,
                   "%s\"%s\": {\"ops\": %" PRIu64 ", \"ops_per_sec\": %.1f, \"mean_us\": %.2f, \"p50_us\": %.2f, "
                   "\"p90_us\": %.2f, \"p99_us\": %.2f, \"p999_us\": %.2f, \"max_us\": %.2f, \"errors\": %" PRIu64 "}",
                   json_results.empty() ? "" : ", ", kKindNames[k], n, n / secs, us[0], us[1], us[2], us[3], us[4], us[5],
-                  sh.errors[k].load());
+                  kind_errors);
     json_results += buf;
   }
   std::printf("total    %10" PRIu64 " %11.0f   (%.1f s measured, %" PRIu64 " reads of absent keys)\n", total,
-              total / secs, secs, sh.misses.load());
+              total / secs, secs, sh.Sum([](Tally& t) -> auto& { return t.misses; }));
   kvrdma::ClientStats cs;
   for (const auto& w : workers) w->AddClientStats(&cs);
   if (cs.gets > 0) {
@@ -448,6 +481,6 @@ int main(int argc, char** argv) {
       << cfg.put_mode << "\", \"location_cache\": " << cfg.location_cache << "}, \"results\": {" << json_results << "}, \"total_ops_per_sec\": " << total / secs << "}\n";
   }
   uint64_t errs = 0;
-  for (int k = 0; k < kKinds; ++k) errs += sh.errors[k].load();
+  for (int k = 0; k < kKinds; ++k) errs += sh.Sum([k](Tally& t) -> auto& { return t.errors[k]; });
   return errs == 0 ? 0 : 1;
 }
