@@ -25,6 +25,13 @@ Status Client::Impl::Connect() {
   qc.max_send_wr = 2 * max_in_flight_ + 2 * 256 + 16;  // READs + messages (credits <= 256)
   qc.max_recv_wr = 256;                             // one reply buffer per credit
   qc.max_inline = 256;
+  // One CQ for both directions: a waiting client sleeps on one channel.
+  cq_.reset();
+  auto cq = dev_->CreateCompletionQueue(qc.max_send_wr + qc.max_recv_wr);
+  if (!cq.ok()) return cq.status();
+  cq_ = std::move(cq).value();
+  qc.send_cq = cq_.get();
+  qc.recv_cq = cq_.get();
   std::vector<uint8_t> reject;
   auto c = dev_->Connect(co, qc, {req, n}, &reject);
   if (!c.ok()) {
@@ -60,7 +67,7 @@ Status Client::Impl::Connect() {
   mr_ = std::move(mr).value();
   std::vector<RecvWr> r;
   for (uint32_t i = 0; i < desc_.credits; ++i) {
-    r.push_back(RecvWr{i, mr_->Slice(reply_off_ + size_t{i} * kMaxReplySize, kMaxReplySize)});
+    r.push_back(RecvWr{MakeWrId(WrKind::kReply, i), mr_->Slice(reply_off_ + size_t{i} * kMaxReplySize, kMaxReplySize)});
   }
   ResetEngine();
   done_.reserve(kMaxInFlight);

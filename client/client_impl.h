@@ -36,6 +36,7 @@ enum class WrKind : uint8_t {
   kMessage = 1,    // a request message (payload: sequence number)
   kGetRead = 2,    // a GET's READ (payload: its slot)
   kLockTable = 3,  // the one lock-table READ/CAS of a Lock/Unlock step
+  kReply = 4,      // a receive for a reply (payload: its reply buffer)
 };
 inline constexpr unsigned kWrKindShift = 60;
 inline constexpr uint64_t kWrPayloadMask = (uint64_t{1} << kWrKindShift) - 1;
@@ -47,6 +48,16 @@ constexpr uint64_t WrPayload(uint64_t wr_id) noexcept { return wr_id & kWrPayloa
 static_assert(WrKindOf(MakeWrId(WrKind::kMessage, ~uint64_t{0})) == WrKind::kMessage);
 static_assert(WrPayload(MakeWrId(WrKind::kGetRead, 63)) == 63);
 
+// Waiting: after the last completion or submitted operation the client polls
+// its CQ for ClientOptions::busy_poll_us (the next completion is likely
+// microseconds away), then sleeps on the CQ's completion channel,
+// kSleepSliceMs at a time (to look at deadlines and connection-manager
+// events in between). A client that polled forever would take a CPU the
+// server's workers and the NIC's software (Soft-RoCE runs in the kernel) may
+// need: with two spinning clients on two CPUs, PUTs waited for scheduler
+// time slices (issue 12, finding 5).
+inline constexpr int kSleepSliceMs = 5;
+
 class Client::Impl {
  public:
   using Clock = std::chrono::steady_clock;
@@ -57,7 +68,8 @@ class Client::Impl {
       : opts_(o),
         dev_(std::move(dev)),
         max_in_flight_(std::clamp<uint32_t>(o.max_in_flight, 1, kMaxInFlight)),
-        cache_(o.location_cache_entries) {}
+        cache_(o.location_cache_entries),
+        busy_poll_(o.busy_poll_us) {}
   Status Connect();
   // After a failure: drops the connection and its buffers, and connects
   // again (rate-limited with exponential backoff). REQUIRES no operation in flight.
@@ -167,6 +179,13 @@ class Client::Impl {
   void CheckDeadlines();
   void OnReply(const Completion& c);
   void PollCompletions();
+  // Called by loops that wait for a completion, after a Progress() that
+  // finished nothing they wait for: spins (returns at once) while the client
+  // was busy within busy_poll_, else sleeps on the CQ (at most
+  // kSleepSliceMs, never past `deadline`).
+  void IdleWait(Clock::time_point deadline);
+  // Reads connection-manager events; fails everything if the server left.
+  void CheckConnection();
   // One READ or atomic on 8 bytes at `offset` in `region` (the lock table or
   // the clock), waited for; returns the 8 bytes.
   Result<uint64_t> LockTableOp(WrOpcode op, const RemoteRegion& region, uint64_t offset, uint64_t compare_add,
@@ -180,7 +199,8 @@ class Client::Impl {
   size_t stage_off_ = 0, reply_off_ = 0, large_off_ = 0, large_cap_ = 0, slot_off_ = 0, scratch_off_ = 0;
   std::unique_ptr<uint8_t, FreeDeleter> mem_;
   std::unique_ptr<MemoryRegion> mr_;
-  std::unique_ptr<Connection> conn_;  // destroyed before mr_
+  std::unique_ptr<CompletionQueue> cq_;  // conn_'s send and receive completions; destroyed after conn_
+  std::unique_ptr<Connection> conn_;     // destroyed before mr_ and cq_
 
   const uint32_t max_in_flight_;
   LocationCache cache_;
@@ -206,6 +226,8 @@ class Client::Impl {
   Clock::time_point next_reconnect_{};
   std::chrono::milliseconds reconnect_backoff_{0};
   uint32_t idle_polls_ = 0;  // empty polls since the last CM event check
+  Clock::time_point busy_until_{};  // spin (do not sleep) until then; see kSleepSliceMs
+  const std::chrono::microseconds busy_poll_;
   Clock::time_point last_idle_check_{};  // see NoticeDisconnectWhileIdle
   bool sync_done_ = false;   // the lock-table WR completed
   // Locks this client holds: key -> the lock word it installed (its token).

@@ -33,8 +33,10 @@ Result<uint64_t> Client::Impl::LockTableOp(WrOpcode op, const RemoteRegion& regi
     return broken_;
   }
   auto deadline = Clock::now() + std::chrono::milliseconds(opts_.op_timeout_ms);
+  busy_until_ = Clock::now() + busy_poll_;
   while (!sync_done_) {
     Progress();
+    if (!sync_done_) IdleWait(deadline);
     if (!broken_.ok()) return broken_;
     if (Clock::now() > deadline) {
       FailAll(Status::Timeout("no answer to a lock-table operation; the connection is abandoned"));

@@ -42,6 +42,7 @@ void Client::Impl::Start(Op* op, bool stats) {
   s.op = op;
   op->status = Status::OK();
   op->version = 0;
+  busy_until_ = now + busy_poll_;
   s.deadline = now + std::chrono::milliseconds(opts_.op_timeout_ms);
   if (!reconnect.ok()) return Finish(s, reconnect);
   if (!broken_.ok()) return Finish(s, broken_);
@@ -138,18 +139,26 @@ size_t Client::Impl::Poll(std::span<Op*> done) {
 
 size_t Client::Impl::Wait(std::span<Op*> done, int timeout_ms) {
   auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  for (uint32_t spins = 0;; ++spins) {
+  for (;;) {
     size_t n = Poll(done);
     if (n > 0 || (in_flight_ == 0 && done_head_ == done_.size())) return n;
-    if ((spins & 255) == 0 && Clock::now() > deadline) return 0;
+    if (Clock::now() > deadline) return 0;
+    IdleWait(deadline);
   }
 }
 
 void Client::Impl::RunSync(Op* op, bool stats) {
-  while (free_.empty()) Progress();  // async operations hold every slot
+  while (free_.empty()) {  // async operations hold every slot
+    Progress();
+    if (free_.empty()) IdleWait(Clock::time_point::max());
+  }
   sync_op_ = op;  // Finish hands it back here, not to Poll
   Start(op, stats);
-  while (sync_op_ != nullptr) Progress();  // other completed operations stay for Poll
+  for (;;) {  // other completed operations stay for Poll
+    Progress();
+    if (sync_op_ == nullptr) break;
+    IdleWait(Clock::time_point::max());
+  }
   if (op->status.ok() && op->type != Op::Type::kGet) last_version_ = op->version;
 }
 
@@ -178,36 +187,44 @@ void Client::Impl::Progress() {
 void Client::Impl::PollCompletions() {
   if (!broken_.ok()) return;
   std::span<Completion> wc(wc_);
-  int n = conn_->PollSend(wc);
-  bool progress = n > 0;
-  for (int i = 0; i < n; ++i) {
+  const int n = cq_->Poll(wc);
+  if (n < 0) return FailAll(Status::ConnectionLost("completion queue failed"));
+  for (int i = 0; i < n && broken_.ok(); ++i) {
     if (wc[i].status != WcStatus::kSuccess) return FailAll(CompletionStatus(wc[i]));
     switch (WrKindOf(wc[i].wr_id)) {
       case WrKind::kGetRead: OnGetReadDone(slots_[WrPayload(wc[i].wr_id) % kMaxInFlight]); break;
       case WrKind::kLockTable: sync_done_ = true; break;
       case WrKind::kMessage: break;  // reaps send-queue slots only (replies complete messages)
+      case WrKind::kReply: OnReply(wc[i]); break;
     }
   }
-  if (n < 0) return FailAll(Status::ConnectionLost("completion queue failed"));
-  if (msgs_in_flight_ > 0) {  // replies come only to messages
-    n = conn_->recv_cq().Poll(wc);
-    progress |= n > 0;
-    for (int i = 0; i < n && broken_.ok(); ++i) {
-      if (wc[i].status != WcStatus::kSuccess) return FailAll(CompletionStatus(wc[i]));
-      OnReply(wc[i]);
-    }
+  if (n > 0) {
+    busy_until_ = Clock::now() + busy_poll_;
+    return;
   }
-  if (progress) return;
   // Idle: now and then look at the clock (deadlines are milliseconds away)
   // and at connection-manager events (a server that went away fails what is
   // in flight at once instead of at a timeout).
   ++idle_polls_;
   if (in_flight_ > 0 && idle_polls_ % 64 == 0) CheckDeadlines();
-  if (idle_polls_ >= 4096) {
-    idle_polls_ = 0;
-    conn_->PollCmEvents();
-    if (conn_->broken() && broken_.ok()) FailAll(Status::ConnectionLost("the server closed the connection"));
-  }
+  if (idle_polls_ >= 4096) CheckConnection();
+}
+
+void Client::Impl::CheckConnection() {
+  idle_polls_ = 0;
+  conn_->PollCmEvents();
+  if (conn_->broken() && broken_.ok()) FailAll(Status::ConnectionLost("the server closed the connection"));
+}
+
+void Client::Impl::IdleWait(Clock::time_point deadline) {
+  const auto now = Clock::now();
+  if (now < busy_until_ || now >= deadline || !broken_.ok()) return;
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
+  const int ms = static_cast<int>(std::min<int64_t>(left, kSleepSliceMs));
+  if (cq_->Wait(ms).ok()) return;  // a completion may be there: the caller polls
+  // A whole slice without completions: what the idle polls would have seen.
+  if (in_flight_ > 0) CheckDeadlines();
+  CheckConnection();
 }
 
 void Client::Impl::ResetEngine() {
@@ -233,6 +250,7 @@ Status Client::Impl::Reconnect() {
                                                      next_reconnect_ - now).count()) + " ms");
   }
   conn_.reset();
+  cq_.reset();
   mr_.reset();
   mem_.reset();
   ResetEngine();
@@ -349,7 +367,7 @@ bool Client::Impl::SendNextMessage(Slot& s) {
 }
 
 void Client::Impl::OnReply(const Completion& c) {
-  uint64_t i = c.wr_id;
+  const uint64_t i = WrPayload(c.wr_id);
   const uint8_t* buf = Mem(reply_off_ + i * kMaxReplySize);
   auto p = ParseReply({buf, c.byte_len});
   if (replies_.empty()) return FailAll(Status::Protocol("a reply nobody asked for"));
@@ -372,7 +390,7 @@ void Client::Impl::OnReply(const Completion& c) {
       s.op->result->assign(reinterpret_cast<const char*>(p->body.data()), p->body.size());
     }
   }
-  RecvWr r{i, mr_->Slice(reply_off_ + i * kMaxReplySize, kMaxReplySize)};
+  RecvWr r{c.wr_id, mr_->Slice(reply_off_ + i * kMaxReplySize, kMaxReplySize)};
   if (Status st = conn_->PostRecv({&r, 1}); !st.ok()) return FailAll(Status::ConnectionLost(st.ToString()));
   if (s.step == Step::kReplies && s.outstanding == 0) Finish(s, s.result);
 }

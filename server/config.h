@@ -41,10 +41,12 @@ struct ServerConfig {
   // assembly may wait for its next fragment before it is dropped.
   uint64_t assembly_bytes = 256ull << 20;
   uint32_t assembly_timeout_ms = 10000;
-  // Empty completion-queue polls a worker makes after work before it sleeps
-  // on the completion channel (the next request is likely close). 0: sleep at
-  // once (bench/callgrind counts a PUT's instructions without the spin).
-  uint32_t spin_polls = 4000;
+  // After handling a completion, a worker polls its CQ this long before it
+  // sleeps on the completion channel (0 = sleep at once). Longer saves a
+  // wake-up when requests come back to back and each worker has a CPU of
+  // its own; shorter leaves the CPU to clients and to the kernel (Soft-RoCE
+  // runs there) when they share CPUs.
+  uint32_t busy_poll_us = 50;
 };
 
 }  // namespace kvrdma::server

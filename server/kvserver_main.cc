@@ -92,6 +92,11 @@ int main(int argc, char** argv) {
   app.add_option("--assembly-timeout-ms", cfg.assembly_timeout_ms,
                  "Drop a fragmented PUT whose next fragment does not arrive within this long")
       ->capture_default_str()->check(CLI::Range(10u, 3600000u));
+  app.add_option("--busy-poll-us", cfg.busy_poll_us,
+                 "After a request, a worker polls this long (microseconds) before it sleeps until the\n"
+                 "next one (0 = sleep at once): longer saves wake-ups when every worker has a CPU of its\n"
+                 "own; keep it short when workers share CPUs with clients or Soft-RoCE")
+      ->capture_default_str()->check(CLI::Range(0u, 1000000u));
   std::string token_file;
   app.add_option("--auth-token", cfg.auth_token,
                  "Shared secret (<= 32 bytes) clients must present when they connect; without it they\n"

@@ -6,7 +6,7 @@
 // client's Submit and Poll calls, and the driver waits (uncounted) for the
 // fabric to execute what the client posted before each Poll, so no empty
 // poll is counted and each Poll finds the completion it waits for. The
-// server's worker sleeps on its completion channel at once (spin_polls = 0),
+// server's worker sleeps on its completion channel at once (busy_poll_us = 0),
 // so its count is the request's work plus one wake-up. The other threads (the
 // loopback "NIC", the server's acceptor, cleaner, clock) are counted in their
 // own files; bench/callgrind/run attributes them.
@@ -139,7 +139,7 @@ int Main(int argc, char** argv) {
   cfg.credits = 8;
   cfg.srq_depth = 64;
   cfg.lock_slots = 1024;
-  cfg.spin_polls = 0;
+  cfg.busy_poll_us = 0;
   StoreConfig sc;
   sc.index_buckets = 1 << 12;
   sc.segment_bytes = 4 << 20;  // > the largest entry (1 MiB value)

@@ -50,6 +50,7 @@ struct Config {
   double rate = 0;
   std::string put_mode = "send";
   int64_t location_cache = -1;  // -1: the client's default
+  int64_t busy_poll_us = -1;    // -1: the client's default
   std::string json;
   // Derived mix.
   double p_read = 1, p_update = 0, p_insert = 0, p_rmw = 0;
@@ -135,6 +136,7 @@ class Worker {
       o.put_mode = cfg_.put_mode == "write-imm" ? PutMode::kWriteImm : PutMode::kSend;
       o.max_in_flight = std::min<uint32_t>(cfg_.depth, 64);
       if (cfg_.location_cache >= 0) o.location_cache_entries = static_cast<size_t>(cfg_.location_cache);
+      if (cfg_.busy_poll_us >= 0) o.busy_poll_us = static_cast<uint32_t>(cfg_.busy_poll_us);
       o.op_timeout_ms = 10000;
       auto c = Client::Connect(o);
       if (!c.ok()) return Status(c.status().code(), "connecting to " + s + ": " + c.status().message());
@@ -351,6 +353,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"send", "write-imm"}));
   app.add_option("--location-cache", cfg.location_cache,
                  "Entries in each client's location cache (0: off; default: the library's default, 4096)");
+  app.add_option("--busy-poll-us", cfg.busy_poll_us,
+                 "Microseconds each client polls after a completion before it sleeps until the next\n"
+                 "(0: sleep at once; default: the library's default, 50)")
+      ->check(CLI::Range(0, 1000000));
   app.add_option("--json", cfg.json, "Write the configuration and results to this file");
   try {
     app.parse(argc, argv);

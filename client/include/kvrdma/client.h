@@ -69,6 +69,12 @@ struct ClientOptions {
   // The server's shared secret, if it requires one (kvserver --auth-token;
   // at most 32 bytes). Sent in the connect request; see docs/SECURITY.md.
   std::string auth_token;
+  // Waiting for a completion (Wait, and the synchronous calls), the client
+  // polls this long (microseconds) after its last completion or submitted
+  // operation, then sleeps until the next completion (0 = sleep at once).
+  // Longer saves wake-ups when the thread has a CPU of its own; shorter
+  // leaves the CPU to others (a server or Soft-RoCE on the same machine).
+  uint32_t busy_poll_us = 50;
 };
 
 // One operation of the asynchronous API. Owned by the caller, who keeps it
