@@ -110,7 +110,10 @@ def test_gil_released_during_a_slow_call(server):
 
     t = threading.Thread(target=count)
     t.start()
-    time.sleep(0.05)
+    deadline = time.monotonic() + 10
+    while ticks[0] == 0 and time.monotonic() < deadline:  # the counter runs (bounded wait)
+        time.sleep(0.001)
+    assert ticks[0] > 0, "the counting thread never ran"
     before = ticks[0]
     t0 = time.monotonic()
     with pytest.raises(kvrdma.Timeout) as e:
