@@ -52,25 +52,8 @@ class BadClientTest : public ::testing::TestWithParam<Kind> {
     ASSERT_TRUE(good_->Get("still", &got).ok());
     EXPECT_EQ(got, "serving");
   }
-  uint64_t Stat(const std::string& name) {
-    auto s = good_->Stats();
-    EXPECT_TRUE(s.ok()) << s.status().ToString();
-    if (!s.ok()) return ~uint64_t{0};
-    for (auto& [n, v] : *s) {
-      if (n == name) return v;
-    }
-    ADD_FAILURE() << "no stat " << name;
-    return ~uint64_t{0};
-  }
-  // Waits until the server counts `want` connections.
-  bool ConnectionsBecome(uint64_t want, int timeout_ms) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-    do {
-      if (Stat("connections") == want) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    } while (std::chrono::steady_clock::now() < deadline);
-    return false;
-  }
+  uint64_t Stat(const std::string& name) { return StatOf(*good_, name); }
+  bool ConnectionsBecome(uint64_t want, int timeout_ms) { return StatBecomes(*good_, "connections", want, timeout_ms); }
   TransportEnv env_;
   std::unique_ptr<TestServer> server_;
   std::unique_ptr<Client> good_;

@@ -28,16 +28,6 @@ class E2eTest : public ::testing::TestWithParam<E2eParam> {
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     return c.ok() ? std::move(c).value() : nullptr;
   }
-  uint64_t StatOf(Client& c, const std::string& name) {
-    auto s = c.Stats();
-    EXPECT_TRUE(s.ok()) << s.status().ToString();
-    if (!s.ok()) return 0;
-    for (auto& [n, v] : *s) {
-      if (n == name) return v;
-    }
-    ADD_FAILURE() << "no stat " << name;
-    return 0;
-  }
   TransportEnv env_;
   std::unique_ptr<TestServer> server_;
 };

@@ -3,8 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "client/client_internal.h"
@@ -92,5 +94,30 @@ class TestServer {
   std::unique_ptr<server::Server> server_;
   std::thread thread_;
 };
+
+// The server's counter `name`, read through c (STATS); ~0 and a test failure
+// when it cannot be read.
+inline uint64_t StatOf(Client& c, const std::string& name) {
+  auto s = c.Stats();
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  if (!s.ok()) return ~uint64_t{0};
+  for (auto& [n, v] : *s) {
+    if (n == name) return v;
+  }
+  ADD_FAILURE() << "no stat " << name;
+  return ~uint64_t{0};
+}
+
+// Waits (at most timeout_ms) until the server's counter `name` is `want`:
+// the server applies what a client did on its own threads, after the client
+// has seen its part done.
+inline bool StatBecomes(Client& c, const std::string& name, uint64_t want, int timeout_ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  do {
+    if (StatOf(c, name) == want) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (std::chrono::steady_clock::now() < deadline);
+  return false;
+}
 
 }  // namespace kvrdma::testing

@@ -129,23 +129,9 @@ class HostileClientTest : public ::testing::TestWithParam<Kind> {
     Status st = backend_->store().Get(key, &v);
     return st.ok() ? v : "<none>";
   }
-  uint64_t Stat(const std::string& name) {
-    auto s = good_->Stats();
-    EXPECT_TRUE(s.ok()) << s.status().ToString();
-    if (!s.ok()) return ~uint64_t{0};
-    for (auto& [n, v] : *s) {
-      if (n == name) return v;
-    }
-    ADD_FAILURE() << "no stat " << name;
-    return ~uint64_t{0};
-  }
+  uint64_t Stat(const std::string& name) { return StatOf(*good_, name); }
   bool StatBecomes(const std::string& name, uint64_t want, int timeout_ms) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-    do {
-      if (Stat(name) == want) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    } while (std::chrono::steady_clock::now() < deadline);
-    return false;
+    return testing::StatBecomes(*good_, name, want, timeout_ms);
   }
 
   TransportEnv env_;
