@@ -51,6 +51,7 @@ struct Config {
   std::string put_mode = "send";
   int64_t location_cache = -1;  // -1: the client's default
   int64_t busy_poll_us = -1;    // -1: the client's default
+  bool spin = false;            // poll without sleeping even with nothing to start
   std::string json;
   // Derived mix.
   double p_read = 1, p_update = 0, p_insert = 0, p_rmw = 0;
@@ -190,8 +191,17 @@ class Worker {
         Start(*s, cfg_.rate > 0 ? next_start_ : now);
         if (cfg_.rate > 0) next_start_ += std::chrono::duration_cast<Clock::duration>(interval_);
       }
+      // Nothing to start until something completes (every slot in flight, or
+      // this worker's --ops share started): wait like the synchronous API
+      // does, polling --busy-poll-us and then sleeping until a completion.
+      // Spinning on Poll here kept a vCPU busy that kvserver and Soft-RoCE
+      // needed (docs/PERFORMANCE.md, "PUT scaling: the load generator's own
+      // polling"). With several servers a Wait on one would delay the others'
+      // completions, so those runs poll; so do runs with --spin.
+      const bool can_start = !idle.empty() && !(cfg_.ops != 0 && started_ >= budget_);
+      const bool wait = !can_start && !cfg_.spin && clients_.size() == 1;
       for (auto& c : clients_) {
-        size_t n = c->Poll(fin);
+        size_t n = wait ? c->Wait(fin, 10) : c->Poll(fin);
         for (size_t i = 0; i < n; ++i) {
           Slot* s = reinterpret_cast<Slot*>(fin[i]->user);
           if (Complete(*s)) idle.push_back(s);
@@ -357,6 +367,9 @@ int main(int argc, char** argv) {
                  "Microseconds each client polls after a completion before it sleeps until the next\n"
                  "(0: sleep at once; default: the library's default, 50)")
       ->check(CLI::Range(0, 1000000));
+  app.add_flag("--spin", cfg.spin,
+               "Poll without sleeping even when every operation is in flight (a thread at 100% CPU, as\n"
+               "perftest does; default: wait like the library's synchronous calls, see --busy-poll-us)");
   app.add_option("--json", cfg.json, "Write the configuration and results to this file");
   try {
     app.parse(argc, argv);
@@ -368,12 +381,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::printf("kvbench: servers %zu, workload %s (read %.2f update %.2f insert %.2f rmw %.2f), %" PRIu64
-              " keys of %zu B, values %zu-%zu B, %s%s, %u threads x depth %u, %s, put mode %s\n",
+              " keys of %zu B, values %zu-%zu B, %s%s, %u threads x depth %u, %s, put mode %s, %s\n",
               cfg.servers.size(), cfg.read_ratio >= 0 ? "custom" : cfg.workload.c_str(), cfg.p_read, cfg.p_update,
               cfg.p_insert, cfg.p_rmw, cfg.keys, cfg.key_size, cfg.vmin, cfg.vmax, cfg.distribution.c_str(),
               cfg.distribution == "uniform" ? "" : (" theta " + std::to_string(cfg.theta)).c_str(), cfg.threads,
               cfg.depth, cfg.rate > 0 ? ("open loop " + std::to_string(static_cast<uint64_t>(cfg.rate)) + " ops/s").c_str() : "closed loop",
-              cfg.put_mode.c_str());
+              cfg.put_mode.c_str(),
+              cfg.spin || cfg.servers.size() > 1 ? "polls while waiting" : "sleeps while waiting");
   Shared sh(cfg);
   sh.inserted = cfg.keys;
   sh.zipf = std::make_unique<Zipfian>(cfg.keys, cfg.theta);
@@ -484,7 +498,8 @@ int main(int argc, char** argv) {
       << cfg.distribution << "\", \"zipf_theta\": " << cfg.theta << ", \"threads\": " << cfg.threads
       << ", \"depth\": " << cfg.depth << ", \"duration_s\": " << secs << ", \"warmup_s\": " << cfg.warmup
       << ", \"rate\": " << cfg.rate << ", \"preload\": " << (cfg.preload ? "true" : "false") << ", \"put_mode\": \""
-      << cfg.put_mode << "\", \"location_cache\": " << cfg.location_cache << "}, \"results\": {" << json_results << "}, \"total_ops_per_sec\": " << total / secs << "}\n";
+      << cfg.put_mode << "\", \"location_cache\": " << cfg.location_cache << ", \"busy_poll_us\": " << cfg.busy_poll_us
+      << ", \"spin\": " << (cfg.spin || cfg.servers.size() > 1 ? "true" : "false") << "}, \"results\": {" << json_results << "}, \"total_ops_per_sec\": " << total / secs << "}\n";
   }
   uint64_t errs = 0;
   for (int k = 0; k < kKinds; ++k) errs += sh.Sum([k](Tally& t) -> auto& { return t.errors[k]; });

@@ -209,9 +209,10 @@ class Client {
   // operations in `done` and returns how many (the rest wait for the next
   // call). Each operation is handed back exactly once.
   size_t Poll(std::span<Op*> done);
-  // Like Poll, but busy-polls (it does not sleep: a thread at 100% CPU)
-  // until at least one operation completes or timeout_ms passes (then it
-  // returns 0). Returns 0 at once when nothing is in flight or waiting.
+  // Like Poll, but waits until at least one operation completes or
+  // timeout_ms passes (then it returns 0): it polls for
+  // ClientOptions::busy_poll_us, then sleeps until the next completion.
+  // Returns 0 at once when nothing is in flight or waiting.
   size_t Wait(std::span<Op*> done, int timeout_ms);
   // Operations submitted and not yet completed (completed ones waiting for
   // Poll do not count).
