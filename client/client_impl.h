@@ -155,7 +155,8 @@ class Client::Impl {
   void ResetEngine();
   void Finish(Slot& s, Status st);
   void FailAll(const Status& st);
-  // Posting: GET steps go through batch_ and one PostSend per Progress.
+  // Posting: GET steps go through batch_ and one PostSend per Progress;
+  // messages through msg_batch_ and one PostSend per PumpMessages.
   void Progress();
   void FlushBatch();
   // GET (client_get.cc).
@@ -215,6 +216,7 @@ class Client::Impl {
   std::array<Completion, 32> wc_;         // PollCompletions' buffer (not re-initialised per poll)
   std::array<SendWr, 2 * kMaxInFlight> batch_;
   size_t batch_len_ = 0;
+  std::vector<SendWr> msg_batch_;         // PumpMessages' messages, posted together (<= credits)
   uint32_t reads_in_flight_ = 0;
   uint32_t msgs_in_flight_ = 0;
   uint32_t in_flight_ = 0;

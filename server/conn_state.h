@@ -31,7 +31,8 @@ struct ConnState {
   std::unique_ptr<uint8_t, FreeDeleter> ring;  // credits * slot_bytes, this connection's only
   std::unique_ptr<MemoryRegion> ring_mr;       // local write + window binding: no usable rkey
   // This connection's reply buffers: ReplyBufferCount(credits) large-reply
-  // buffers + one scratch for inline replies, kMaxReplySize each (local only).
+  // buffers + kReplyBatch scratch buffers for inline replies queued in one
+  // batch, kMaxReplySize each (local only).
   std::unique_ptr<uint8_t, FreeDeleter> reply_mem;
   std::unique_ptr<MemoryRegion> reply_mr;
   std::unique_ptr<Connection> conn;  // set by the manager once Accept returns
@@ -51,6 +52,12 @@ struct ConnState {
     std::vector<uint8_t> busy;  // per large-reply buffer: its SEND is not completed
     uint64_t large_sent = 0;    // large replies posted (the next uses buffer large_sent % busy.size())
     uint32_t unsignaled = 0;    // inline replies posted since the last signaled one
+    // Replies of the current completion batch, posted together when it ends
+    // (Worker::FlushReplies): one doorbell per connection per batch. At most
+    // kReplyBatch (reserved at accept); the inline ones are encoded in the
+    // scratch buffers [0, queued_inline).
+    std::vector<SendWr> queued;
+    uint32_t queued_inline = 0;
   } replies;
 
   // --- written by the owning worker, read by the connection manager ---
@@ -72,5 +79,8 @@ struct ConnState {
 // sent this one: finding it still busy means the client does not take its
 // replies (DESIGN.md, "Replies").
 constexpr uint32_t ReplyBufferCount(uint32_t credits) { return 2 * credits; }
+// Replies a connection queues in one completion batch before they are posted
+// (then the next ones queue again): the inline scratch buffers it needs.
+inline constexpr uint32_t kReplyBatch = 8;
 
 }  // namespace kvrdma::server

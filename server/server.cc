@@ -184,13 +184,14 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
   if (!mw.ok()) return Reject(*req, mw.status());
   cs->ring_window = std::move(mw).value();
   const uint32_t reply_buffers = ReplyBufferCount(cfg_.credits);
-  const size_t reply_bytes = size_t{reply_buffers + 1} * kMaxReplySize;  // + the inline scratch
+  const size_t reply_bytes = size_t{reply_buffers + kReplyBatch} * kMaxReplySize;  // + the inline scratch
   cs->reply_mem = AlignedAlloc(reply_bytes);
   if (!cs->reply_mem) return Reject(*req, Status::NoResource("server out of memory"));
   auto rmr = device_->RegisterMemory(cs->reply_mem.get(), reply_bytes, kAccessLocalWrite);
   if (!rmr.ok()) return Reject(*req, rmr.status());
   cs->reply_mr = std::move(rmr).value();
   cs->replies.busy.assign(reply_buffers, 0);
+  cs->replies.queued.reserve(kReplyBatch);
 
   StoreRegions r = backend_.regions();
   ServerDescriptor d;

@@ -42,7 +42,9 @@ Worker::Worker(uint32_t index, const ServerConfig& cfg, Backend& backend, Server
       pool_(pool),
       locks_(locks),
       cq_(std::move(cq)),
-      request_(new uint8_t[cfg.slot_bytes]) {}
+      request_(new uint8_t[cfg.slot_bytes]) {
+  reply_queued_.reserve(wc_.size());
+}
 
 Worker::~Worker() { Stop(); }
 
@@ -80,6 +82,9 @@ void Worker::Remove(ConnState* c) {
 }
 
 void Worker::ApplyControl() {
+  // A connection about to be removed may have replies queued: post them
+  // first (after Remove its state may be freed).
+  FlushReplies();
   std::vector<ControlOp> ops;
   {
     std::lock_guard<std::mutex> g(control_mu_);
@@ -120,6 +125,7 @@ void Worker::Run() {
     int n = cq_->Poll(wc_);
     if (n > 0) {
       for (int i = 0; i < n; ++i) Dispatch(wc_[i]);
+      FlushReplies();
       busy_until = Clock::now() + busy_poll;
       continue;
     }

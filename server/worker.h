@@ -135,8 +135,11 @@ class Worker {
              std::span<const uint8_t> value, bool is_delete);
 
   // --- worker_replies.cc: replies ---
+  // Queue the reply on cs; FlushReplies posts what the batch queued.
   void Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t> body);
   void ReplyError(ConnState& cs, uint64_t request_id, const Status& st);
+  void FlushReplies();
+  void FlushReplies(ConnState& cs);
 
   const uint32_t index_;
   const ServerConfig& cfg_;
@@ -151,6 +154,9 @@ class Worker {
   // out of every client's reach.
   std::unique_ptr<uint8_t[]> request_;
   ConnTable conns_;  // the worker thread's only
+  // Connections with replies queued in this batch (a connection may appear
+  // twice; <= wc_.size() entries). Emptied before any Remove is applied.
+  std::vector<ConnState*> reply_queued_;
   int64_t last_expiry_ms_ = 0;
 
   // Control plane -> worker: Add/Remove requests, applied by the worker

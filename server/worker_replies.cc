@@ -1,8 +1,10 @@
 // Replies: one per request, posted in request order on the request's own
 // connection, from that connection's own reply buffers.
 //
-// A reply never waits. An inline reply (header + short body) is copied into
-// the work request at post time and needs no buffer afterwards. A large
+// A reply never waits. Replies are queued while the worker handles a batch
+// of completions and posted together at its end, one PostSend per
+// connection. An inline reply (header + short body) is copied into the work
+// request at post time and needs no buffer afterwards. A large
 // reply (STATS) holds one of the connection's ReplyBufferCount(credits)
 // buffers until its SEND completes; finding the next one still busy means
 // the client does not take its replies (DESIGN.md, "Replies"), and that
@@ -35,7 +37,9 @@ void Worker::Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t>
   ConnState::Replies& r = cs.replies;
   const uint32_t buffers = static_cast<uint32_t>(r.busy.size());
   const bool inline_data = kReplyHeaderSize + body.size() <= cs.qp->max_inline();
-  uint32_t buffer = buffers;  // inline replies are encoded in the scratch buffer after the others
+  // Inline replies are encoded in the scratch buffers after the others, one
+  // per reply queued in this batch (copied into the work request when posted).
+  uint32_t buffer = buffers + r.queued_inline;
   if (!inline_data) {
     buffer = static_cast<uint32_t>(r.large_sent % buffers);
     if (r.busy[buffer]) {
@@ -47,7 +51,7 @@ void Worker::Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t>
   }
   auto* buf = static_cast<uint8_t*>(cs.reply_mr->addr()) + size_t{buffer} * kMaxReplySize;
   const size_t len = EncodeReply(h, body, {buf, kMaxReplySize});
-  SendWr w;
+  SendWr& w = r.queued.emplace_back();  // within the kReplyBatch reserved at accept
   w.wr_id = kReplyTag | (inline_data ? kInlineReply : buffer);
   w.opcode = WrOpcode::kSend;
   w.local = cs.reply_mr->Slice(size_t{buffer} * kMaxReplySize, static_cast<uint32_t>(len));
@@ -57,13 +61,9 @@ void Worker::Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t>
   // reply always does, to free its buffer.
   w.signaled = !inline_data || ++r.unsignaled >= kSignalEvery;
   if (w.signaled && inline_data) r.unsignaled = 0;
-  if (Status st = cs.qp->PostSend({&w, 1}); !st.ok()) {
-    // A broken QP, or a send queue full of replies the client does not take.
-    KVRDMA_LOG_DEBUG("worker %u: reply to connection %u not sent: %s", index_, cs.id, st.ToString().c_str());
-    RequestClose(cs, ConnState::CloseReason::kQpFailed);
-    return;
-  }
-  if (!inline_data) {
+  if (inline_data) {
+    ++r.queued_inline;
+  } else {
     r.busy[buffer] = 1;
     ++r.large_sent;
   }
@@ -75,6 +75,27 @@ void Worker::Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t>
     // stored above, not the one of a reply that completed long ago.
     cs.signaled_pending.fetch_add(1, std::memory_order_release);
   }
+  if (r.queued.size() == 1) reply_queued_.push_back(&cs);
+  if (r.queued.size() == kReplyBatch) FlushReplies(cs);  // the scratch buffers are all in use
+}
+
+void Worker::FlushReplies() {
+  for (ConnState* cs : reply_queued_) FlushReplies(*cs);
+  reply_queued_.clear();
+}
+
+// Posts cs's queued replies in request order with one doorbell (on Soft-RoCE
+// one system call for the batch instead of one per reply).
+void Worker::FlushReplies(ConnState& cs) {
+  ConnState::Replies& r = cs.replies;
+  if (r.queued.empty()) return;
+  if (Status st = cs.qp->PostSend({r.queued.data(), r.queued.size()}); !st.ok()) {
+    // A broken QP, or a send queue full of replies the client does not take.
+    KVRDMA_LOG_DEBUG("worker %u: replies to connection %u not sent: %s", index_, cs.id, st.ToString().c_str());
+    RequestClose(cs, ConnState::CloseReason::kQpFailed);
+  }
+  r.queued.clear();
+  r.queued_inline = 0;
 }
 
 void Worker::OnReplySent(const Completion& c) {

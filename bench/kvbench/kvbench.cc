@@ -142,6 +142,7 @@ class Worker {
       auto c = Client::Connect(o);
       if (!c.ok()) return Status(c.status().code(), "connecting to " + s + ": " + c.status().message());
       clients_.push_back(std::move(c).value());
+      started_ops_.emplace_back().reserve(cfg_.depth);
     }
     return Status::OK();
   }
@@ -191,6 +192,7 @@ class Worker {
         Start(*s, cfg_.rate > 0 ? next_start_ : now);
         if (cfg_.rate > 0) next_start_ += std::chrono::duration_cast<Clock::duration>(interval_);
       }
+      SubmitStarted();
       // Nothing to start until something completes (every slot in flight, or
       // this worker's --ops share started): wait like the synchronous API
       // does, polling --busy-poll-us and then sleeping until a completion.
@@ -250,7 +252,18 @@ class Worker {
     // from the submit, so that choosing and formatting the key (zipfian
     // sampling calls pow()) is not counted as the store's latency.
     s.start = cfg_.rate > 0 ? start : Clock::now();
-    Submit(s);
+    started_ops_[s.server].push_back(&s.op);
+  }
+  // Submits the operations Start prepared, together per server: the client
+  // sends them with one doorbell.
+  void SubmitStarted() {
+    for (size_t i = 0; i < clients_.size(); ++i) {
+      std::vector<Op*>& ops = started_ops_[i];
+      for (size_t taken = 0; taken < ops.size();) {
+        taken += clients_[i]->Submit(std::span<Op* const>(ops).subspan(taken));
+      }
+      ops.clear();
+    }
   }
   void Submit(Slot& s) {
     Op* op = &s.op;
@@ -290,6 +303,7 @@ class Worker {
   std::string values_;
   std::vector<Slot> slots_;
   std::vector<std::unique_ptr<Client>> clients_;
+  std::vector<std::vector<Op*>> started_ops_;  // per server: started, not yet submitted (<= depth)
   std::chrono::duration<double> interval_{0};
   Clock::time_point next_start_;
 };

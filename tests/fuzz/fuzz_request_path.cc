@@ -30,7 +30,11 @@
 namespace kvrdma::server {
 class WorkerTestPeer {
  public:
-  static void Dispatch(Worker& w, const Completion& c) { w.Dispatch(c); }
+  // One completion as a batch of its own: its reply (if any) is posted.
+  static void Dispatch(Worker& w, const Completion& c) {
+    w.Dispatch(c);
+    w.FlushReplies();
+  }
   static void ApplyControl(Worker& w) { w.ApplyControl(); }
   static void ExpireAll(Worker& w) { w.ExpireAssemblies(SteadyMs() + w.cfg_.assembly_timeout_ms + 1); }
 };
@@ -208,10 +212,11 @@ class Harness {
     c.cs->ring.reset(static_cast<uint8_t*>(std::calloc(ring_bytes, 1)));
     c.ring = {c.cs->ring.get(), ring_bytes};
     const uint32_t buffers = server::ReplyBufferCount(cfg_.credits);
-    c.reply_mem.assign(size_t{buffers + 1} * kMaxReplySize, 0);
+    c.reply_mem.assign(size_t{buffers + server::kReplyBatch} * kMaxReplySize, 0);
     c.cs->id = i + 1;
     c.cs->reply_mr = std::make_unique<FakeRegion>(c.reply_mem.data(), c.reply_mem.size());
     c.cs->replies.busy.assign(buffers, 0);
+    c.cs->replies.queued.reserve(server::kReplyBatch);
     // A QP number may come back after its connection closed (as on a NIC).
     uint32_t qp = next_qp_++;
     if (!freed_qps_.empty() && in_.ConsumeBool()) {
