@@ -30,11 +30,11 @@
 namespace kvrdma::server {
 class WorkerTestPeer {
  public:
-  // One completion as a batch of its own: its reply (if any) is posted.
-  static void Dispatch(Worker& w, const Completion& c) {
-    w.Dispatch(c);
-    w.FlushReplies();
-  }
+  // One completion of a batch: its reply (if any) is queued, and posted
+  // by Flush (the end of the batch) or when the connection has
+  // kReplyBatch queued.
+  static void Dispatch(Worker& w, const Completion& c) { w.Dispatch(c); }
+  static void Flush(Worker& w) { w.FlushReplies(); }
   static void ApplyControl(Worker& w) { w.ApplyControl(); }
   static void ExpireAll(Worker& w) { w.ExpireAssemblies(SteadyMs() + w.cfg_.assembly_timeout_ms + 1); }
 };
@@ -139,6 +139,11 @@ struct Conn {
   uint64_t frag_id = 0, frag_token = 0;
   uint32_t frag_len = 0, frag_sent = 0;
   uint64_t next_id = 1;
+  // Every reply the worker gave, in order, as seen when it was queued (or
+  // posted); qp->replies must be a prefix of it, all of it after a flush
+  // unless the connection broke.
+  std::vector<std::vector<uint8_t>> answers;
+  mutable size_t checked_posts = 0;  // answers[0, checked_posts) were found posted
 };
 
 struct Expect {
@@ -183,6 +188,11 @@ class Harness {
   void Run() {
     for (int step = 0; step < 256 && in_.remaining_bytes() > 0; ++step) {
       Conn& c = conns_[in_.ConsumeIntegralInRange<uint32_t>(0, kConns - 1)];
+      // (No event of its own ends the worker's batch of completions, so that
+      // the seeds keep their meaning: time passing ends it (the worker
+      // flushes before it sleeps), and so does a client taking replies (it
+      // can only take what was posted), a reconnect (the worker flushes
+      // before Add/Remove) and the end of the input.)
       switch (in_.ConsumeIntegralInRange<int>(0, 12)) {
         case 0: Deliver(c, WholeWrite(c, Opcode::kPut)); break;
         case 1: Deliver(c, WholeWrite(c, Opcode::kDelete)); break;
@@ -191,8 +201,14 @@ class Harness {
         case 4: Deliver(c, Next(c)); break;
         case 5: Deliver(c, in_.ConsumeBytes<uint8_t>(in_.ConsumeIntegralInRange<size_t>(0, kSlotBytes))); break;
         case 6: SetLock(); break;
-        case 7: clock_ += in_.ConsumeIntegralInRange<uint64_t>(0, 3000); break;
-        case 8: TakeReplies(c, in_.ConsumeIntegralInRange<int>(1, 8)); break;
+        case 7:
+          EndBatch();
+          clock_ += in_.ConsumeIntegralInRange<uint64_t>(0, 3000);
+          break;
+        case 8:
+          EndBatch();
+          TakeReplies(c, in_.ConsumeIntegralInRange<int>(1, 8));
+          break;
         case 9: Reopen(c); break;
         case 10: RingViolation(c); break;
         case 11: backend_->armed = true; break;
@@ -200,6 +216,7 @@ class Harness {
       }
       CheckStore();
     }
+    EndBatch();
   }
 
  private:
@@ -235,6 +252,7 @@ class Harness {
     worker_->Remove(c.cs.get());
     WorkerTestPeer::ApplyControl(*worker_);
     CHECK(c.cs->released.load(), "a removed connection was not released");
+    CheckPosted(c, /*flushed=*/true);  // the worker posts what it queued before it lets go
     DropAssembly(c);
     freed_qps_.push_back(c.cs->qp_num);
     std::erase_if(backend_->memory, [&](std::span<uint8_t> m) { return m.data() == c.ring.data(); });
@@ -436,18 +454,22 @@ class Harness {
     }
     Expect e;
     if (!was_broken) e = Predict(c, wc, seen);
-    const size_t replies = c.qp->replies.size();
+    const size_t replies = Answered(c);
     const size_t reposted = srq_.reposted.size();
-    const size_t large_out = c.qp->large_outstanding();
+    // Large replies holding a buffer: posted and not completed, or queued.
+    size_t large_out = c.qp->large_outstanding();
+    for (const SendWr& w : c.cs->replies.queued) large_out += !w.inline_data;
     WorkerTestPeer::Dispatch(*worker_, wc);
     CHECK(srq_.reposted.size() == reposted + 1 && srq_.reposted.back() == wc.wr_id, "receive buffer not reposted");
+    CHECK(c.cs->replies.queued.size() < server::kReplyBatch, "%zu replies queued", c.cs->replies.queued.size());
     if (was_broken) {  // a closed connection's messages are dropped
-      CHECK(c.qp->replies.size() == replies, "a broken connection was answered");
+      CHECK(Answered(c) == replies, "a broken connection was answered");
       return;
     }
-    if (c.qp->replies.size() == replies) {
+    if (Answered(c) <= replies) {
       // No reply: only if the worker closed the connection for not taking
-      // its replies. The request may or may not have been applied.
+      // its replies. The request may or may not have been applied. (Fewer:
+      // a post that failed dropped the replies the connection had queued.)
       CHECK(c.qp->broken(), "a request got no reply");
       CHECK(large_out >= server::ReplyBufferCount(cfg_.credits) || c.qp->refused_full,
             "connection closed with %zu large replies outstanding and room in its send queue", large_out);
@@ -455,8 +477,10 @@ class Harness {
       CheckBudget();
       return;
     }
-    CHECK(c.qp->replies.size() == replies + 1, "%zu replies to one request", c.qp->replies.size() - replies);
-    auto r = ParseReply(c.qp->replies.back().bytes);
+    CHECK(Answered(c) == replies + 1, "%zu replies to one request", Answered(c) - replies);
+    c.answers.push_back(LastAnswer(c));
+    CheckPosted(c, /*flushed=*/false);
+    auto r = ParseReply(c.answers.back());
     CHECK(r.ok(), "unparsable reply: %s", r.status().ToString().c_str());
     CHECK(r->header.request_id == e.id, "reply to request %llu, expected %llu",
           static_cast<unsigned long long>(r->header.request_id), static_cast<unsigned long long>(e.id));
@@ -471,6 +495,35 @@ class Harness {
       }
     }
     CheckBudget();
+  }
+  // Replies given to c: posted, or queued until the batch ends.
+  static size_t Answered(const Conn& c) { return c.qp->replies.size() + c.cs->replies.queued.size(); }
+  // The bytes of the newest reply: the last queued one (its scratch or large
+  // buffer, as the post will copy or send it), else the last posted.
+  static std::vector<uint8_t> LastAnswer(const Conn& c) {
+    if (c.cs->replies.queued.empty()) return c.qp->replies.back().bytes;
+    const SendWr& w = c.cs->replies.queued.back();
+    const auto* p = reinterpret_cast<const uint8_t*>(w.local.addr);
+    return {p, p + w.local.length};
+  }
+  // What was posted is what was answered, in order; after a flush, all of it
+  // (unless the connection broke, which drops what it had queued).
+  void CheckPosted(const Conn& c, bool flushed) {
+    const auto& posted = c.qp->replies;
+    CHECK(posted.size() <= c.answers.size(), "%zu replies posted, %zu given", posted.size(), c.answers.size());
+    for (size_t i = c.checked_posts; i < posted.size(); ++i) {
+      CHECK(posted[i].bytes == c.answers[i], "reply %zu posted differs from the one queued (order or buffer reuse)", i);
+    }
+    c.checked_posts = posted.size();
+    if (flushed) {
+      CHECK(c.cs->replies.queued.empty(), "replies still queued after the batch ended");
+      CHECK(c.qp->broken() || posted.size() == c.answers.size(), "%zu replies given, %zu posted, connection open",
+            c.answers.size(), posted.size());
+    }
+  }
+  void EndBatch() {
+    WorkerTestPeer::Flush(*worker_);
+    for (const Conn& c : conns_) CheckPosted(c, /*flushed=*/true);
   }
   // An applied-but-unacknowledged write: the store may hold either version.
   void Uncertain(const std::string& key) {
