@@ -70,6 +70,7 @@ bool Client::Impl::StageGet(Slot& s) {
       if (now - s.round_start > std::chrono::microseconds(desc_.get_deadline_us)) s.miss = MissCheck{};
       s.round_start = now;
       ++stats_.get_rounds;
+      ++s.rounds;
       // One doorbell; READs complete in order, so the last one signals both.
       for (size_t b = 0; b < kCandidateBuckets; ++b) {
         PostGetRead(idx, desc_.index, s.br.reads[b].offset, BucketOff(idx) + b * kBucketBytes, kBucketBytes,
@@ -89,6 +90,7 @@ bool Client::Impl::StageGet(Slot& s) {
   s.step = Step::kGetRead;
   reads_in_flight_ += reads;
   stats_.reads += reads;
+  s.reads += reads;
   return true;
 }
 

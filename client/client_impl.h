@@ -130,6 +130,8 @@ class Client::Impl {
     uint64_t cached_slot = 0;       // kCachedEntry: the location cache's slot
     uint32_t entry_len = 0;         // bytes of the entry READ
     uint32_t restarts = 0;           // rounds thrown away (NewRound with retry)
+    uint32_t reads = 0;              // READs this GET posted
+    uint32_t rounds = 0;             // bucket-READ rounds this GET took
     const char* restart_cause = "";  // why the last one was
     // messages
     RequestHeader hdr;

@@ -87,6 +87,15 @@ void Client::Impl::Finish(Slot& s, Status st) {
     if (s.opcode == Opcode::kPut && s.step == Step::kReplies) ++stats_.puts;
     if (s.opcode == Opcode::kDelete && s.step == Step::kReplies) ++stats_.deletes;
   }
+  if (s.step == Step::kGetPost || s.step == Step::kGetRead) {
+    if (st.ok()) {
+      ++stats_.get_hits;
+      stats_.get_hit_reads += s.reads;
+    } else if (st.IsNotFound()) {
+      ++stats_.get_misses;
+      stats_.get_miss_rounds += s.rounds;
+    }
+  }
   op->status = std::move(st);
   uint32_t idx = SlotOf(s);
   if (large_owner_ == static_cast<int32_t>(idx)) large_owner_ = -1;

@@ -127,6 +127,10 @@ class Worker {
       t->cache_stale += s.cache_stale;
       t->puts += s.puts;
       t->messages += s.messages;
+      t->get_hits += s.get_hits;
+      t->get_hit_reads += s.get_hit_reads;
+      t->get_misses += s.get_misses;
+      t->get_miss_rounds += s.get_miss_rounds;
     }
   }
 
@@ -500,6 +504,10 @@ int main(int argc, char** argv) {
                 "%.1f%% answered from the location cache (%" PRIu64 " stale locations); warm-up included\n",
                 static_cast<double>(cs.reads) / g, static_cast<double>(cs.get_rounds) / g, cs.get_retries,
                 100.0 * static_cast<double>(cs.cache_hits) / g, cs.cache_stale);
+    auto per = [](uint64_t a, uint64_t n) { return n == 0 ? 0.0 : static_cast<double>(a) / static_cast<double>(n); };
+    std::printf("client   %.3f RDMA READs per GET that found its key (%" PRIu64 "), %.3f bucket rounds per GET that "
+                "found none (%" PRIu64 "); warm-up included\n",
+                per(cs.get_hit_reads, cs.get_hits), cs.get_hits, per(cs.get_miss_rounds, cs.get_misses), cs.get_misses);
   }
   if (!cfg.json.empty()) {
     std::ofstream f(cfg.json);

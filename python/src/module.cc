@@ -239,6 +239,10 @@ py::dict ClientStatsDict(const ClientStats& s) {
   d["puts"] = s.puts;
   d["deletes"] = s.deletes;
   d["messages"] = s.messages;
+  d["get_hits"] = s.get_hits;
+  d["get_hit_reads"] = s.get_hit_reads;
+  d["get_misses"] = s.get_misses;
+  d["get_miss_rounds"] = s.get_miss_rounds;
   return d;
 }
 

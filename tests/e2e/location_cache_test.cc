@@ -55,6 +55,37 @@ TEST_P(LocationCacheTest, CachedUnchangedKeyIsOneRead) {
   EXPECT_EQ(reader_->stats().cache_hits, 20u);
 }
 
+// The per-outcome counters kvbench prints (READs per GET hit, rounds per
+// miss) add up what each GET cost, and only GETs with that outcome.
+TEST_P(LocationCacheTest, GetCountersSplitHitsAndMisses) {
+  ASSERT_TRUE(writer_->Put("present", "v").ok());
+  const ClientStats before = reader_->stats();
+  Status st;
+  std::string v;
+  const uint64_t uncached = ReadsFor("present", &st, &v);
+  ASSERT_TRUE(st.ok());
+  const uint64_t cached = ReadsFor("present", &st, &v);
+  ASSERT_TRUE(st.ok());
+  const uint64_t rounds_before_miss = reader_->stats().get_rounds;
+  const uint64_t miss_reads = ReadsFor("absent", &st, &v);
+  ASSERT_TRUE(st.IsNotFound()) << st.ToString();
+  const ClientStats after = reader_->stats();  // a copy: reader_ keeps counting
+  EXPECT_EQ(after.get_hits - before.get_hits, 2u);
+  EXPECT_EQ(after.get_hit_reads - before.get_hit_reads, uncached + cached);
+  EXPECT_EQ(cached, 1u);
+  EXPECT_EQ(after.get_misses - before.get_misses, 1u);
+  const uint64_t miss_rounds = after.get_rounds - rounds_before_miss;
+  EXPECT_EQ(after.get_miss_rounds - before.get_miss_rounds, miss_rounds);
+  EXPECT_GE(miss_rounds, 1u);
+  EXPECT_EQ(miss_reads, miss_rounds * 2);  // today: two bucket READs per round
+  // A PUT, a DELETE and a failed GET count in neither.
+  ASSERT_TRUE(writer_->Put("other", "x").ok());
+  ASSERT_TRUE(reader_->Delete("other").ok());
+  EXPECT_FALSE(reader_->Get("", &v).ok());
+  EXPECT_EQ(reader_->stats().get_hits, after.get_hits);
+  EXPECT_EQ(reader_->stats().get_misses, after.get_misses);
+}
+
 TEST_P(LocationCacheTest, FallsBackAfterUpdateAndDelete) {
   ASSERT_TRUE(writer_->Put("k", "old").ok());
   Status st;

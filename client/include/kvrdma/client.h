@@ -104,6 +104,12 @@ struct ClientStats {
   uint64_t puts = 0;         // PUTs the server acknowledged
   uint64_t deletes = 0;      // DELETEs the server acknowledged (found or not)
   uint64_t messages = 0;     // request messages sent (fragments count)
+  // GETs by outcome, with what they cost (cached GETs included: turn the
+  // location cache off to see the index's cost alone).
+  uint64_t get_hits = 0;         // GETs that found their key
+  uint64_t get_hit_reads = 0;    // RDMA READs those GETs posted
+  uint64_t get_misses = 0;       // GETs that found no value (NotFound)
+  uint64_t get_miss_rounds = 0;  // bucket-READ rounds those GETs took
 };
 
 // Errors common to the data calls below (Status codes, see status.h):
