@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/protocol/handshake.h"
+#include "common/protocol/messages.h"
 #include "common/transport/transport.h"
 #include "server/assembly.h"
 
@@ -53,11 +54,10 @@ struct ConnState {
     uint64_t large_sent = 0;    // large replies posted (the next uses buffer large_sent % busy.size())
     uint32_t unsignaled = 0;    // inline replies posted since the last signaled one
     // Replies of the current completion batch, posted together when it ends
-    // (Worker::FlushReplies): one doorbell per connection per batch. At most
-    // kReplyBatch (reserved at accept); the inline ones are encoded in the
-    // scratch buffers [0, queued_inline).
+    // (Worker::FlushReplies): one doorbell per connection per batch. Fewer
+    // than kReplyBatch (reserved at accept); an inline reply queued as the
+    // i-th is encoded in scratch buffer i.
     std::vector<SendWr> queued;
-    uint32_t queued_inline = 0;
   } replies;
 
   // --- written by the owning worker, read by the connection manager ---
@@ -82,5 +82,10 @@ constexpr uint32_t ReplyBufferCount(uint32_t credits) { return 2 * credits; }
 // Replies a connection queues in one completion batch before they are posted
 // (then the next ones queue again): the inline scratch buffers it needs.
 inline constexpr uint32_t kReplyBatch = 8;
+// Bytes of a connection's reply memory: the large-reply buffers, then the
+// kReplyBatch inline scratch buffers.
+constexpr size_t ReplyMemoryBytes(uint32_t credits) {
+  return size_t{ReplyBufferCount(credits) + kReplyBatch} * kMaxReplySize;
+}
 
 }  // namespace kvrdma::server

@@ -184,7 +184,7 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
   if (!mw.ok()) return Reject(*req, mw.status());
   cs->ring_window = std::move(mw).value();
   const uint32_t reply_buffers = ReplyBufferCount(cfg_.credits);
-  const size_t reply_bytes = size_t{reply_buffers + kReplyBatch} * kMaxReplySize;  // + the inline scratch
+  const size_t reply_bytes = ReplyMemoryBytes(cfg_.credits);
   cs->reply_mem = AlignedAlloc(reply_bytes);
   if (!cs->reply_mem) return Reject(*req, Status::NoResource("server out of memory"));
   auto rmr = device_->RegisterMemory(cs->reply_mem.get(), reply_bytes, kAccessLocalWrite);

@@ -37,9 +37,10 @@ void Worker::Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t>
   ConnState::Replies& r = cs.replies;
   const uint32_t buffers = static_cast<uint32_t>(r.busy.size());
   const bool inline_data = kReplyHeaderSize + body.size() <= cs.qp->max_inline();
-  // Inline replies are encoded in the scratch buffers after the others, one
-  // per reply queued in this batch (copied into the work request when posted).
-  uint32_t buffer = buffers + r.queued_inline;
+  // An inline reply is encoded in the scratch buffer of its place in the
+  // queue, after the large-reply buffers (copied into the work request when
+  // posted).
+  uint32_t buffer = buffers + static_cast<uint32_t>(r.queued.size());
   if (!inline_data) {
     buffer = static_cast<uint32_t>(r.large_sent % buffers);
     if (r.busy[buffer]) {
@@ -61,9 +62,7 @@ void Worker::Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t>
   // reply always does, to free its buffer.
   w.signaled = !inline_data || ++r.unsignaled >= kSignalEvery;
   if (w.signaled && inline_data) r.unsignaled = 0;
-  if (inline_data) {
-    ++r.queued_inline;
-  } else {
+  if (!inline_data) {
     r.busy[buffer] = 1;
     ++r.large_sent;
   }
@@ -95,7 +94,6 @@ void Worker::FlushReplies(ConnState& cs) {
     RequestClose(cs, ConnState::CloseReason::kQpFailed);
   }
   r.queued.clear();
-  r.queued_inline = 0;
 }
 
 void Worker::OnReplySent(const Completion& c) {

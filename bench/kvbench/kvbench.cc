@@ -52,6 +52,9 @@ struct Config {
   int64_t location_cache = -1;  // -1: the client's default
   int64_t busy_poll_us = -1;    // -1: the client's default
   bool spin = false;            // poll without sleeping even with nothing to start
+  // Threads poll while every operation is in flight: --spin, or several
+  // servers (a Wait on one would delay the others' completions).
+  bool PollsWhileWaiting() const { return spin || servers.size() > 1; }
   std::string json;
   // Derived mix.
   double p_read = 1, p_update = 0, p_insert = 0, p_rmw = 0;
@@ -201,11 +204,10 @@ class Worker {
       // this worker's --ops share started): wait like the synchronous API
       // does, polling --busy-poll-us and then sleeping until a completion.
       // Spinning on Poll here kept a vCPU busy that kvserver and Soft-RoCE
-      // needed (docs/PERFORMANCE.md, "PUT scaling: the load generator's own
-      // polling"). With several servers a Wait on one would delay the others'
-      // completions, so those runs poll; so do runs with --spin.
+      // needed (docs/PERFORMANCE.md, "The load generator's own polling, and
+      // one doorbell per batch"); Config::PollsWhileWaiting says when not.
       const bool can_start = !idle.empty() && !(cfg_.ops != 0 && started_ >= budget_);
-      const bool wait = !can_start && !cfg_.spin && clients_.size() == 1;
+      const bool wait = !can_start && !cfg_.PollsWhileWaiting();
       for (auto& c : clients_) {
         size_t n = wait ? c->Wait(fin, 10) : c->Poll(fin);
         for (size_t i = 0; i < n; ++i) {
@@ -405,7 +407,7 @@ int main(int argc, char** argv) {
               cfg.distribution == "uniform" ? "" : (" theta " + std::to_string(cfg.theta)).c_str(), cfg.threads,
               cfg.depth, cfg.rate > 0 ? ("open loop " + std::to_string(static_cast<uint64_t>(cfg.rate)) + " ops/s").c_str() : "closed loop",
               cfg.put_mode.c_str(),
-              cfg.spin || cfg.servers.size() > 1 ? "polls while waiting" : "sleeps while waiting");
+              cfg.PollsWhileWaiting() ? "polls while waiting" : "sleeps while waiting");
   Shared sh(cfg);
   sh.inserted = cfg.keys;
   sh.zipf = std::make_unique<Zipfian>(cfg.keys, cfg.theta);
@@ -521,7 +523,7 @@ int main(int argc, char** argv) {
       << ", \"depth\": " << cfg.depth << ", \"duration_s\": " << secs << ", \"warmup_s\": " << cfg.warmup
       << ", \"rate\": " << cfg.rate << ", \"preload\": " << (cfg.preload ? "true" : "false") << ", \"put_mode\": \""
       << cfg.put_mode << "\", \"location_cache\": " << cfg.location_cache << ", \"busy_poll_us\": " << cfg.busy_poll_us
-      << ", \"spin\": " << (cfg.spin || cfg.servers.size() > 1 ? "true" : "false") << "}, \"results\": {" << json_results << "}, \"total_ops_per_sec\": " << total / secs << "}\n";
+      << ", \"spin\": " << (cfg.PollsWhileWaiting() ? "true" : "false") << "}, \"results\": {" << json_results << "}, \"total_ops_per_sec\": " << total / secs << "}\n";
   }
   uint64_t errs = 0;
   for (int k = 0; k < kKinds; ++k) errs += sh.Sum([k](Tally& t) -> auto& { return t.errors[k]; });

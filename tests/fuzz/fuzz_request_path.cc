@@ -143,7 +143,7 @@ struct Conn {
   // posted); qp->replies must be a prefix of it, all of it after a flush
   // unless the connection broke.
   std::vector<std::vector<uint8_t>> answers;
-  mutable size_t checked_posts = 0;  // answers[0, checked_posts) were found posted
+  size_t checked_posts = 0;  // answers[0, checked_posts) were found posted
 };
 
 struct Expect {
@@ -229,7 +229,7 @@ class Harness {
     c.cs->ring.reset(static_cast<uint8_t*>(std::calloc(ring_bytes, 1)));
     c.ring = {c.cs->ring.get(), ring_bytes};
     const uint32_t buffers = server::ReplyBufferCount(cfg_.credits);
-    c.reply_mem.assign(size_t{buffers + server::kReplyBatch} * kMaxReplySize, 0);
+    c.reply_mem.assign(server::ReplyMemoryBytes(cfg_.credits), 0);
     c.cs->id = i + 1;
     c.cs->reply_mr = std::make_unique<FakeRegion>(c.reply_mem.data(), c.reply_mem.size());
     c.cs->replies.busy.assign(buffers, 0);
@@ -508,7 +508,7 @@ class Harness {
   }
   // What was posted is what was answered, in order; after a flush, all of it
   // (unless the connection broke, which drops what it had queued).
-  void CheckPosted(const Conn& c, bool flushed) {
+  void CheckPosted(Conn& c, bool flushed) {
     const auto& posted = c.qp->replies;
     CHECK(posted.size() <= c.answers.size(), "%zu replies posted, %zu given", posted.size(), c.answers.size());
     for (size_t i = c.checked_posts; i < posted.size(); ++i) {
@@ -523,7 +523,7 @@ class Harness {
   }
   void EndBatch() {
     WorkerTestPeer::Flush(*worker_);
-    for (const Conn& c : conns_) CheckPosted(c, /*flushed=*/true);
+    for (Conn& c : conns_) CheckPosted(c, /*flushed=*/true);
   }
   // An applied-but-unacknowledged write: the store may hold either version.
   void Uncertain(const std::string& key) {
