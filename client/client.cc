@@ -56,7 +56,8 @@ Status Client::Impl::Connect() {
   stage_off_ = 0;
   reply_off_ = align(size_t{desc_.credits} * desc_.slot_size);
   large_off_ = align(reply_off_ + size_t{desc_.credits} * kMaxReplySize);
-  large_cap_ = std::max(EntryBytes(desc_.max_key_bytes, desc_.max_value_bytes), kSlotEntryBytes);
+  // One READ of the largest entry the server accepts: its size class's bytes.
+  large_cap_ = SizeClassBytes(SizeClassFor(EntryBytes(desc_.max_key_bytes, desc_.max_value_bytes)));
   scratch_off_ = align(large_off_ + large_cap_);
   slot_off_ = scratch_off_ + 64;
   size_t total = (slot_off_ + size_t{max_in_flight_} * SlotBytes() + 4095) & ~size_t{4095};

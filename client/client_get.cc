@@ -11,11 +11,14 @@
 //      └──────────────────────> kBuckets <────────────────┴── NewRound
 //                                   │ probe: candidates, or a miss round (MissCheck)
 //                                   v
-//                               kEntry (candidate `cand`, hinted length)
-//                                   │ longer than the hint
+//                               kEntry (candidate `cand`: one READ of its size
+//                                   │   class's bytes, into the slot's buffer if
+//                                   │   they fit, else the shared large buffer)
 //                                   v
-//                               kLargeEntry (whole entry, shared large buffer)
+//                               done, the next candidate (kEntry), or NewRound
 //
+// Every entry, up to the largest, comes in that one READ: the slot's size
+// class covers it (common/format/slot.h), so there is no second entry READ.
 // Rules: an entry read after the bucket READ of the same round, within the
 // GET deadline, is trusted as the reuse rule allows; an entry read at a
 // cached location, or by a round that outlived the deadline, only if its
@@ -43,25 +46,31 @@ bool Client::Impl::StageGet(Slot& s) {
                   "GET found no consistent read within " + std::to_string(opts_.op_timeout_ms) + " ms: " +
                   std::to_string(s.restarts) + " restarts" +
                   (s.restarts != 0 ? std::string(", the last after ") + s.restart_cause : std::string()) +
-                  (s.phase == GetPhase::kLargeEntry ? "; it was waiting for the large-entry buffer" : "")));
+                  (s.phase == GetPhase::kEntry && UsesLargeBuffer(s) ? "; it was waiting for the large-entry buffer"
+                                                                      : "")));
     return true;
   }
-  if (s.phase == GetPhase::kCachedEntry &&
-      SlotLogOffset(s.cached_slot) + SlotReadBytes(s.cached_slot) > desc_.log.length) {
-    cache_.Erase(s.br.hash.hash);  // cannot be: treat as stale
-    s.phase = GetPhase::kBuckets;
+  if (s.phase == GetPhase::kCachedEntry) {
+    const uint64_t len = SizeClassBytes(SlotSizeClass(s.cached_slot));
+    // The cached READ goes into the slot's buffer. OnEntry caches only slots
+    // whose READ fits it (exact classes: never past the log either); anything
+    // else cannot be: treat it as stale and take the index path.
+    if (SlotLogOffset(s.cached_slot) + len > desc_.log.length || len > kSlotEntryBytes) {
+      cache_.Erase(s.br.hash.hash);
+      s.phase = GetPhase::kBuckets;
+    }
   }
   const uint32_t budget = std::max<uint32_t>(conn_->max_rd_atomic(), kCandidateBuckets);
   const uint32_t reads = s.phase == GetPhase::kBuckets ? kCandidateBuckets : 1;
   if (reads_in_flight_ + reads > budget) return false;
-  if (s.phase == GetPhase::kLargeEntry) {
+  if (s.phase == GetPhase::kEntry && UsesLargeBuffer(s)) {
     if (large_owner_ != -1 && large_owner_ != static_cast<int32_t>(idx)) return false;
     large_owner_ = static_cast<int32_t>(idx);  // released in OnEntry or Finish
   }
   switch (s.phase) {
     case GetPhase::kCachedEntry:
       s.round_start = now;
-      s.entry_len = std::min<uint32_t>(static_cast<uint32_t>(SlotReadBytes(s.cached_slot)), kSlotEntryBytes);
+      s.entry_len = static_cast<uint32_t>(SizeClassBytes(SlotSizeClass(s.cached_slot)));  // <= kSlotEntryBytes
       PostGetRead(idx, desc_.log, SlotLogOffset(s.cached_slot), EntryOff(idx), s.entry_len, true);
       break;
     case GetPhase::kBuckets:
@@ -77,15 +86,12 @@ bool Client::Impl::StageGet(Slot& s) {
                     b + 1 == kCandidateBuckets);
       }
       break;
-    case GetPhase::kEntry: {
+    case GetPhase::kEntry: {  // entry_len: set by ReadCandidate, <= the buffer it names
       const SlotCandidate& c = s.probe.candidates[s.cand];
-      s.entry_len = std::min<uint32_t>(c.entry.length, kSlotEntryBytes);
-      PostGetRead(idx, desc_.log, c.entry.offset, EntryOff(idx), s.entry_len, true);
+      PostGetRead(idx, desc_.log, c.entry.offset, UsesLargeBuffer(s) ? large_off_ : EntryOff(idx), s.entry_len,
+                  true);
       break;
     }
-    case GetPhase::kLargeEntry:  // entry_len: the exact length from the header
-      PostGetRead(idx, desc_.log, s.probe.candidates[s.cand].entry.offset, large_off_, s.entry_len, true);
-      break;
   }
   s.step = Step::kGetRead;
   reads_in_flight_ += reads;
@@ -112,8 +118,7 @@ void Client::Impl::OnGetReadDone(Slot& s) {
   switch (s.phase) {
     case GetPhase::kCachedEntry: return OnCachedEntry(s);
     case GetPhase::kBuckets: return OnBuckets(s);
-    case GetPhase::kEntry:
-    case GetPhase::kLargeEntry: return OnEntry(s);
+    case GetPhase::kEntry: return OnEntry(s);
   }
 }
 
@@ -152,8 +157,8 @@ void Client::Impl::OnCachedEntry(Slot& s) {
     cache_.Erase(s.br.hash.hash);
     return Finish(s, Status::NotFound());
   }
-  // Not current, recycled, torn, another key, or too long for one READ: the
-  // index path decides (and refreshes the cache).
+  // Not current, recycled, torn or another key: the index path decides (and
+  // refreshes the cache).
   ++stats_.cache_stale;
   cache_.Erase(s.br.hash.hash);
   NewRound(s, /*retry=*/false);
@@ -167,6 +172,18 @@ void Client::Impl::OnBuckets(Slot& s) {
   }
   s.cand = 0;
   if (s.probe.count == 0) return Miss(s);
+  ReadCandidate(s);
+}
+
+// Posts the READ of candidate `cand`: its size class's bytes (clamped to the
+// log by ProbeBuckets), the whole entry. Those that fit go into the slot's
+// buffer, the others into the large buffer, which holds the largest entry
+// the server accepts; a class beyond that is no entry of this server.
+void Client::Impl::ReadCandidate(Slot& s) {
+  s.entry_len = s.probe.candidates[s.cand].entry.length;
+  if (s.entry_len > kSlotEntryBytes && s.entry_len > large_cap_) {
+    return NewRound(s, /*retry=*/true, "a slot whose size class exceeds the server's largest entry");
+  }
   NextPhase(s, GetPhase::kEntry);
 }
 
@@ -183,19 +200,12 @@ bool Client::Impl::RoundIsLate(const Slot& s) const {
 
 void Client::Impl::OnEntry(Slot& s) {
   const uint32_t idx = SlotOf(s);
-  const bool large = s.phase == GetPhase::kLargeEntry;
+  const bool large = UsesLargeBuffer(s);
   // The large buffer is ours until we return: nothing posts before then.
   if (large) large_owner_ = -1;
   const SlotCandidate& c = s.probe.candidates[s.cand];
   const auto* bytes = reinterpret_cast<const std::byte*>(Mem(large ? large_off_ : EntryOff(idx)));
   EntryView v = DecodeEntry({bytes, s.entry_len}, s.op->key, c.slot, params_.seed, /*require_current=*/false);
-  if (v.verdict == EntryVerdict::kNeedMore) {
-    if (large || v.total_bytes > large_cap_ || c.entry.offset + v.total_bytes > desc_.log.length) {
-      return NewRound(s, /*retry=*/true, "an implausible entry header (torn)");
-    }
-    s.entry_len = v.total_bytes;
-    return NextPhase(s, GetPhase::kLargeEntry);
-  }
   // Within the deadline the slot READ of this round vouches for the entry
   // (the reuse rule). A round that outlived it (a large value on a busy
   // link) is still sound when the entry's NOT-CURRENT bit was clear: the
@@ -206,13 +216,18 @@ void Client::Impl::OnEntry(Slot& s) {
   switch (v.verdict) {
     case EntryVerdict::kValue:
       s.op->result->assign(reinterpret_cast<const char*>(v.value.data()), v.value.size());
-      cache_.Insert(s.br.hash.hash, c.slot);
+      // Cached only if the cached READ fits the slot's buffer.
+      if (!large) {
+        cache_.Insert(s.br.hash.hash, c.slot);
+      } else {
+        cache_.Erase(s.br.hash.hash);
+      }
       return Finish(s, Status::OK());
     case EntryVerdict::kTombstone:
       cache_.Erase(s.br.hash.hash);
       return Finish(s, Status::NotFound());
     case EntryVerdict::kWrongKey:  // a fingerprint collision: the next candidate
-      if (++s.cand < s.probe.count) return NextPhase(s, GetPhase::kEntry);
+      if (++s.cand < s.probe.count) return ReadCandidate(s);
       return Miss(s);  // only collisions: the key is not in these buckets
     default:           // torn, malformed
       return NewRound(s, /*retry=*/true,

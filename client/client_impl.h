@@ -1,7 +1,7 @@
 // The client's engine: per-operation state machines over one QP.
 //
 // GET   one state machine over RDMA READs, in client_get.cc (its header
-//         draws it): cached entry | buckets -> entry -> large entry.
+//         draws it): cached entry | buckets -> entry (one READ, any size).
 // PUT/DELETE/STATS: request messages (fragments for big values) within the
 //         server's credits; replies arrive in order (one worker per
 //         connection) and are matched FIFO, checked by request id.
@@ -62,7 +62,13 @@ class Client::Impl {
  public:
   using Clock = std::chrono::steady_clock;
   static constexpr uint32_t kMaxInFlight = 64;
-  static constexpr size_t kSlotEntryBytes = kMaxHintedEntryBytes + 8;  // one hinted READ
+  // Each in-flight GET's own entry buffer (registered, x kMaxInFlight): 16 KiB
+  // = SizeClassBytes(kFirstCoarseSizeClass) holds every exact size class (up
+  // to 16376 bytes) and the first coarse one, so only entries over 16 KiB use
+  // the shared large buffer; 64 slots take 1 MiB of registered memory.
+  static constexpr size_t kSlotEntryBytes = 16 << 10;
+  static_assert(kSlotEntryBytes == SizeClassBytes(kFirstCoarseSizeClass));
+  static_assert(kSlotEntryBytes >= kMaxExactEntryBytes);
 
   Impl(const ClientOptions& o, std::shared_ptr<Device> dev)
       : opts_(o),
@@ -112,8 +118,8 @@ class Client::Impl {
   enum class GetPhase : uint8_t {
     kCachedEntry,  // the entry at the location cache's slot (one READ)
     kBuckets,      // both candidate buckets (two READs, one completion)
-    kEntry,        // candidate `cand`'s entry, its hinted length, into the slot's buffer
-    kLargeEntry,   // candidate `cand`'s whole entry into the shared large buffer
+    kEntry,        // candidate `cand`'s entry, its size class's bytes, into the slot's
+                   // buffer if they fit, else the shared large buffer (UsesLargeBuffer)
   };
   struct Slot {
     Op* op = nullptr;
@@ -126,7 +132,7 @@ class Client::Impl {
     MissCheck miss;
     Clock::time_point round_start;  // of the round (or cached READ) in progress
     GetPhase phase = GetPhase::kBuckets;
-    uint8_t cand = 0;               // kEntry/kLargeEntry: the candidate being read
+    uint8_t cand = 0;               // kEntry: the candidate being read
     uint64_t cached_slot = 0;       // kCachedEntry: the location cache's slot
     uint32_t entry_len = 0;         // bytes of the entry READ
     uint32_t restarts = 0;           // rounds thrown away (NewRound with retry)
@@ -172,6 +178,11 @@ class Client::Impl {
   bool SendNextMessage(Slot& s);
   // Completions.
   void OnBuckets(Slot& s);
+  // Candidate `cand`'s entry READ next (kEntry), or a new round if its size
+  // class is beyond any entry of this server.
+  void ReadCandidate(Slot& s);
+  // kEntry: the READ (entry_len bytes) goes to the large buffer, not the slot's.
+  static bool UsesLargeBuffer(const Slot& s) { return s.entry_len > kSlotEntryBytes; }
   void OnEntry(Slot& s);
   void OnCachedEntry(Slot& s);
   // Starts the GET over from the bucket READs; `retry`: what this round read
@@ -223,7 +234,7 @@ class Client::Impl {
   uint32_t msgs_in_flight_ = 0;
   uint32_t in_flight_ = 0;
   int32_t frag_owner_ = -1;  // slot sending a fragmented PUT
-  int32_t large_owner_ = -1;  // GET slot whose kLargeEntry READ uses the large buffer
+  int32_t large_owner_ = -1;  // GET slot whose kEntry READ uses the large buffer
   uint64_t next_request_ = 1;
   uint64_t seq_ = 0;         // messages sent; staging slot = seq % credits
   Status broken_;            // set once the connection failed

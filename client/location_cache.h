@@ -1,5 +1,5 @@
 // The client's location cache: key hash -> the index slot last seen for the
-// key (entry location + size hint), so a GET of a hot key reads the entry
+// key (entry location + size class), so a GET of a hot key reads the entry
 // with one READ instead of bucket READs + entry READ.
 //
 // Safe without invalidation messages: a cached entry is accepted only if its

@@ -30,7 +30,7 @@
 //                 entry's guard word is 8-aligned.
 //
 // A reader accepts an entry only if the lengths are plausible and agree with
-// the slot's size hint, the checksum matches and the key is its key: a torn
+// the slot's size class, the checksum matches and the key is its key: a torn
 // entry (READ racing a write), a recycled one (segment reused) or garbage is
 // rejected with overwhelming probability (a 63-bit checksum). A reader that
 // did not just read the slot (a cached location, or a READ that outlived the

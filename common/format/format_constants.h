@@ -19,7 +19,8 @@ static_assert(std::endian::native == std::endian::little,
 // (common/protocol/handshake.h): a change here bumps kProtocolMajor, so a
 // client built for another layout is refused at connect time.
 // 2: guard bit 63 means NOT-CURRENT (entries are written unpublished).
-inline constexpr uint32_t kFormatVersion = 2;
+// 3: the slot's 12-bit size hint became a size class (slot.h): one READ fetches any entry.
+inline constexpr uint32_t kFormatVersion = 3;
 
 // ---- index
 inline constexpr size_t kBucketBytes = 64;      // one cache line, one RDMA READ
@@ -27,11 +28,11 @@ inline constexpr size_t kSlotBytes = 8;         // one 8-byte-atomic word
 inline constexpr size_t kSlotsPerBucket = 7;    // word 0 is the bucket version
 inline constexpr size_t kCandidateBuckets = 2;  // buckets a key may live in
 
-// ---- slot packing (see slot.h): | fingerprint:16 | size hint:12 | location:36 |
+// ---- slot packing (see slot.h): | fingerprint:16 | size class:12 | location:36 |
 inline constexpr unsigned kSlotLocationBits = 36;
-inline constexpr unsigned kSlotHintBits = 12;
+inline constexpr unsigned kSlotSizeClassBits = 12;
 inline constexpr unsigned kSlotFingerprintBits = 16;
-static_assert(kSlotLocationBits + kSlotHintBits + kSlotFingerprintBits == 64);
+static_assert(kSlotLocationBits + kSlotSizeClassBits + kSlotFingerprintBits == 64);
 
 // ---- value log
 inline constexpr size_t kEntryAlign = 8;        // entries start 8-aligned (the guard word)
@@ -41,9 +42,6 @@ inline constexpr size_t kMaxKeyBytes = (size_t{1} << 10) - 1;    // 1023
 inline constexpr size_t kMaxValueBytes = (size_t{1} << 21) - 1;  // 2 MiB - 1
 // Largest log the slot can address: 2^36 units of kEntryAlign bytes = 512 GiB.
 inline constexpr uint64_t kMaxLogBytes = (uint64_t{1} << kSlotLocationBits) * kEntryAlign;
-// Largest entry a size hint describes exactly; larger entries carry the
-// saturated hint and need a second READ (the header has the exact length).
-inline constexpr size_t kMaxHintedEntryBytes = ((size_t{1} << kSlotHintBits) - 1) * kEntryAlign;
 
 // Bytes of an entry with these lengths, padding included.
 constexpr size_t EntryBytes(size_t key_len, size_t value_len) noexcept {

@@ -50,7 +50,7 @@ Status ProbeBuckets(std::span<const std::byte> bucket0, std::span<const std::byt
       c.slot = slot;
       c.bucket = static_cast<uint8_t>(b);
       c.index = static_cast<uint8_t>(i);
-      uint64_t len = SlotReadBytes(slot);
+      uint64_t len = SizeClassBytes(SlotSizeClass(slot));
       if (len > p.log_bytes - off) len = p.log_bytes - off;
       c.entry = RemoteRead{off, static_cast<uint32_t>(len)};
     }
@@ -69,16 +69,13 @@ EntryView DecodeEntry(std::span<const std::byte> bytes, std::string_view key, ui
   const bool tomb = LengthsTombstone(h.lengths);
   if (klen == 0 || (tomb && vlen != 0)) return v;
   const size_t total = EntryBytes(klen, vlen);
-  // The slot's hint is the exact length in 8-byte units unless saturated: a
-  // disagreement means the bytes are not the entry the slot was made for
-  // (recycled or torn header).
-  const uint64_t hint = SlotHint(slot);
-  if (hint < kMaxSlotHint ? total != hint * kEntryAlign : total < kMaxHintedEntryBytes) return v;
+  // The header's length must map to the slot's size class: a disagreement
+  // means the bytes are not the entry the slot was made for (recycled or
+  // torn header). A READ of the class's bytes (clamped to the log, which the
+  // entry lies within) always covers the entry, so fewer bytes are malformed
+  // too; an entry shorter than the READ uses only its `total` bytes.
+  if (SizeClassFor(total) != SlotSizeClass(slot) || bytes.size() < total) return v;
   v.total_bytes = static_cast<uint32_t>(total);
-  if (bytes.size() < total) {
-    v.verdict = EntryVerdict::kNeedMore;
-    return v;
-  }
   const size_t covered = kEntryHeaderBytes + klen + vlen - kEntryChecksumOffset;
   if (EntryChecksum(bytes.data() + kEntryChecksumOffset, covered, seed) != (h.guard & kGuardChecksumMask)) {
     v.verdict = EntryVerdict::kTorn;
@@ -107,7 +104,6 @@ const char* EntryVerdictName(EntryVerdict v) noexcept {
   switch (v) {
     case EntryVerdict::kValue: return "value";
     case EntryVerdict::kTombstone: return "tombstone";
-    case EntryVerdict::kNeedMore: return "need-more";
     case EntryVerdict::kWrongKey: return "wrong-key";
     case EntryVerdict::kTorn: return "torn";
     case EntryVerdict::kMalformed: return "malformed";
@@ -121,7 +117,6 @@ Status EntryVerdictStatus(EntryVerdict v) {
     case EntryVerdict::kValue: return Status::OK();
     case EntryVerdict::kTombstone:
     case EntryVerdict::kWrongKey: return Status::NotFound();
-    case EntryVerdict::kNeedMore: return Status::TooLarge("entry longer than the READ");
     default: return Status::Retry(EntryVerdictName(v));
   }
 }

@@ -7,8 +7,9 @@
 //   1. CandidateBucketReads(params, key)      -> two {offset, 64} READs of the index
 //   2. ProbeBuckets(bucket bytes, hash)       -> slots whose fingerprint matches
 //                                                + both bucket versions
-//   3. for each candidate: READ {SlotLogOffset, EntryReadBytes} of the log,
-//      DecodeEntry(entry bytes, key, slot)    -> value / tombstone / need more /
+//   3. for each candidate: READ candidate.entry (SlotLogOffset, the size
+//      class's bytes clamped to the log: the whole entry in one READ),
+//      DecodeEntry(entry bytes, key, slot)    -> value / tombstone /
 //                                                wrong key (next candidate) /
 //                                                retry (torn, malformed, superseded)
 //   4. nothing matched: MissCheck over consecutive rounds decides whether the
@@ -71,17 +72,17 @@ struct ProbeResult {
 
 // (b) Slots in the two buckets whose fingerprint matches `kh`. Each bucket
 // span must be exactly kBucketBytes (InvalidArgument otherwise). Slots that
-// point outside the log or carry an impossible hint are skipped (`rejected`).
+// point outside the log or carry an impossible size class are skipped (`rejected`).
 Status ProbeBuckets(std::span<const std::byte> bucket0, std::span<const std::byte> bucket1,
                     const KeyHash& kh, const IndexParams& p, ProbeResult* out) noexcept;
 
 enum class EntryVerdict : uint8_t {
   kValue,       // valid entry of this key: value is the key's value
   kTombstone,   // valid entry of this key: the key is deleted (NotFound)
-  kNeedMore,    // valid so far but longer than the bytes given: READ total_bytes
   kWrongKey,    // a valid entry of another key (fingerprint collision): next candidate
   kTorn,        // checksum mismatch: READ raced a write or recycling: retry the GET
-  kMalformed,   // impossible lengths or lengths that disagree with the slot: retry
+  kMalformed,   // impossible lengths, lengths that disagree with the slot's size
+                // class, or fewer bytes than the entry: retry
   kSuperseded,  // valid, but superseded and the caller required the current entry: retry
 };
 const char* EntryVerdictName(EntryVerdict v) noexcept;
@@ -90,7 +91,7 @@ struct EntryView {
   EntryVerdict verdict = EntryVerdict::kMalformed;
   bool superseded = false;      // the guard's superseded bit as read
   uint32_t version = 0;         // valid for kValue / kTombstone / kSuperseded / kWrongKey
-  uint32_t total_bytes = 0;     // entry length (kNeedMore: bytes to READ)
+  uint32_t total_bytes = 0;     // entry length (<= the bytes given) unless kMalformed
   std::span<const std::byte> value;  // kValue: points into the caller's bytes
 };
 
@@ -101,7 +102,7 @@ struct EntryView {
 EntryView DecodeEntry(std::span<const std::byte> bytes, std::string_view key, uint64_t slot,
                       uint64_t seed, bool require_current) noexcept;
 
-// Status for a verdict: OK, NotFound, TooLarge (need more), Retry.
+// Status for a verdict: OK, NotFound, Retry.
 Status EntryVerdictStatus(EntryVerdict v);
 
 // Step 4: a GET that found no value must tell a real miss from a key that a

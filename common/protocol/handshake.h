@@ -23,7 +23,8 @@ namespace kvrdma {
 inline constexpr uint32_t kWireMagic = 0x4452564b;  // bytes "KVRD"
 // 2: log format 2 (common/format/format_constants.h) and the server clock in
 // its own read-only region.
-inline constexpr uint16_t kProtocolMajor = 2;
+// 3: log format 3: index slots carry a size class, not a size hint.
+inline constexpr uint16_t kProtocolMajor = 3;
 inline constexpr uint16_t kProtocolMinor = 0;
 
 inline constexpr size_t kMaxRequestData = 56;

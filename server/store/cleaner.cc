@@ -92,7 +92,7 @@ bool Store::CompactSegment(uint32_t seg) {
     log_->AddLive(*dst, static_cast<int64_t>(size));
     Supersede(off);  // before the slot leaves the old copy
     log_->AddLive(off, -static_cast<int64_t>(size));
-    Index::StoreSlot(*r.bucket, r.index, PackSlot(kh.fingerprint, SlotHint(r.slot), *dst));
+    Index::StoreSlot(*r.bucket, r.index, PackSlot(kh.fingerprint, SlotSizeClass(r.slot), *dst));
     Publish(*dst);  // after the slot names it
     st.relocations.fetch_add(1, std::memory_order_relaxed);
   }

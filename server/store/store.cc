@@ -220,7 +220,7 @@ Result<uint32_t> Store::Write(uint32_t head, std::string_view key, std::string_v
                              const CommitCheck& check) {
   const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->bucket_count());
   const uint64_t bytes = EntryBytes(key.size(), value.size());
-  const uint64_t hint = SlotHintFor(bytes);
+  const uint64_t size_class = SizeClassFor(bytes);
   auto reserved = ReserveSpace(head, bytes);
   if (!reserved.ok()) return reserved.status();
   const uint64_t off = *reserved;
@@ -283,7 +283,7 @@ Result<uint32_t> Store::Write(uint32_t head, std::string_view key, std::string_v
       if (had_value) st.items.fetch_sub(1, std::memory_order_relaxed);
     }
     // 3. the slot switches with a release store (DESIGN.md, "Ordering");
-    Index::StoreSlot(*bucket, index, PackSlot(kh.fingerprint, hint, off));
+    Index::StoreSlot(*bucket, index, PackSlot(kh.fingerprint, size_class, off));
     // 4. only now may the entry validate as current (the one-READ GET).
     Publish(off);
     (tombstone ? st.tombstones : st.items).fetch_add(1, std::memory_order_relaxed);

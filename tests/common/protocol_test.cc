@@ -54,6 +54,30 @@ TEST(HandshakeTest, DescriptorFromAnotherMajorVersionIsRefusedWithBothVersions) 
       << back.status().ToString();
 }
 
+// Format 3 (slot size classes) is protocol 3: a peer of format 2 (slot size
+// hints) would misread every slot, so each side refuses the other, naming both.
+TEST(HandshakeTest, Format2PeersAreRefusedBothWays) {
+  static_assert(kProtocolMajor == 3);
+  std::array<uint8_t, kMaxAcceptData> buf{};
+  ServerDescriptor d = SampleDescriptor();
+  d.major = 2;
+  EncodeServerDescriptor(d, buf);
+  auto back = DecodeServerDescriptor(buf);
+  ASSERT_FALSE(back.ok());
+  EXPECT_EQ(back.status().code(), Status::Code::kProtocol);
+  EXPECT_NE(back.status().message().find("protocol 2.0, this build speaks 3.0"), std::string::npos)
+      << back.status().ToString();
+  std::array<uint8_t, kMaxRequestData> req{};
+  ConnectRequestMsg m;
+  m.major = 2;
+  ASSERT_GT(EncodeConnectRequest(m, req), 0u);
+  auto r = DecodeConnectRequest(req);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kProtocol);
+  EXPECT_NE(r.status().message().find("protocol 2.0, this build speaks 3.0"), std::string::npos)
+      << r.status().ToString();
+}
+
 TEST(HandshakeTest, AClockWordOutsideTheClockRegionIsRejected) {
   std::array<uint8_t, kMaxAcceptData> buf{};
   ServerDescriptor d = SampleDescriptor();

@@ -1,7 +1,9 @@
 // libFuzzer target: the client read path over arbitrary bucket and entry
 // bytes (what a torn, recycled or hostile READ could return). It must never
 // crash, and must never answer a value unless the entry's checksum holds and
-// its key is the key asked for.
+// its key is the key asked for, nor read past the bytes it was given; a
+// candidate's READ is never longer than the largest size class's bytes.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -36,9 +38,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
            .ok()) {
     std::abort();  // well-sized buckets always probe
   }
+  for (int i = 0; i < probe.count; ++i) {
+    const kvrdma::RemoteRead& r = probe.candidates[i].entry;
+    if (r.length > kvrdma::SizeClassBytes(kvrdma::kMaxSizeClass) || r.offset + r.length > p.log_bytes) std::abort();
+  }
   off += 2 * kvrdma::kBucketBytes;
   std::span<const std::byte> entry(reinterpret_cast<const std::byte*>(data + off), size - off);
-  uint64_t slot = probe.count > 0 ? probe.candidates[0].slot : kvrdma::PackSlot(br->hash.fingerprint, 3, 0);
+  // No candidate: a slot whose size class agrees with the header's lengths
+  // (exact or coarse), so the fuzzer reaches the checksum and key checks.
+  uint64_t code = kvrdma::kMinSizeClass;
+  if (entry.size() >= kvrdma::kEntryHeaderBytes) {
+    kvrdma::EntryHeader h;
+    std::memcpy(&h, entry.data(), sizeof(h));
+    code = kvrdma::SizeClassFor(kvrdma::EntryBytes(kvrdma::LengthsKey(h.lengths), kvrdma::LengthsValue(h.lengths)));
+    code = std::clamp(code, kvrdma::kMinSizeClass, kvrdma::kMaxSizeClass);
+  }
+  uint64_t slot = probe.count > 0 ? probe.candidates[0].slot : kvrdma::PackSlot(br->hash.fingerprint, code, 0);
   for (bool current : {false, true}) {
     kvrdma::EntryView v = kvrdma::DecodeEntry(entry, key, slot, p.seed, current);
     if (v.verdict == kvrdma::EntryVerdict::kValue) {
@@ -46,6 +61,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::abort();
       }
       if (current && v.superseded) std::abort();
+      // One READ's bytes: the entry lies within them and its length maps to the slot's code.
+      if (v.total_bytes > entry.size() ||
+          kvrdma::SizeClassFor(v.total_bytes) != kvrdma::SlotSizeClass(slot)) {
+        std::abort();
+      }
     }
   }
   kvrdma::MissCheck m;

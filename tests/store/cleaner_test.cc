@@ -115,7 +115,7 @@ TEST(Cleaner, ReuseWaitsForTheGracePeriod) {
   // slow reader that read the old slot still validates the old entry.
   for (int ver = 201; ver <= 400; ++ver) ASSERT_TRUE(s->Put(0, "k", Value(0, ver, 200)).ok());
   EXPECT_EQ(s->SegmentGeneration(first.log_offset), gen);
-  std::vector<std::byte> old(SlotReadBytes(first.slot));
+  std::vector<std::byte> old(SizeClassBytes(SlotSizeClass(first.slot)));
   RacyLoad(old.data(), s->log_base() + first.log_offset, old.size());
   EntryView ev = DecodeEntry(old, "k", first.slot, c.seed, false);
   EXPECT_EQ(ev.verdict, EntryVerdict::kValue);

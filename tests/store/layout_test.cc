@@ -39,14 +39,22 @@ TEST(Layout, EntryHeader) {
 
 TEST(Layout, SlotPacking) {
   const uint64_t off = (kMaxLogBytes - 8);
-  const uint64_t s = PackSlot(0xffff, kMaxSlotHint, off);
+  const uint64_t s = PackSlot(0xffff, kMaxSizeClass, off);
   EXPECT_EQ(SlotFingerprint(s), 0xffff);
-  EXPECT_EQ(SlotHint(s), kMaxSlotHint);
+  EXPECT_EQ(SlotSizeClass(s), kMaxSizeClass);
   EXPECT_EQ(SlotLogOffset(s), off);
-  EXPECT_EQ(SlotHintFor(24), 3u);
-  EXPECT_EQ(SlotHintFor(kMaxHintedEntryBytes), kMaxSlotHint);
-  EXPECT_EQ(SlotHintFor(kMaxHintedEntryBytes + 800), kMaxSlotHint);
-  EXPECT_NE(PackSlot(0, kMinSlotHint, 0), kEmptySlot);
+  EXPECT_TRUE(SlotLooksValid(s));
+  // All 12 bits round-trip (code 4095 is packable though never valid).
+  EXPECT_EQ(SlotSizeClass(PackSlot(0, kSlotSizeClassMask, 0)), 4095u);
+  EXPECT_EQ(SizeClassFor(24), 3u);
+  EXPECT_EQ(SizeClassFor(16376), 2047u);
+  EXPECT_EQ(SizeClassFor(16384), 2048u);
+  EXPECT_EQ(SizeClassFor(EntryBytes(kMaxKeyBytes, kMaxValueBytes)), kMaxSizeClass);
+  EXPECT_EQ(kMaxSizeClass, 2048u + 7 * 64 + 1);
+  EXPECT_NE(PackSlot(0, kMinSizeClass, 0), kEmptySlot);
+  // Codes 0..2 are never entries (code 1 is reserved for a marker slot).
+  for (uint64_t code = 0; code < kMinSizeClass; ++code) EXPECT_FALSE(SlotLooksValid(PackSlot(0x1234, code, 64)));
+  EXPECT_FALSE(SlotLooksValid(PackSlot(0x1234, kMaxSizeClass + 1, 64)));
   EXPECT_EQ(kMaxLogBytes, uint64_t{512} << 30);
 }
 

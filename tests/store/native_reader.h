@@ -26,7 +26,8 @@ struct ReadCounters {
   uint64_t malformed = 0;       // lengths disagreeing with the slot
   uint64_t wrong_key = 0;       // fingerprint collisions
   uint64_t deadline = 0;        // restarts because the GET outlived its deadline
-  uint64_t second_reads = 0;    // entries larger than the size hint
+  uint64_t entry_reads = 0;     // entry READs (one per candidate fetched: never a second one)
+  uint64_t entry_read_bytes = 0;  // bytes those READs fetched
 };
 
 struct NativeGetResult {
@@ -36,7 +37,7 @@ struct NativeGetResult {
   uint64_t slot = 0;
 };
 
-// REQUIRES: buf.size() >= the largest entry. Returns OK, NotFound, or Retry
+// REQUIRES: buf.size() >= SizeClassBytes of the largest entry's size class. Returns OK, NotFound, or Retry
 // after `max_attempts` restarts. `slow_buckets` yields between the two
 // bucket copies (tests: widens the window a cuckoo move can race).
 inline Status NativeGet(const IndexParams& p, const std::byte* index, const std::byte* log,
@@ -64,16 +65,13 @@ inline Status NativeGet(const IndexParams& p, const std::byte* index, const std:
       KVRDMA_RETURN_IF_ERROR(ProbeBuckets(buckets[0], buckets[1], reads->hash, p, &probe));
       for (int i = 0; i < probe.count && !restart; ++i) {
         const SlotCandidate& cand = probe.candidates[i];
-        size_t len = std::min<size_t>(cand.entry.length, buf.size());
+        // One READ of the size class's bytes covers the entry (a buffer
+        // shorter than that READ makes it malformed: see REQUIRES).
+        const size_t len = std::min<size_t>(cand.entry.length, buf.size());
+        ++c->entry_reads;
+        c->entry_read_bytes += len;
         RacyLoad(buf.data(), log + cand.entry.offset, len);
-        EntryView v = DecodeEntry(std::span(buf).first(len), key, cand.slot, p.seed, false);
-        if (v.verdict == EntryVerdict::kNeedMore && v.total_bytes <= buf.size() &&
-            cand.entry.offset + v.total_bytes <= p.log_bytes) {
-          ++c->second_reads;
-          len = v.total_bytes;
-          RacyLoad(buf.data(), log + cand.entry.offset, len);
-          v = DecodeEntry(std::span(buf).first(len), key, cand.slot, p.seed, false);
-        }
+        const EntryView v = DecodeEntry(std::span(buf).first(len), key, cand.slot, p.seed, false);
         switch (v.verdict) {
           case EntryVerdict::kWrongKey: ++c->wrong_key; continue;
           case EntryVerdict::kTorn: ++c->torn; restart = true; continue;

@@ -23,7 +23,7 @@ Encoded Make(std::string_view key, std::string_view value, uint32_t version = 1,
   e.bytes.resize(EntryBytes(key.size(), value.size()));
   EXPECT_EQ(EncodeEntry(e.bytes, key, value, version, tomb, kSeed), e.bytes.size());
   const KeyHash kh = MakeKeyHash(key, kSeed, 1024);
-  e.slot = PackSlot(kh.fingerprint, SlotHintFor(e.bytes.size()), off);
+  e.slot = PackSlot(kh.fingerprint, SizeClassFor(e.bytes.size()), off);
   return e;
 }
 
@@ -52,11 +52,20 @@ TEST(ReadPath, ProbeBucketsFindsFingerprintMatches) {
   b[0].slots[4] = PackSlot(kh.fingerprint ^ 1, 4, 800);          // other fingerprint
   b[1].slots[6] = PackSlot(kh.fingerprint, 4, (1 << 20) - 8);     // clamped read
   b[1].slots[0] = PackSlot(kh.fingerprint, 4, 1 << 21);           // outside the log
-  b[1].slots[1] = PackSlot(kh.fingerprint, 1, 64);                // impossible hint
+  b[1].slots[1] = PackSlot(kh.fingerprint, 1, 64);                // impossible size class
   ProbeResult r;
   ASSERT_TRUE(ProbeBuckets(std::as_bytes(std::span(&b[0], 1)), std::as_bytes(std::span(&b[1], 1)), kh, p, &r).ok());
   EXPECT_EQ(r.count, 1);  // (1<<20)-8 + 16 > log: rejected too
   EXPECT_EQ(r.rejected, 3);
+  // Codes 0..2 and codes beyond the largest entry's are never followed.
+  for (uint64_t code : {uint64_t{2}, kMaxSizeClass + 1, kSlotSizeClassMask}) {
+    IndexBucket c[2] = {};
+    c[0].slots[0] = PackSlot(kh.fingerprint, code, 64);
+    ProbeResult rc;
+    ASSERT_TRUE(ProbeBuckets(std::as_bytes(std::span(&c[0], 1)), std::as_bytes(std::span(&c[1], 1)), kh, p, &rc).ok());
+    EXPECT_EQ(rc.count, 0) << code;
+    EXPECT_EQ(rc.rejected, 1) << code;
+  }
   EXPECT_EQ(r.candidates[0].entry.offset, 800u);
   EXPECT_EQ(r.candidates[0].entry.length, 32u);
   EXPECT_EQ(r.versions[0], 5u);
@@ -161,21 +170,82 @@ TEST(ReadPath, SupersededAndTombstone) {
   EXPECT_EQ(v.version, 4u);
 }
 
-TEST(ReadPath, LargeEntryNeedsSecondRead) {
+TEST(ReadPath, SizeClassCodes) {
+  // Exact codes: the length in 8-byte units, up to 16376 bytes.
+  for (uint64_t bytes = 24; bytes <= kMaxExactEntryBytes; bytes += 8) {
+    ASSERT_EQ(SizeClassFor(bytes), bytes / 8);
+    ASSERT_EQ(SizeClassBytes(bytes / 8), bytes);
+  }
+  // Coarse codes: every entry size up to the largest gets the smallest code
+  // covering it, the previous code does not cover it, and the READ is at
+  // most 1/64 longer than the entry.
+  for (uint64_t bytes = kMaxExactEntryBytes + 8; bytes <= kMaxEntryBytes; bytes += 8) {
+    const uint64_t code = SizeClassFor(bytes);
+    ASSERT_GE(code, kFirstCoarseSizeClass) << bytes;
+    ASSERT_LE(code, kMaxSizeClass) << bytes;
+    ASSERT_GE(SizeClassBytes(code), bytes) << bytes;
+    ASSERT_LT(SizeClassBytes(code - 1), bytes) << bytes;
+    ASSERT_LE(SizeClassBytes(code) * 64, bytes * 65) << bytes;
+  }
+  EXPECT_EQ(SizeClassFor(kMaxEntryBytes), kMaxSizeClass);
+  EXPECT_LT(kMaxSizeClass, 4096u);
+  // Codes' bytes strictly increase, so "the smallest covering code" is unique.
+  for (uint64_t code = kMinSizeClass; code < kMaxSizeClass; ++code) {
+    ASSERT_LT(SizeClassBytes(code), SizeClassBytes(code + 1)) << code;
+  }
+}
+
+TEST(ReadPath, CoarseClassEntryDecodesFromOneRead) {
+  // 16 + 3 + 40000 -> 40024 bytes: code 2048 + 64 + 15, a READ of (64 + 15) << 9 = 40448.
   const std::string big(40000, 'x');
   Encoded e = Make("big", big);
-  EXPECT_EQ(SlotHint(e.slot), kMaxSlotHint);
-  EntryView v = DecodeEntry(std::span(e.bytes).first(SlotReadBytes(e.slot)), "big", e.slot, kSeed, false);
-  ASSERT_EQ(v.verdict, EntryVerdict::kNeedMore);
-  EXPECT_EQ(v.total_bytes, e.bytes.size());
-  EXPECT_EQ(EntryVerdictStatus(v.verdict).code(), Status::Code::kTooLarge);
-  v = DecodeEntry(e.bytes, "big", e.slot, kSeed, false);
+  const uint64_t code = SlotSizeClass(e.slot);
+  EXPECT_EQ(code, kFirstCoarseSizeClass + 64 + 15);
+  EXPECT_GE(code, kFirstCoarseSizeClass);
+  const uint64_t read = SizeClassBytes(code);
+  ASSERT_EQ(read, 40448u);  // the entry is shorter than its READ
+  // What the READ returns: the entry, then whatever follows it in the log.
+  std::vector<std::byte> bytes = e.bytes;
+  bytes.resize(read, std::byte{0xa5});
+  EntryView v = DecodeEntry(bytes, "big", e.slot, kSeed, false);
   ASSERT_EQ(v.verdict, EntryVerdict::kValue);
+  EXPECT_EQ(v.total_bytes, e.bytes.size());
   EXPECT_EQ(v.value.size(), big.size());
-  // A saturated hint on a small entry is a recycled/garbage combination.
-  Encoded small = Make("big", "x");
-  const uint64_t fake = PackSlot(SlotFingerprint(small.slot), kMaxSlotHint, 64);
-  EXPECT_EQ(DecodeEntry(small.bytes, "big", fake, kSeed, false).verdict, EntryVerdict::kMalformed);
+  EXPECT_EQ(std::string_view(reinterpret_cast<const char*>(v.value.data()), v.value.size()), big);
+  // Bytes short of the entry are rejected, by one 8-byte word or by many.
+  for (size_t len : {e.bytes.size() - 1, e.bytes.size() - 8, size_t{32760}, size_t{16}}) {
+    EXPECT_EQ(DecodeEntry(std::span(bytes).first(len), "big", e.slot, kSeed, false).verdict, EntryVerdict::kMalformed)
+        << len;
+  }
+  // The exact entry, no more, is enough.
+  EXPECT_EQ(DecodeEntry(e.bytes, "big", e.slot, kSeed, false).verdict, EntryVerdict::kValue);
+}
+
+TEST(ReadPath, SizeClassDisagreeingWithTheHeaderIsMalformed) {
+  // Exact codes: one unit off either way.
+  Encoded e = Make("key", "value");
+  const uint64_t code = SlotSizeClass(e.slot);
+  const uint64_t off = SlotLogOffset(e.slot);
+  const uint16_t fp = SlotFingerprint(e.slot);
+  std::vector<std::byte> padded = e.bytes;
+  padded.resize(e.bytes.size() + 64);
+  EXPECT_EQ(DecodeEntry(padded, "key", PackSlot(fp, code, off), kSeed, false).verdict, EntryVerdict::kValue);
+  EXPECT_EQ(DecodeEntry(padded, "key", PackSlot(fp, code + 1, off), kSeed, false).verdict, EntryVerdict::kMalformed);
+  EXPECT_EQ(DecodeEntry(padded, "key", PackSlot(fp, code - 1, off), kSeed, false).verdict, EntryVerdict::kMalformed);
+  // Coarse codes: the neighbouring codes, a code whose bytes would cover the
+  // entry but is not the smallest, and a coarse code on a small entry.
+  Encoded big = Make("big", std::string(100 << 10, 'y'));
+  const uint64_t bc = SlotSizeClass(big.slot);
+  std::vector<std::byte> bb = big.bytes;
+  bb.resize(SizeClassBytes(bc + 1));
+  ASSERT_EQ(DecodeEntry(bb, "big", big.slot, kSeed, false).verdict, EntryVerdict::kValue);
+  for (uint64_t other : {bc - 1, bc + 1, bc + 64, kFirstCoarseSizeClass - 1}) {
+    EXPECT_EQ(DecodeEntry(bb, "big", PackSlot(SlotFingerprint(big.slot), other, 64), kSeed, false).verdict,
+              EntryVerdict::kMalformed)
+        << other;
+  }
+  EXPECT_EQ(DecodeEntry(padded, "key", PackSlot(fp, kFirstCoarseSizeClass, off), kSeed, false).verdict,
+            EntryVerdict::kMalformed);
 }
 
 TEST(ReadPath, RandomBytesNeverDecodeAsValue) {

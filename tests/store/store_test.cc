@@ -31,7 +31,7 @@ TEST(Store, PutGetUpdateDelete) {
   ASSERT_TRUE(ReadNative(*s, "a", &v).ok());
   EXPECT_EQ(v, "two, longer");
   // The old entry was marked superseded before the slot moved.
-  std::vector<std::byte> old(SlotReadBytes(first.slot));
+  std::vector<std::byte> old(SizeClassBytes(SlotSizeClass(first.slot)));
   RacyLoad(old.data(), s->log_base() + first.log_offset, old.size());
   EXPECT_EQ(DecodeEntry(old, "a", first.slot, s->config().seed, true).verdict, EntryVerdict::kSuperseded);
   EXPECT_EQ(DecodeEntry(old, "a", first.slot, s->config().seed, false).verdict, EntryVerdict::kValue);
@@ -74,17 +74,35 @@ TEST(Store, RejectsBadArguments) {
   EXPECT_FALSE(Store::Open(bad).ok());
 }
 
-TEST(Store, LargeValuesNeedASecondRead) {
-  auto s = OpenOrDie(SmallConfig());
+// Issue 15: whatever the size, one entry READ of at most (1 + 1/64) x the
+// entry, which its size class covers.
+TEST(Store, EveryValueSizeTakesOneEntryRead) {
+  StoreConfig cfg = SmallConfig();
+  cfg.max_value_bytes = kMaxValueBytes;
+  cfg.segment_bytes = 4 << 20;
+  cfg.log_bytes = 32 << 20;
+  auto s = OpenOrDie(cfg);
   ASSERT_TRUE(s);
-  const std::string big = Value(1, 1, 16 << 10);
-  ASSERT_TRUE(s->Put(0, "big", big).ok());
-  std::vector<std::byte> buf(64 << 10);
-  ReadCounters c;
-  NativeGetResult r;
-  ASSERT_TRUE(NativeGet(s->index_params(), s->index_base(), s->log_base(), "big", buf, &r, &c).ok());
-  EXPECT_EQ(std::string_view(reinterpret_cast<const char*>(r.value.data()), r.value.size()), big);
-  EXPECT_EQ(c.second_reads, 0u);  // 16 KiB fits the hint
+  std::vector<std::byte> buf(SizeClassBytes(kMaxSizeClass));
+  const size_t sizes[] = {0,     1,     8,           16376 - 16 - 3, 16376 - 16 - 2, 16384 - 16 - 3, 16384 - 16 - 2,
+                          32767, 32769, 100 << 10,   1 << 20,        kMaxValueBytes};
+  int n = 0;
+  for (size_t size : sizes) {
+    const std::string key = "big" + std::to_string(n);
+    const std::string value = Value(n++, 1, size);
+    ASSERT_TRUE(s->Put(0, key, value).ok()) << size;
+    ReadCounters c;
+    NativeGetResult r;
+    ASSERT_TRUE(NativeGet(s->index_params(), s->index_base(), s->log_base(), key, buf, &r, &c).ok()) << size;
+    EXPECT_EQ(std::string_view(reinterpret_cast<const char*>(r.value.data()), r.value.size()), value) << size;
+    const uint64_t entry = EntryBytes(key.size(), size);
+    EXPECT_EQ(SlotSizeClass(r.slot), SizeClassFor(entry)) << size;
+    EXPECT_EQ(c.rounds, 1u) << size;
+    EXPECT_EQ(c.restarts, 0u) << size;
+    EXPECT_EQ(c.entry_reads, 1u) << size;
+    EXPECT_GE(c.entry_read_bytes, entry) << size;
+    EXPECT_LE(c.entry_read_bytes * 64, entry * 65) << size;
+  }
 }
 
 TEST(Store, IndexFillsBeyond90PercentThenServerFull) {
