@@ -9,7 +9,7 @@
 // collisions read a wrong entry first), the index bytes per item, and the
 // overhead per item as bench/store_bench.cc's BM_BytesPerItem defines it
 // (index bytes / items + entry header + padding; here 16-byte header, key +
-// value a multiple of 8). See docs/DESIGN.md "Planned index format".
+// value a multiple of 8). See docs/DESIGN.md "Why one window per key (issue 15): the study".
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -37,7 +37,7 @@ struct Layout {
   uint32_t line_bytes = 64;   // including any version word
   uint32_t index_reads = 1;   // READs per lookup round (all in one round)
   uint32_t read_bytes = 64;   // bytes per lookup (sum over its READs)
-  uint32_t miss_rounds = 1;   // rounds a miss needs (today: 3, MissCheck)
+  uint32_t miss_rounds = 1;   // rounds a miss needs (format 2: 3, MissCheck)
   // Candidate lines of hash h (in lookup order) into out; returns count.
   uint32_t (*cands)(uint64_t h, uint64_t lines, uint32_t param, uint64_t* out) = nullptr;
   uint32_t param = 0;
@@ -110,9 +110,9 @@ struct Table {
     std::abort();
   }
 
-  // Insert as the server does today: a free slot among the candidates (the
+  // Insert as the format-2 server did: a free slot among the candidates (the
   // least used line), else a breadth-first search over lines (each line
-  // visited once; today at most 1024 lines and paths of at most 6 moves) for
+  // visited once; format 2: at most 1024 lines and paths of at most 6 moves) for
   // a chain of moves ending in a line with room; the moves run from the free
   // end backwards.
   bool Insert(uint64_t h) {
@@ -191,6 +191,10 @@ struct Hopscotch {
   uint64_t n;
   std::vector<uint64_t> slot;
   uint64_t items = 0, moves = 0;
+  // Inserts that needed a chain of hops, and the longest chain (up to 90 %
+  // load: Run reads them there). A marker rule that holds a vacated word for
+  // a TTL makes such an insert wait one TTL per hop (DESIGN.md).
+  uint64_t chained = 0, longest_chain = 0, chained90 = 0, longest90 = 0;
   Hopscotch(uint32_t h, uint64_t slots) : H(h), n(slots), slot(slots, 0) {}
   uint64_t Home(uint64_t k) const { return k & (n - 1); }
   uint64_t Dist(uint64_t from, uint64_t to) const { return (to - from) & (n - 1); }
@@ -202,7 +206,9 @@ struct Hopscotch {
       if (++probe >= 4096) return false;
       f = (f + 1) & (n - 1);
     }
+    uint64_t chain = 0;
     while (Dist(home, f) >= H) {
+      ++chain;
       bool hopped = false;
       for (uint64_t d = H - 1; d > 0; --d) {
         const uint64_t j = (f - d) & (n - 1);
@@ -219,6 +225,14 @@ struct Hopscotch {
     }
     slot[f] = k;
     ++items;
+    if (chain > 0) {
+      ++chained;
+      longest_chain = std::max(longest_chain, chain);
+    }
+    if (items * 10 <= n * 9) {
+      chained90 = chained;
+      longest90 = longest_chain;
+    }
     return true;
   }
   uint32_t EntryReads(uint64_t k, bool present) const {
@@ -233,9 +247,69 @@ struct Hopscotch {
   }
 };
 
+// A window of H slots from the home slot h and, for a key that finds it
+// full, up to D - 1 overflow windows of H slots at other homes (other hash
+// bits), tried in order; nothing ever moves. Word h carries the depth of its
+// home: how many overflow windows a key of this home may be in (0..D-1,
+// the largest used by a key of this home). A lookup READs window(h); if the
+// key is not there and the depth is d > 0, the d overflow windows in one
+// more round (d READs, one doorbell). A miss needs no version words and no
+// markers (DESIGN.md).
+struct WindowOverflow {
+  uint32_t H, D;
+  uint64_t n;
+  std::vector<uint64_t> slot;
+  std::vector<uint8_t> depth;  // per home
+  uint64_t items = 0, moves = 0, overflowed = 0;
+  WindowOverflow(uint32_t h, uint32_t d, uint64_t slots) : H(h), D(d), n(slots), slot(slots, 0), depth(slots, 0) {}
+  uint64_t HomeN(uint64_t k, uint32_t i) const { return (i == 0 ? k : Mix(k + i)) & (n - 1); }
+  // The word whose depth a key's lookup reads: its home word.
+  uint64_t DepthWord(uint64_t k) const { return HomeN(k, 0); }
+  bool Put(uint64_t home, uint64_t k) {
+    for (uint32_t d = 0; d < H; ++d) {
+      uint64_t& s = slot[(home + d) & (n - 1)];
+      if (s == 0) {
+        s = k;
+        return true;
+      }
+    }
+    return false;
+  }
+  bool Insert(uint64_t k) {
+    for (uint32_t i = 0; i < D; ++i) {
+      if (!Put(HomeN(k, i), k)) continue;
+      uint8_t& dep = depth[DepthWord(k)];
+      dep = std::max<uint8_t>(dep, static_cast<uint8_t>(i));
+      overflowed += i > 0;
+      ++items;
+      return true;
+    }
+    return false;
+  }
+  // Index READs beyond the first, plus entry READs (fingerprint collisions
+  // first), for a lookup of k.
+  uint32_t EntryReads(uint64_t k, bool present) const {
+    uint32_t reads = 0;
+    const uint32_t dep = depth[DepthWord(k)];
+    for (uint32_t i = 0; i <= dep; ++i) {
+      if (i == 1) reads += dep;  // the overflow windows, one round
+      const uint64_t home = HomeN(k, i);
+      for (uint32_t d = 0; d < H; ++d) {
+        const uint64_t s = slot[(home + d) & (n - 1)];
+        if (s == 0 || Fp(s) != Fp(k)) continue;
+        ++reads;
+        if (present && s == k) return reads;
+      }
+    }
+    return reads;
+  }
+  uint32_t ExtraMissRounds(uint64_t k) const { return depth[DepthWord(k)] != 0; }
+};
+
 struct Result {
   double fail_load_mean = 0, fail_load_min = 1, moves_per_insert = 0;
-  double entry_reads_hit = 0, entry_reads_miss = 0;
+  double entry_reads_hit = 0, entry_reads_miss = 0, extra_miss_rounds = 0, overflowed = 0, chained = 0;
+  uint64_t longest_chain = 0;
   bool reached90 = true;
 };
 
@@ -249,7 +323,7 @@ Result Run(Make make, uint64_t slots, uint32_t seeds) {
     const uint64_t at90 = slots * 9 / 10;
     bool failed = false;
     uint64_t moves90 = 0;
-    double hit = 0, miss = 0;
+    double hit = 0, miss = 0, extra_rounds = 0;
     while (!failed) {
       uint64_t k = rng();
       if (k == 0) continue;  // 0 marks an empty slot
@@ -261,7 +335,16 @@ Result Run(Make make, uint64_t slots, uint32_t seeds) {
       if (t.items == at90) {
         moves90 = t.moves;
         for (uint64_t x : keys) hit += t.EntryReads(x, true);
-        for (uint32_t i = 0; i < 200000; ++i) miss += t.EntryReads(rng() | (uint64_t{1} << 40), false);
+        for (uint32_t i = 0; i < 200000; ++i) {
+          const uint64_t k = rng() | (uint64_t{1} << 40);
+          miss += t.EntryReads(k, false);
+          if constexpr (requires { t.ExtraMissRounds(k); }) extra_rounds += t.ExtraMissRounds(k);
+        }
+        if constexpr (requires { t.overflowed; }) r.overflowed += static_cast<double>(t.overflowed) / at90 / seeds;
+        if constexpr (requires { t.chained90; }) {
+          r.chained += static_cast<double>(t.chained90) / at90 / seeds;
+          r.longest_chain = std::max(r.longest_chain, t.longest90);
+        }
       }
     }
     const double load = static_cast<double>(t.items) / static_cast<double>(slots);
@@ -274,6 +357,7 @@ Result Run(Make make, uint64_t slots, uint32_t seeds) {
     r.moves_per_insert += static_cast<double>(moves90) / static_cast<double>(std::min<uint64_t>(at90, t.items)) / seeds;
     r.entry_reads_hit += hit / static_cast<double>(at90) / seeds;
     r.entry_reads_miss += miss / 200000.0 / seeds;
+    r.extra_miss_rounds += extra_rounds / 200000.0 / seeds;
   }
   return r;
 }
@@ -286,9 +370,11 @@ void Print(const std::string& name, uint32_t reads, uint32_t read_bytes, uint32_
                 r.fail_load_mean, r.fail_load_min, miss_rounds);
     return;
   }
-  std::printf("| %s | %u x %u B | %.3f / %.3f | %.3f | %.3f | %u | %.4f | %.2f | %.2f |\n", name.c_str(), reads,
+  std::printf("| %s | %u x %u B | %.3f / %.3f | %.3f | %.3f | %.3f | %.4f | %.2f | %.2f |\n", name.c_str(), reads,
               read_bytes, r.fail_load_mean, r.fail_load_min, reads + r.entry_reads_hit,
-              reads * miss_rounds + r.entry_reads_miss, miss_rounds, r.moves_per_insert, idx90, idx90 + 16.0);
+              reads * miss_rounds + r.entry_reads_miss, miss_rounds + r.extra_miss_rounds, r.moves_per_insert,
+              idx90, idx90 + 16.0);
+  if (r.overflowed > 0) std::printf("  (%s: %.4f of the keys in their overflow window at 90 %% load)\n", name.c_str(), r.overflowed);
 }
 
 }  // namespace
@@ -323,7 +409,7 @@ int main(int argc, char** argv) {
           static_cast<double>(L.line_bytes) / L.per_line, r);
   };
   // Today.
-  table(Layout{"cuckoo, 2 buckets of 7 slots + version (today)", 7, 64, 2, 128, 3, Cuckoo2, 0}, lines);
+  table(Layout{"cuckoo, 2 buckets of 7 slots + version (format 2)", 7, 64, 2, 128, 3, Cuckoo2, 0}, lines);
   // One window of W lines of 8 slots (no version word); the displacement
   // search may visit 4096 lines and make 64 moves (moves inside windows are
   // short, so a free slot far away needs many).
@@ -346,6 +432,20 @@ int main(int argc, char** argv) {
     const uint64_t slots = lines * 8;
     Result r = Run<Hopscotch>([&] { return Hopscotch(h, slots); }, slots, seeds);
     Print("hopscotch, neighbourhood H = " + std::to_string(h) + " slots", 1, 8 * h, 1, 8.0, r);
+    if (r.reached90) {
+      std::printf("  (H = %u: up to 90 %% load, %.4f of the inserts needed a chain of hops, the longest %llu hops)\n", h,
+                  r.chained, static_cast<unsigned long long>(r.longest_chain));
+    }
+  }
+  // A window with an overflow window and a flag, nothing ever moves (the choice).
+  for (uint32_t h : {64u, 128u}) {
+    for (uint32_t d : {2u, 3u, 4u}) {
+      const uint64_t slots = lines * 8;
+      Result r = Run<WindowOverflow>([&] { return WindowOverflow(h, d, slots); }, slots, seeds);
+      Print("window of H = " + std::to_string(h) + " slots + " + std::to_string(d - 1) +
+                " overflow windows (depth on the home word), no moves",
+            1, 8 * h, 1, 8.0, r);
+    }
   }
   return 0;
 }

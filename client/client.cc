@@ -46,7 +46,8 @@ Status Client::Impl::Connect() {
   auto d = DecodeServerDescriptor(conn_->peer_private_data());
   if (!d.ok()) return d.status();
   desc_ = *d;
-  params_.bucket_count = desc_.bucket_count;
+  params_.slot_count = desc_.index_slots;
+  params_.window_slots = desc_.index_window;
   params_.seed = desc_.hash_seed;
   params_.log_bytes = desc_.log.length;
   KVRDMA_RETURN_IF_ERROR(ValidateIndexParams(params_));

@@ -8,18 +8,20 @@
 //
 //   StartGet ──cache hit──> kCachedEntry ──current──────────────> done
 //      │                        └─not current/torn/other──┐
-//      └──────────────────────> kBuckets <────────────────┴── NewRound
-//                                   │ probe: candidates, or a miss round (MissCheck)
+//      └──────────────────────> kWindow <─────────────────┴── NewRound
+//                                   │ probe: candidates; none: the miss rule
+//                                   │ (MissIsProven: done, or another round)
 //                                   v
-//                               kEntry (candidate `cand`: one READ of its size
-//                                   │   class's bytes, into the slot's buffer if
-//                                   │   they fit, else the shared large buffer)
+//                               kEntry (candidate word `cand`: one READ of its
+//                                   │   size class's bytes, into the slot's buffer
+//                                   │   if they fit, else the shared large buffer)
 //                                   v
-//                               done, the next candidate (kEntry), or NewRound
+//                               done, the next candidate (kEntry), the miss
+//                               rule, or NewRound
 //
 // Every entry, up to the largest, comes in that one READ: the slot's size
 // class covers it (common/format/slot.h), so there is no second entry READ.
-// Rules: an entry read after the bucket READ of the same round, within the
+// Rules: an entry read after the window READ of the same round, within the
 // GET deadline, is trusted as the reuse rule allows; an entry read at a
 // cached location, or by a round that outlived the deadline, only if its
 // NOT-CURRENT bit was clear. Torn/malformed bytes start a new round.
@@ -29,8 +31,8 @@ namespace kvrdma {
 
 void Client::Impl::StartGet(Slot& s, Clock::time_point now) {
   s.round_start = now;
-  s.cached_slot = cache_.Lookup(s.br.hash.hash);
-  s.phase = s.cached_slot != 0 ? GetPhase::kCachedEntry : GetPhase::kBuckets;
+  s.cached_slot = cache_.Lookup(s.kw.hash.hash);
+  s.phase = s.cached_slot != 0 ? GetPhase::kCachedEntry : GetPhase::kWindow;
   s.step = Step::kGetPost;
   ++stats_.gets;
   ready_.push_back(SlotOf(s));
@@ -53,15 +55,15 @@ bool Client::Impl::StageGet(Slot& s) {
   if (s.phase == GetPhase::kCachedEntry) {
     const uint64_t len = SizeClassBytes(SlotSizeClass(s.cached_slot));
     // The cached READ goes into the slot's buffer. OnEntry caches only slots
-    // whose READ fits it (exact classes: never past the log either); anything
-    // else cannot be: treat it as stale and take the index path.
+    // whose READ fits it; anything else cannot be: treat it as stale and take
+    // the index path.
     if (SlotLogOffset(s.cached_slot) + len > desc_.log.length || len > kSlotEntryBytes) {
-      cache_.Erase(s.br.hash.hash);
-      s.phase = GetPhase::kBuckets;
+      cache_.Erase(s.kw.hash.hash);
+      s.phase = GetPhase::kWindow;
     }
   }
-  const uint32_t budget = std::max<uint32_t>(conn_->max_rd_atomic(), kCandidateBuckets);
-  const uint32_t reads = s.phase == GetPhase::kBuckets ? kCandidateBuckets : 1;
+  const uint32_t budget = std::max<uint32_t>(conn_->max_rd_atomic(), 1);
+  const uint32_t reads = 1;
   if (reads_in_flight_ + reads > budget) return false;
   if (s.phase == GetPhase::kEntry && UsesLargeBuffer(s)) {
     if (large_owner_ != -1 && large_owner_ != static_cast<int32_t>(idx)) return false;
@@ -73,25 +75,16 @@ bool Client::Impl::StageGet(Slot& s) {
       s.entry_len = static_cast<uint32_t>(SizeClassBytes(SlotSizeClass(s.cached_slot)));  // <= kSlotEntryBytes
       PostGetRead(idx, desc_.log, SlotLogOffset(s.cached_slot), EntryOff(idx), s.entry_len, true);
       break;
-    case GetPhase::kBuckets:
-      // MissCheck compares consecutive rounds; a round after a long pause is
-      // a fresh start for it.
-      if (now - s.round_start > std::chrono::microseconds(desc_.get_deadline_us)) s.miss = MissCheck{};
+    case GetPhase::kWindow:
       s.round_start = now;
       ++stats_.get_rounds;
       ++s.rounds;
-      // One doorbell; READs complete in order, so the last one signals both.
-      for (size_t b = 0; b < kCandidateBuckets; ++b) {
-        PostGetRead(idx, desc_.index, s.br.reads[b].offset, BucketOff(idx) + b * kBucketBytes, kBucketBytes,
-                    b + 1 == kCandidateBuckets);
-      }
+      PostGetRead(idx, desc_.index, s.kw.read.offset, WindowOff(idx), s.kw.read.length, true);
       break;
-    case GetPhase::kEntry: {  // entry_len: set by ReadCandidate, <= the buffer it names
-      const SlotCandidate& c = s.probe.candidates[s.cand];
-      PostGetRead(idx, desc_.log, c.entry.offset, UsesLargeBuffer(s) ? large_off_ : EntryOff(idx), s.entry_len,
-                  true);
+    case GetPhase::kEntry:  // entry_len: set by NextCandidateOrMiss, <= the buffer it names
+      PostGetRead(idx, desc_.log, s.cand_slot.entry.offset, UsesLargeBuffer(s) ? large_off_ : EntryOff(idx),
+                  s.entry_len, true);
       break;
-    }
   }
   s.step = Step::kGetRead;
   reads_in_flight_ += reads;
@@ -114,10 +107,10 @@ void Client::Impl::PostGetRead(uint32_t idx, const RemoteRegion& region, uint64_
 
 void Client::Impl::OnGetReadDone(Slot& s) {
   if (s.step != Step::kGetRead) return;
-  reads_in_flight_ -= s.phase == GetPhase::kBuckets ? kCandidateBuckets : 1;
+  reads_in_flight_ -= 1;
   switch (s.phase) {
     case GetPhase::kCachedEntry: return OnCachedEntry(s);
-    case GetPhase::kBuckets: return OnBuckets(s);
+    case GetPhase::kWindow: return OnWindow(s);
     case GetPhase::kEntry: return OnEntry(s);
   }
 }
@@ -134,9 +127,8 @@ void Client::Impl::NewRound(Slot& s, bool retry, const char* why) {
     ++stats_.get_retries;
     ++s.restarts;
     s.restart_cause = why;
-    s.miss = MissCheck{};
   }
-  NextPhase(s, GetPhase::kBuckets);
+  NextPhase(s, GetPhase::kWindow);
 }
 
 void Client::Impl::OnCachedEntry(Slot& s) {
@@ -154,43 +146,45 @@ void Client::Impl::OnCachedEntry(Slot& s) {
     return Finish(s, Status::OK());
   }
   if (v.verdict == EntryVerdict::kTombstone) {
-    cache_.Erase(s.br.hash.hash);
+    cache_.Erase(s.kw.hash.hash);
     return Finish(s, Status::NotFound());
   }
   // Not current, recycled, torn or another key: the index path decides (and
   // refreshes the cache).
   ++stats_.cache_stale;
-  cache_.Erase(s.br.hash.hash);
+  cache_.Erase(s.kw.hash.hash);
   NewRound(s, /*retry=*/false);
 }
 
-void Client::Impl::OnBuckets(Slot& s) {
-  const auto* b = reinterpret_cast<const std::byte*>(Mem(BucketOff(SlotOf(s))));
-  if (Status st = ProbeBuckets({b, kBucketBytes}, {b + kBucketBytes, kBucketBytes}, s.br.hash, params_, &s.probe);
-      !st.ok()) {
-    return Finish(s, st);
-  }
-  s.cand = 0;
-  if (s.probe.count == 0) return Miss(s);
-  ReadCandidate(s);
+void Client::Impl::OnWindow(Slot& s) {
+  const auto* w = reinterpret_cast<const std::byte*>(Mem(WindowOff(SlotOf(s))));
+  if (Status st = ProbeWindow({w, s.kw.read.length}, s.kw.hash, params_, &s.probe); !st.ok()) return Finish(s, st);
+  // The miss rule needs the window READ's own round time (the entry READs of
+  // fingerprint collisions that may follow do not count).
+  s.window_late = RoundIsLate(s);
+  NextCandidateOrMiss(s, 0);
 }
 
-// Posts the READ of candidate `cand`: its size class's bytes (clamped to the
-// log by ProbeBuckets), the whole entry. Those that fit go into the slot's
-// buffer, the others into the large buffer, which holds the largest entry
-// the server accepts; a class beyond that is no entry of this server.
-void Client::Impl::ReadCandidate(Slot& s) {
-  s.entry_len = s.probe.candidates[s.cand].entry.length;
-  if (s.entry_len > kSlotEntryBytes && s.entry_len > large_cap_) {
-    return NewRound(s, /*retry=*/true, "a slot whose size class exceeds the server's largest entry");
+void Client::Impl::NextCandidateOrMiss(Slot& s, int from) {
+  s.cand = static_cast<int16_t>(NextCandidate(s.probe, from));
+  if (s.cand >= 0) {
+    const auto* w = reinterpret_cast<const std::byte*>(Mem(WindowOff(SlotOf(s))));
+    s.cand_slot = CandidateAt({w, s.kw.read.length}, s.cand, params_);
+    // One READ of its size class's bytes (clamped to the log): the whole
+    // entry. Those that fit go into the slot's buffer, the others into the
+    // large buffer, which holds the largest entry the server accepts; a
+    // class beyond that is no entry of this server.
+    s.entry_len = s.cand_slot.entry.length;
+    if (s.entry_len > kSlotEntryBytes && s.entry_len > large_cap_) {
+      return NewRound(s, /*retry=*/true, "a slot whose size class exceeds the server's largest entry");
+    }
+    return NextPhase(s, GetPhase::kEntry);
   }
-  NextPhase(s, GetPhase::kEntry);
-}
-
-void Client::Impl::Miss(Slot& s) {
-  // Nothing in either bucket: real only if the following rounds see the same
-  // bucket versions (no key was moved between the buckets meanwhile).
-  if (s.miss.ConfirmMiss(s.probe)) return Finish(s, Status::NotFound());
+  // No slot of the key in its window. Real only if no move of the key can
+  // have passed the READ: no tag matches the key and the round took less
+  // than the deadline (DESIGN.md, "Misses while slots move"); else read the
+  // window again.
+  if (MissIsProven(s.probe, !s.window_late)) return Finish(s, Status::NotFound());
   NewRound(s, /*retry=*/false);
 }
 
@@ -203,7 +197,7 @@ void Client::Impl::OnEntry(Slot& s) {
   const bool large = UsesLargeBuffer(s);
   // The large buffer is ours until we return: nothing posts before then.
   if (large) large_owner_ = -1;
-  const SlotCandidate& c = s.probe.candidates[s.cand];
+  const SlotCandidate& c = s.cand_slot;
   const auto* bytes = reinterpret_cast<const std::byte*>(Mem(large ? large_off_ : EntryOff(idx)));
   EntryView v = DecodeEntry({bytes, s.entry_len}, s.op->key, c.slot, params_.seed, /*require_current=*/false);
   // Within the deadline the slot READ of this round vouches for the entry
@@ -218,17 +212,16 @@ void Client::Impl::OnEntry(Slot& s) {
       s.op->result->assign(reinterpret_cast<const char*>(v.value.data()), v.value.size());
       // Cached only if the cached READ fits the slot's buffer.
       if (!large) {
-        cache_.Insert(s.br.hash.hash, c.slot);
+        cache_.Insert(s.kw.hash.hash, c.slot);
       } else {
-        cache_.Erase(s.br.hash.hash);
+        cache_.Erase(s.kw.hash.hash);
       }
       return Finish(s, Status::OK());
     case EntryVerdict::kTombstone:
-      cache_.Erase(s.br.hash.hash);
+      cache_.Erase(s.kw.hash.hash);
       return Finish(s, Status::NotFound());
     case EntryVerdict::kWrongKey:  // a fingerprint collision: the next candidate
-      if (++s.cand < s.probe.count) return ReadCandidate(s);
-      return Miss(s);  // only collisions: the key is not in these buckets
+      return NextCandidateOrMiss(s, s.cand + 1);
     default:           // torn, malformed
       return NewRound(s, /*retry=*/true,
                       v.verdict == EntryVerdict::kTorn ? "a torn entry READ (a writer was changing it)"

@@ -1,7 +1,7 @@
 // The client's engine: per-operation state machines over one QP.
 //
 // GET   one state machine over RDMA READs, in client_get.cc (its header
-//         draws it): cached entry | buckets -> entry (one READ, any size).
+//         draws it): cached entry | window -> entry (one READ, any size).
 // PUT/DELETE/STATS: request messages (fragments for big values) within the
 //         server's credits; replies arrive in order (one worker per
 //         connection) and are matched FIFO, checked by request id.
@@ -63,11 +63,11 @@ class Client::Impl {
   using Clock = std::chrono::steady_clock;
   static constexpr uint32_t kMaxInFlight = 64;
   // Each in-flight GET's own entry buffer (registered, x kMaxInFlight): 16 KiB
-  // = SizeClassBytes(kFirstCoarseSizeClass) holds every exact size class (up
-  // to 16376 bytes) and the first coarse one, so only entries over 16 KiB use
-  // the shared large buffer; 64 slots take 1 MiB of registered memory.
+  // holds every exact size class (up to 8184 bytes) and the first 32 coarse
+  // ones, so only entries over 16 KiB use the shared large buffer; 64 slots
+  // take 1 MiB of registered memory.
   static constexpr size_t kSlotEntryBytes = 16 << 10;
-  static_assert(kSlotEntryBytes == SizeClassBytes(kFirstCoarseSizeClass));
+  static_assert(kSlotEntryBytes == SizeClassBytes(kFirstCoarseSizeClass + kSizeClassSteps));
   static_assert(kSlotEntryBytes >= kMaxExactEntryBytes);
 
   Impl(const ClientOptions& o, std::shared_ptr<Device> dev)
@@ -117,7 +117,7 @@ class Client::Impl {
   // What a GET reads (client_get.cc).
   enum class GetPhase : uint8_t {
     kCachedEntry,  // the entry at the location cache's slot (one READ)
-    kBuckets,      // both candidate buckets (two READs, one completion)
+    kWindow,       // the key's window of the index (one READ)
     kEntry,        // candidate `cand`'s entry, its size class's bytes, into the slot's
                    // buffer if they fit, else the shared large buffer (UsesLargeBuffer)
   };
@@ -127,17 +127,18 @@ class Client::Impl {
     Opcode opcode = Opcode::kPut;  // message ops (kStats for Stats())
     Clock::time_point deadline;
     // GET
-    BucketReads br;
-    ProbeResult probe;
-    MissCheck miss;
+    KeyWindow kw;
+    WindowProbe probe;              // of the last window READ (its bytes stay in the slot's window buffer)
     Clock::time_point round_start;  // of the round (or cached READ) in progress
-    GetPhase phase = GetPhase::kBuckets;
-    uint8_t cand = 0;               // kEntry: the candidate being read
+    GetPhase phase = GetPhase::kWindow;
+    bool window_late = false;       // the last window READ took longer than the GET deadline
+    int16_t cand = -1;              // kEntry: the window word of the candidate being read
+    SlotCandidate cand_slot;        // ... and its slot and entry READ
     uint64_t cached_slot = 0;       // kCachedEntry: the location cache's slot
     uint32_t entry_len = 0;         // bytes of the entry READ
     uint32_t restarts = 0;           // rounds thrown away (NewRound with retry)
     uint32_t reads = 0;              // READs this GET posted
-    uint32_t rounds = 0;             // bucket-READ rounds this GET took
+    uint32_t rounds = 0;             // window-READ rounds this GET took
     const char* restart_cause = "";  // why the last one was
     // messages
     RequestHeader hdr;
@@ -153,9 +154,9 @@ class Client::Impl {
 
   uint32_t SlotOf(const Slot& s) const { return static_cast<uint32_t>(&s - slots_.data()); }
   uint8_t* Mem(size_t off) { return mem_.get() + off; }
-  size_t BucketOff(uint32_t i) const { return slot_off_ + size_t{i} * SlotBytes(); }
-  size_t EntryOff(uint32_t i) const { return BucketOff(i) + kCandidateBuckets * kBucketBytes; }
-  static constexpr size_t SlotBytes() { return (kCandidateBuckets * kBucketBytes + kSlotEntryBytes + 63) & ~size_t{63}; }
+  size_t WindowOff(uint32_t i) const { return slot_off_ + size_t{i} * SlotBytes(); }
+  size_t EntryOff(uint32_t i) const { return WindowOff(i) + kMaxWindowSlots * kSlotBytes; }
+  static constexpr size_t SlotBytes() { return (kMaxWindowSlots * kSlotBytes + kSlotEntryBytes + 63) & ~size_t{63}; }
 
   Status CheckKey(std::string_view key) const;
   // Takes a free slot for op (msg_op: kStats for Stats(), else from op->type).
@@ -177,19 +178,18 @@ class Client::Impl {
   void PumpMessages();
   bool SendNextMessage(Slot& s);
   // Completions.
-  void OnBuckets(Slot& s);
-  // Candidate `cand`'s entry READ next (kEntry), or a new round if its size
-  // class is beyond any entry of this server.
-  void ReadCandidate(Slot& s);
+  void OnWindow(Slot& s);
+  // The next candidate of the window at or after word `from` (kEntry), or
+  // the miss rule when there is none.
+  void NextCandidateOrMiss(Slot& s, int from);
   // kEntry: the READ (entry_len bytes) goes to the large buffer, not the slot's.
   static bool UsesLargeBuffer(const Slot& s) { return s.entry_len > kSlotEntryBytes; }
   void OnEntry(Slot& s);
   void OnCachedEntry(Slot& s);
-  // Starts the GET over from the bucket READs; `retry`: what this round read
+  // Starts the GET over from the window READ; `retry`: what this round read
   // cannot be trusted (`why` names it for a later Timeout message).
   void NewRound(Slot& s, bool retry, const char* why = "");
   bool RoundIsLate(const Slot& s) const;
-  void Miss(Slot& s);
   void CheckDeadlines();
   void OnReply(const Completion& c);
   void PollCompletions();

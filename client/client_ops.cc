@@ -60,9 +60,9 @@ void Client::Impl::Start(Op* op, bool stats) {
   }
   if (!stats && op->type == Op::Type::kGet) {
     if (op->result == nullptr) return Finish(s, Status::InvalidArgument("GET without a result string"));
-    auto br = CandidateBucketReads(params_, op->key);
-    if (!br.ok()) return Finish(s, br.status());
-    s.br = *br;
+    auto kw = KeyWindowRead(params_, op->key);
+    if (!kw.ok()) return Finish(s, kw.status());
+    s.kw = *kw;
     return StartGet(s, now);  // client_get.cc
   }
   s.opcode = stats ? Opcode::kStats : op->type == Op::Type::kPut ? Opcode::kPut : Opcode::kDelete;

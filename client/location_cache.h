@@ -1,6 +1,6 @@
 // The client's location cache: key hash -> the index slot last seen for the
 // key (entry location + size class), so a GET of a hot key reads the entry
-// with one READ instead of bucket READs + entry READ.
+// with one READ instead of the window READ + entry READ.
 //
 // Safe without invalidation messages: a cached entry is accepted only if its
 // checksum holds, the key matches and its superseded word is clear, and the
@@ -78,7 +78,7 @@ class LocationCache {
     uint64_t used = 0;  // last use (clock_ value)
   };
   Entry* Set(uint64_t hash) noexcept {
-    // The low bits pick buckets on the server; mix before taking the set.
+    // The low bits pick the home on the server; mix before taking the set.
     uint64_t h = hash * 0x9E3779B97F4A7C15ull;
     return &e_[((h >> 32) & (sets_ - 1)) * kWays];
   }

@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   app.add_option("--port", cfg.port, "rdma_cm port")->capture_default_str();
   app.add_option("--device", cfg.device, "RDMA device name, e.g. mlx5_0 or rxe0 (default: the first)");
   app.add_option("--index-mb", cfg.index_mb,
-                 "Hash index size in MiB (64-byte buckets of 7 slots; rounded down to a power of two)")
+                 "Hash index size in MiB (8-byte slots; rounded down to a power of two; a key sits within 128 slots of its home, the index fills to ~95 %)")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--log-mb", cfg.log_mb, "Value log size in MiB (keys, values and entry headers)")
       ->capture_default_str()->check(CLI::Range(2, 1 << 24));
@@ -156,7 +156,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   kvrdma::StoreConfig sc;
-  sc.index_buckets = std::max<uint64_t>(2, FloorPow2(cfg.index_mb * (1 << 20) / kvrdma::kBucketBytes));
+  sc.index_slots = std::max<uint64_t>(2, FloorPow2(cfg.index_mb * (1 << 20) / kvrdma::kSlotBytes));
   sc.segment_bytes = segment_mb << 20;
   sc.log_bytes = (cfg.log_mb << 20) / sc.segment_bytes * sc.segment_bytes;
   sc.workers = cfg.workers;

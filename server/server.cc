@@ -197,7 +197,8 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
   ServerDescriptor d;
   d.conn_id = cs->id;
   d.index = {index_mr_->base(), index_mr_->length(), index_mr_->rkey()};
-  d.bucket_count = r.bucket_count;
+  d.index_slots = r.index_slots;
+  d.index_window = r.index_window;
   d.hash_seed = r.hash_seed;
   d.log = {log_mr_->base(), log_mr_->length(), log_mr_->rkey()};
   d.locks = {locks_mr_->base(), locks_mr_->length(), locks_mr_->rkey()};

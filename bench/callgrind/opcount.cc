@@ -141,7 +141,7 @@ int Main(int argc, char** argv) {
   cfg.lock_slots = 1024;
   cfg.busy_poll_us = 0;
   StoreConfig sc;
-  sc.index_buckets = 1 << 12;
+  sc.index_slots = 1 << 15;
   sc.segment_bytes = 4 << 20;  // > the largest entry (1 MiB value)
   sc.log_bytes = 32 << 20;
   sc.workers = cfg.workers;

@@ -502,12 +502,12 @@ int main(int argc, char** argv) {
   for (const auto& w : workers) w->AddClientStats(&cs);
   if (cs.gets > 0) {
     const double g = static_cast<double>(cs.gets);
-    std::printf("client   %.2f RDMA READs and %.2f bucket rounds per GET, %" PRIu64 " rounds repeated, "
+    std::printf("client   %.2f RDMA READs and %.2f window rounds per GET, %" PRIu64 " rounds repeated, "
                 "%.1f%% answered from the location cache (%" PRIu64 " stale locations); warm-up included\n",
                 static_cast<double>(cs.reads) / g, static_cast<double>(cs.get_rounds) / g, cs.get_retries,
                 100.0 * static_cast<double>(cs.cache_hits) / g, cs.cache_stale);
     auto per = [](uint64_t a, uint64_t n) { return n == 0 ? 0.0 : static_cast<double>(a) / static_cast<double>(n); };
-    std::printf("client   %.3f RDMA READs per GET that found its key (%" PRIu64 "), %.3f bucket rounds per GET that "
+    std::printf("client   %.3f RDMA READs per GET that found its key (%" PRIu64 "), %.3f window rounds per GET that "
                 "found none (%" PRIu64 "); warm-up included\n",
                 per(cs.get_hit_reads, cs.get_hits), cs.get_hits, per(cs.get_miss_rounds, cs.get_misses), cs.get_misses);
   }

@@ -1,4 +1,4 @@
-// Constants of the memory layouts that clients read over RDMA (index buckets,
+// Constants of the memory layouts that clients read over RDMA (index words,
 // slots, log entries). Changing any of them changes the wire contract between
 // server and client: bump kFormatVersion.
 //
@@ -20,19 +20,23 @@ static_assert(std::endian::native == std::endian::little,
 // client built for another layout is refused at connect time.
 // 2: guard bit 63 means NOT-CURRENT (entries are written unpublished).
 // 3: the slot's 12-bit size hint became a size class (slot.h): one READ fetches any entry.
-inline constexpr uint32_t kFormatVersion = 3;
+// 4: the index is an array of words and a key's window of them, read in one
+//    READ; the word carries a move tag beside its slot (window.h).
+inline constexpr uint32_t kFormatVersion = 4;
 
-// ---- index
-inline constexpr size_t kBucketBytes = 64;      // one cache line, one RDMA READ
-inline constexpr size_t kSlotBytes = 8;         // one 8-byte-atomic word
-inline constexpr size_t kSlotsPerBucket = 7;    // word 0 is the bucket version
-inline constexpr size_t kCandidateBuckets = 2;  // buckets a key may live in
+// ---- index (see window.h): words of 8 bytes; a key's window of them
+inline constexpr size_t kSlotBytes = 8;            // one 8-byte-atomic word
+inline constexpr size_t kMaxWindowSlots = 128;     // largest window (1 KiB READ)
+inline constexpr size_t kDefaultWindowSlots = 128; // what kvserver uses (DESIGN.md)
 
-// ---- slot packing (see slot.h): | fingerprint:16 | size class:12 | location:36 |
+// ---- word packing (slot.h, window.h):
+//      | fingerprint:12 | size class:11 | move tag:5 | location:36 |
 inline constexpr unsigned kSlotLocationBits = 36;
-inline constexpr unsigned kSlotSizeClassBits = 12;
-inline constexpr unsigned kSlotFingerprintBits = 16;
-static_assert(kSlotLocationBits + kSlotSizeClassBits + kSlotFingerprintBits == 64);
+inline constexpr unsigned kWordTagBits = 5;
+inline constexpr unsigned kWordTagShift = kSlotLocationBits;
+inline constexpr unsigned kSlotSizeClassBits = 11;
+inline constexpr unsigned kSlotFingerprintBits = 12;
+static_assert(kSlotLocationBits + kWordTagBits + kSlotSizeClassBits + kSlotFingerprintBits == 64);
 
 // ---- value log
 inline constexpr size_t kEntryAlign = 8;        // entries start 8-aligned (the guard word)

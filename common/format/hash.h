@@ -1,45 +1,43 @@
-// Key hashing and bucket placement, shared by server and client.
+// Key hashing and placement, shared by server and client.
 //
 // h = XXH3-64(key, seed) with the server's per-instance seed.
-//   fingerprint = h >> 48 (stored in the slot)
-//   bucket 0    = h & (bucket_count - 1)
-//   bucket 1    = bucket 0 XOR AltOffset(fingerprint)   (partial-key cuckoo)
-// AltOffset is never 0 modulo bucket_count, so the two buckets differ, and
-// AlternateBucket is an involution: the server can move a slot between its
-// two buckets knowing only the slot (no read of the key from the log).
+//   home        = h & (slot_count - 1): the first word of the key's window
+//                 (window.h); the window is words [home, home + window_slots)
+//   fingerprint = h >> 52 (12 bits, stored in the slot)
+//   tag nibble  = (h >> 44) & 15 (a move of the key tags the word it left)
+// The three use disjoint bits of h as long as slot_count <= 2^44.
 #pragma once
 
 #include <cstdint>
 #include <string_view>
 
+#include "common/format/format_constants.h"
+
 namespace kvrdma {
 
+inline constexpr uint64_t kMaxSlotCount = uint64_t{1} << 40;
+
 struct KeyHash {
-  uint64_t hash = 0;           // XXH3-64 of the key
-  uint64_t bucket[2] = {0, 0}; // candidate bucket indexes (distinct)
-  uint16_t fingerprint = 0;    // top 16 bits of hash
+  uint64_t hash = 0;         // XXH3-64 of the key
+  uint64_t home = 0;         // first word of the key's window
+  uint16_t fingerprint = 0;  // top kSlotFingerprintBits bits of hash
+  uint8_t tag_nibble = 0;    // hash bits 44..47
 };
 
 uint64_t HashKeyBytes(std::string_view key, uint64_t seed) noexcept;
 
-// The other candidate bucket of a slot with `fingerprint` living in `bucket`.
-// REQUIRES: bucket_count is a power of two >= 2.
-constexpr uint64_t AlternateBucket(uint64_t bucket, uint16_t fingerprint, uint64_t bucket_count) noexcept {
-  const uint64_t mask = bucket_count - 1;
-  uint64_t off = (uint64_t{fingerprint} + 1) * 0x9E3779B97F4A7C15ull;  // spread the 16 bits
-  off = (off >> 29) & mask;
-  if (off == 0) off = 1;
-  return (bucket ^ off) & mask;
+// REQUIRES: slot_count is a power of two (ValidateIndexParams).
+constexpr KeyHash KeyHashOf(uint64_t hash, uint64_t slot_count) noexcept {
+  KeyHash kh;
+  kh.hash = hash;
+  kh.home = hash & (slot_count - 1);
+  kh.fingerprint = static_cast<uint16_t>(hash >> (64 - kSlotFingerprintBits));
+  kh.tag_nibble = static_cast<uint8_t>((hash >> 44) & 15);
+  return kh;
 }
 
-// REQUIRES: bucket_count is a power of two >= 2 (ValidateIndexParams).
-inline KeyHash MakeKeyHash(std::string_view key, uint64_t seed, uint64_t bucket_count) noexcept {
-  KeyHash kh;
-  kh.hash = HashKeyBytes(key, seed);
-  kh.fingerprint = static_cast<uint16_t>(kh.hash >> 48);
-  kh.bucket[0] = kh.hash & (bucket_count - 1);
-  kh.bucket[1] = AlternateBucket(kh.bucket[0], kh.fingerprint, bucket_count);
-  return kh;
+inline KeyHash MakeKeyHash(std::string_view key, uint64_t seed, uint64_t slot_count) noexcept {
+  return KeyHashOf(HashKeyBytes(key, seed), slot_count);
 }
 
 }  // namespace kvrdma

@@ -1,61 +1,89 @@
 #include "common/format/read_path.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
 namespace kvrdma {
 
 Status ValidateIndexParams(const IndexParams& p) {
-  if (p.bucket_count < 2 || !std::has_single_bit(p.bucket_count)) {
-    return Status::InvalidArgument("bucket_count must be a power of two >= 2");
+  if (p.slot_count < 1 || p.slot_count > kMaxSlotCount || !std::has_single_bit(p.slot_count)) {
+    return Status::InvalidArgument("slot_count must be a power of two in [1, 2^40]");
   }
-  if (p.bucket_count > (uint64_t{1} << 40)) return Status::InvalidArgument("bucket_count too large");
+  if (p.window_slots < 1 || p.window_slots > kMaxWindowSlots) {
+    return Status::InvalidArgument("window_slots must be in [1, 128]");
+  }
   if (p.log_bytes == 0 || p.log_bytes > kMaxLogBytes || p.log_bytes % kEntryAlign != 0) {
     return Status::InvalidArgument("log_bytes must be a non-zero multiple of 8 up to 512 GiB");
   }
   return Status::OK();
 }
 
-Result<BucketReads> CandidateBucketReads(const IndexParams& p, std::string_view key) {
+Result<KeyWindow> KeyWindowRead(const IndexParams& p, std::string_view key) {
   KVRDMA_RETURN_IF_ERROR(ValidateIndexParams(p));
   if (key.empty() || key.size() > kMaxKeyBytes) return Status::InvalidArgument("key length");
-  BucketReads r;
-  r.hash = MakeKeyHash(key, p.seed, p.bucket_count);
-  for (size_t i = 0; i < kCandidateBuckets; ++i) {
-    r.reads[i] = RemoteRead{r.hash.bucket[i] * kBucketBytes, static_cast<uint32_t>(kBucketBytes)};
-  }
+  KeyWindow r;
+  r.hash = MakeKeyHash(key, p.seed, p.slot_count);
+  r.read = RemoteRead{r.hash.home * kSlotBytes, static_cast<uint32_t>(p.window_slots * kSlotBytes)};
   return r;
 }
 
-Status ProbeBuckets(std::span<const std::byte> bucket0, std::span<const std::byte> bucket1,
-                    const KeyHash& kh, const IndexParams& p, ProbeResult* out) noexcept {
-  out->count = 0;
-  out->rejected = 0;
-  if (bucket0.size() != kBucketBytes || bucket1.size() != kBucketBytes) {
-    return Status::InvalidArgument("bucket bytes must be 64 each");
+namespace {
+uint64_t WordAt(std::span<const std::byte> window, int word) noexcept {
+  uint64_t w;
+  std::memcpy(&w, window.data() + static_cast<size_t>(word) * kSlotBytes, kSlotBytes);
+  return w;
+}
+}  // namespace
+
+Status ProbeWindow(std::span<const std::byte> window, const KeyHash& kh, const IndexParams& p,
+                   WindowProbe* out) noexcept {
+  *out = WindowProbe{};
+  if (p.window_slots == 0 || p.window_slots > kMaxWindowSlots || window.size() != p.window_slots * kSlotBytes) {
+    return Status::InvalidArgument("window bytes must be window_slots * 8");
   }
-  const std::span<const std::byte> buckets[kCandidateBuckets] = {bucket0, bucket1};
-  for (size_t b = 0; b < kCandidateBuckets; ++b) {
-    std::memcpy(&out->versions[b], buckets[b].data() + offsetof(IndexBucket, version), 8);
-    for (size_t i = 0; i < kSlotsPerBucket; ++i) {
-      uint64_t slot;
-      std::memcpy(&slot, buckets[b].data() + BucketSlotOffset(i), 8);
-      if (slot == kEmptySlot || SlotFingerprint(slot) != kh.fingerprint) continue;
-      const uint64_t off = SlotLogOffset(slot);
-      if (!SlotLooksValid(slot) || off + kEntryHeaderBytes > p.log_bytes) {
-        ++out->rejected;
-        continue;
-      }
-      SlotCandidate& c = out->candidates[out->count++];
-      c.slot = slot;
-      c.bucket = static_cast<uint8_t>(b);
-      c.index = static_cast<uint8_t>(i);
-      uint64_t len = SizeClassBytes(SlotSizeClass(slot));
-      if (len > p.log_bytes - off) len = p.log_bytes - off;
-      c.entry = RemoteRead{off, static_cast<uint32_t>(len)};
+  // The hot loop of an uncached GET (128 words): per word a bit test for a
+  // tag and a shift-compare for the fingerprint; both are rarely true, so the
+  // branches predict well (callgrind: bench/callgrind/run).
+  const uint64_t fp = kh.fingerprint & kSlotFingerprintMask;
+  constexpr uint64_t kTagSetWordBit = kTagSetBit << kWordTagShift;
+  const std::byte* bytes = window.data();
+  for (int i = 0; i < static_cast<int>(p.window_slots); ++i) {
+    uint64_t word;
+    std::memcpy(&word, bytes + static_cast<size_t>(i) * kSlotBytes, kSlotBytes);
+    if ((word & kTagSetWordBit) != 0 && TagMatches(WordTag(word), kh.tag_nibble)) out->tag_matched = true;
+    if ((word >> kSlotFingerprintShift) != fp) continue;
+    const uint64_t slot = WordSlot(word);
+    if (slot == kEmptySlot) continue;
+    if (!SlotLooksValid(slot) || SlotLogOffset(slot) + kEntryHeaderBytes > p.log_bytes) {
+      ++out->rejected;
+      continue;
     }
+    out->candidates[static_cast<size_t>(i) / 64] |= uint64_t{1} << (i % 64);
+    ++out->count;
   }
   return Status::OK();
+}
+
+int NextCandidate(const WindowProbe& probe, int from) noexcept {
+  for (int i = std::max(from, 0); i < static_cast<int>(kMaxWindowSlots);) {
+    const uint64_t bits = probe.candidates[static_cast<size_t>(i) / 64] >> (i % 64);
+    if (bits != 0) return i + std::countr_zero(bits);
+    i = (i / 64 + 1) * 64;
+  }
+  return -1;
+}
+
+SlotCandidate CandidateAt(std::span<const std::byte> window, int word, const IndexParams& p) noexcept {
+  SlotCandidate c;
+  if (word < 0 || static_cast<size_t>(word) * kSlotBytes + kSlotBytes > window.size()) return c;
+  c.slot = WordSlot(WordAt(window, word));
+  const uint64_t off = SlotLogOffset(c.slot);
+  uint64_t len = SizeClassBytes(SlotSizeClass(c.slot));
+  if (off >= p.log_bytes) return SlotCandidate{};
+  if (len > p.log_bytes - off) len = p.log_bytes - off;
+  c.entry = RemoteRead{off, static_cast<uint32_t>(len)};
+  return c;
 }
 
 EntryView DecodeEntry(std::span<const std::byte> bytes, std::string_view key, uint64_t slot,

@@ -1,29 +1,29 @@
-// Index slot: one 8-byte word of an index bucket (see bucket.h).
+// Index slot: what an 8-byte index word names (window.h has the word, whose
+// move tag sits between the size class and the location).
 //
-//   bit 63             48 47           36 35                               0
-//      | fingerprint:16  | size class:12 | location:36                      |
+//   bit 63           52 51         41 40   36 35                           0
+//      | fingerprint:12 | size class:11 | (tag) | location:36              |
 //
-//   fingerprint  top 16 bits of the key's XXH3-64 hash (hash.h); a reader
+//   fingerprint  top 12 bits of the key's XXH3-64 hash (hash.h); a reader
 //                only fetches entries whose fingerprint matches.
 //   size class   how many bytes to READ at `location` to get the whole entry
 //                (header + key + value + padding) in one READ:
 //                  0, 1, 2        never a real entry (the smallest is 3 units);
 //                                 SlotLooksValid rejects them
-//                  3 .. 2047      the exact length in 8-byte units (<= 16376 B)
-//                  2048 + 64*e + m  (e >= 0, 0 <= m < 64): the entry is at most
-//                                 (64 + m) << (e + 8) bytes and longer than the
-//                                 previous code's bytes; e <= 7 covers the
+//                  3 .. 1023      the exact length in 8-byte units (<= 8184 B)
+//                  1024 + 32*e + m  (e >= 0, 0 <= m < 32): the entry is at most
+//                                 (32 + m) << (e + 8) bytes and longer than the
+//                                 previous code's bytes; e <= 8 covers the
 //                                 largest entry (kMaxSizeClass)
 //                The writer stores the smallest code whose bytes cover the
 //                entry (SizeClassFor), so a READ of SizeClassBytes(code) is at
-//                most (1 + 1/64) x the entry's length; the header has the exact
+//                most (1 + 1/32) x the entry's length; the header has the exact
 //                length, and a reader checks that it maps to the same code.
 //   location     the entry's offset in the value log in 8-byte units
 //                (entries are 8-aligned): a log of up to 512 GiB.
 //
 // A slot of 0 is empty. A used slot is never 0: its size class is >= 3.
-// Slots are written only by server threads, with a single 8-byte release
-// store (std::atomic_ref); readers copy them as part of a bucket READ.
+// A slot never has tag bits (bits 40..36); the word holding it may.
 #pragma once
 
 #include <cstdint>
@@ -35,17 +35,20 @@ namespace kvrdma {
 inline constexpr uint64_t kEmptySlot = 0;
 inline constexpr uint64_t kSlotLocationMask = (uint64_t{1} << kSlotLocationBits) - 1;
 inline constexpr uint64_t kSlotSizeClassMask = (uint64_t{1} << kSlotSizeClassBits) - 1;
-inline constexpr unsigned kSlotSizeClassShift = kSlotLocationBits;
-inline constexpr unsigned kSlotFingerprintShift = kSlotLocationBits + kSlotSizeClassBits;
+inline constexpr uint64_t kSlotFingerprintMask = (uint64_t{1} << kSlotFingerprintBits) - 1;
+inline constexpr unsigned kSlotSizeClassShift = kSlotLocationBits + kWordTagBits;  // the word's tag sits below
+inline constexpr unsigned kSlotFingerprintShift = kSlotSizeClassShift + kSlotSizeClassBits;
+static_assert(kSlotFingerprintShift + kSlotFingerprintBits == 64);
 
 // ---- size classes
 // Codes below kFirstCoarseSizeClass are exact lengths in kEntryAlign units.
-inline constexpr uint64_t kFirstCoarseSizeClass = 2048;
-inline constexpr uint64_t kMaxExactEntryBytes = (kFirstCoarseSizeClass - 1) * kEntryAlign;  // 16376
-// A coarse code steps by 1/64 of its exponent's base: a READ is at most
+inline constexpr uint64_t kFirstCoarseSizeClass = uint64_t{1} << (kSlotSizeClassBits - 1);  // 1024
+inline constexpr uint64_t kMaxExactEntryBytes = (kFirstCoarseSizeClass - 1) * kEntryAlign;  // 8184
+// A coarse code steps by 1/32 of its exponent's base: a READ is at most
 // (1 + 1/kSizeClassSteps) x the entry.
-inline constexpr uint64_t kSizeClassSteps = 64;
-inline constexpr unsigned kSizeClassBaseShift = 8;  // (64 + 0) << 8 = 16384: right after 16376
+inline constexpr uint64_t kSizeClassSteps = 32;
+inline constexpr unsigned kSizeClassBaseShift = 8;  // (32 + 0) << 8 = 8192: right after 8184
+static_assert((kSizeClassSteps << kSizeClassBaseShift) == kMaxExactEntryBytes + kEntryAlign);
 // Smallest size class of a real entry (header + 1-byte key, rounded).
 inline constexpr uint64_t kMinSizeClass = EntryBytes(1, 0) / kEntryAlign;
 static_assert(kMinSizeClass == 3);
@@ -65,11 +68,11 @@ constexpr uint64_t SizeClassBytes(uint64_t code) noexcept {
 // the code the writer stores and the one a reader expects for the header's length.
 constexpr uint64_t SizeClassFor(uint64_t entry_bytes) noexcept {
   if (entry_bytes <= kMaxExactEntryBytes) return (entry_bytes + kEntryAlign - 1) / kEntryAlign;
-  // In units of 256 bytes, exponent e spans (64..127) << e.
+  // In units of 256 bytes, exponent e spans (32..63) << e.
   const uint64_t q = (entry_bytes + (uint64_t{1} << kSizeClassBaseShift) - 1) >> kSizeClassBaseShift;
   uint64_t e = 0;
   while (e < 40 && ((2 * kSizeClassSteps - 1) << e) < q) ++e;  // bounded on any input
-  uint64_t mant = (q + (uint64_t{1} << e) - 1) >> e;  // ceil(q / 2^e), <= 127
+  uint64_t mant = (q + (uint64_t{1} << e) - 1) >> e;  // ceil(q / 2^e), <= 63
   if (mant < kSizeClassSteps) mant = kSizeClassSteps;
   return kFirstCoarseSizeClass + e * kSizeClassSteps + (mant - kSizeClassSteps);
 }
@@ -78,33 +81,33 @@ constexpr uint64_t SizeClassFor(uint64_t entry_bytes) noexcept {
 // [kMinSizeClass, kMaxSizeClass].
 inline constexpr uint64_t kMaxEntryBytes = EntryBytes(kMaxKeyBytes, kMaxValueBytes);
 inline constexpr uint64_t kMaxSizeClass = SizeClassFor(kMaxEntryBytes);
-static_assert(kMaxSizeClass <= kSlotSizeClassMask, "every entry size needs a code that fits 12 bits");
-static_assert((kMaxSizeClass - kFirstCoarseSizeClass) / kSizeClassSteps <= 7, "the largest entry needs e <= 7");
+static_assert(kMaxSizeClass <= kSlotSizeClassMask, "every entry size needs a code that fits 11 bits");
+static_assert((kMaxSizeClass - kFirstCoarseSizeClass) / kSizeClassSteps <= 8, "the largest entry needs e <= 8");
 static_assert(SizeClassBytes(kMaxSizeClass) >= kMaxEntryBytes);
 static_assert(SizeClassBytes(kMaxSizeClass - 1) < kMaxEntryBytes);
 static_assert(SizeClassBytes(kMaxSizeClass) <= UINT32_MAX, "a READ length is 32 bits");
-// The boundaries: exact up to 16376, then 16384 = (64 + 0) << 8, each code
-// covering up to its bytes; the READ is at most 1/64 longer than the entry.
+// The boundaries: exact up to 8184, then 8192 = (32 + 0) << 8, each code
+// covering up to its bytes; the READ is at most 1/32 longer than the entry.
 static_assert(SizeClassFor(24) == 3 && SizeClassBytes(3) == 24);
 static_assert(SizeClassFor(kMaxExactEntryBytes) == kFirstCoarseSizeClass - 1);
 static_assert(SizeClassBytes(kFirstCoarseSizeClass - 1) == kMaxExactEntryBytes);
 static_assert(SizeClassFor(kMaxExactEntryBytes + 8) == kFirstCoarseSizeClass);
-static_assert(SizeClassBytes(kFirstCoarseSizeClass) == 16384);
-static_assert(SizeClassFor(16392) == kFirstCoarseSizeClass + 1 && SizeClassBytes(kFirstCoarseSizeClass + 1) == 16640);
-static_assert(SizeClassBytes(kFirstCoarseSizeClass + 63) == 127 * 256);
-static_assert(SizeClassFor(127 * 256) == kFirstCoarseSizeClass + 63);
-static_assert(SizeClassFor(127 * 256 + 8) == kFirstCoarseSizeClass + 64 && SizeClassBytes(kFirstCoarseSizeClass + 64) == 32768);
-static_assert(SizeClassFor(32768 + 8) == kFirstCoarseSizeClass + 65 && SizeClassBytes(kFirstCoarseSizeClass + 65) == 33280);
-static_assert(SizeClassFor(2097152) == kFirstCoarseSizeClass + 7 * 64 && SizeClassBytes(kFirstCoarseSizeClass + 7 * 64) == 2097152);
-static_assert(kMaxSizeClass == kFirstCoarseSizeClass + 7 * 64 + 1 && SizeClassBytes(kMaxSizeClass) == 65 << 15);
-// The worst READ/entry ratio is at the step from m = 0 to m = 1: 65/64.
-static_assert(SizeClassBytes(kFirstCoarseSizeClass + 7 * 64 + 1) * kSizeClassSteps <= (2097152 + 8) * (kSizeClassSteps + 1));
+static_assert(SizeClassBytes(kFirstCoarseSizeClass) == 8192);
+static_assert(SizeClassFor(8200) == kFirstCoarseSizeClass + 1 && SizeClassBytes(kFirstCoarseSizeClass + 1) == 8448);
+static_assert(SizeClassBytes(kFirstCoarseSizeClass + 31) == 63 * 256);
+static_assert(SizeClassFor(63 * 256) == kFirstCoarseSizeClass + 31);
+static_assert(SizeClassFor(63 * 256 + 8) == kFirstCoarseSizeClass + 32 && SizeClassBytes(kFirstCoarseSizeClass + 32) == 16384);
+static_assert(SizeClassFor(16384 + 8) == kFirstCoarseSizeClass + 33 && SizeClassBytes(kFirstCoarseSizeClass + 33) == 16896);
+static_assert(SizeClassFor(2097152) == kFirstCoarseSizeClass + 8 * 32 && SizeClassBytes(kFirstCoarseSizeClass + 8 * 32) == 2097152);
+static_assert(kMaxSizeClass == kFirstCoarseSizeClass + 8 * 32 + 1 && SizeClassBytes(kMaxSizeClass) == 33 << 16);
+// The worst READ/entry ratio is at the step from m = 0 to m = 1: 33/32.
+static_assert(SizeClassBytes(kFirstCoarseSizeClass + 8 * 32 + 1) * kSizeClassSteps <= (2097152 + 8) * (kSizeClassSteps + 1));
 
 // REQUIRES: log_offset % kEntryAlign == 0, log_offset < kMaxLogBytes,
 // kMinSizeClass <= size_class <= kMaxSizeClass.
 constexpr uint64_t PackSlot(uint16_t fingerprint, uint64_t size_class, uint64_t log_offset) noexcept {
-  return (uint64_t{fingerprint} << kSlotFingerprintShift) | ((size_class & kSlotSizeClassMask) << kSlotSizeClassShift) |
-         ((log_offset / kEntryAlign) & kSlotLocationMask);
+  return ((uint64_t{fingerprint} & kSlotFingerprintMask) << kSlotFingerprintShift) |
+         ((size_class & kSlotSizeClassMask) << kSlotSizeClassShift) | ((log_offset / kEntryAlign) & kSlotLocationMask);
 }
 constexpr uint16_t SlotFingerprint(uint64_t slot) noexcept {
   return static_cast<uint16_t>(slot >> kSlotFingerprintShift);
@@ -121,9 +124,12 @@ constexpr bool SlotLooksValid(uint64_t slot) noexcept {
   return slot != kEmptySlot && SlotSizeClass(slot) >= kMinSizeClass && SlotSizeClass(slot) <= kMaxSizeClass;
 }
 
-static_assert(SlotLogOffset(PackSlot(0xabcd, 77, 8 * 12345)) == 8 * 12345);
-static_assert(SlotSizeClass(PackSlot(0xabcd, 77, 8 * 12345)) == 77);
-static_assert(SlotFingerprint(PackSlot(0xabcd, 77, 8 * 12345)) == 0xabcd);
+static_assert(SlotLogOffset(PackSlot(0xabc, 77, 8 * 12345)) == 8 * 12345);
+static_assert(SlotSizeClass(PackSlot(0xabc, 77, 8 * 12345)) == 77);
+static_assert(SlotFingerprint(PackSlot(0xabc, 77, 8 * 12345)) == 0xabc);
 static_assert(PackSlot(0, kMinSizeClass, 0) != kEmptySlot);
+static_assert(((PackSlot(0xfff, kSlotSizeClassMask, kMaxLogBytes - 8) >> kSlotLocationBits) &
+               ((uint64_t{1} << kWordTagBits) - 1)) == 0,
+              "a slot leaves the tag bits clear");
 
 }  // namespace kvrdma

@@ -1,7 +1,10 @@
 #include "common/protocol/handshake.h"
 
 #include <algorithm>
+#include <bit>
 
+#include "common/format/hash.h"
+#include "common/format/window.h"
 #include "common/protocol/messages.h"
 #include "common/protocol/wire.h"
 
@@ -93,7 +96,8 @@ size_t EncodeServerDescriptor(const ServerDescriptor& d, std::span<uint8_t> out)
   WritePreamble(w, d.major, d.minor);
   w.U32(d.conn_id);
   WriteRegion(w, d.index);
-  w.U32(d.bucket_count);
+  w.U64(d.index_slots);
+  w.U16(d.index_window);
   w.U64(d.hash_seed);
   WriteRegion(w, d.log);
   WriteRegion(w, d.locks);
@@ -130,7 +134,8 @@ Result<ServerDescriptor> DecodeServerDescriptor(std::span<const uint8_t> in) {
   wire::Reader r(body);
   d.conn_id = r.U32();
   d.index = ReadRegion(r);
-  d.bucket_count = r.U32();
+  d.index_slots = r.U64();
+  d.index_window = r.U16();
   d.hash_seed = r.U64();
   d.log = ReadRegion(r);
   d.locks = ReadRegion(r);
@@ -145,9 +150,10 @@ Result<ServerDescriptor> DecodeServerDescriptor(std::span<const uint8_t> in) {
   d.clock = ReadRegion(r);
   if (!r.ok()) return Status::Protocol("server descriptor: truncated");
   // Sanity: a client will index memory with these numbers.
-  if (d.bucket_count == 0 || (d.bucket_count & (d.bucket_count - 1)) != 0 ||
-      uint64_t{d.bucket_count} * 64 > d.index.length) {
-    return Status::Protocol("server descriptor: bad bucket count");
+  if (d.index_slots < 1 || d.index_slots > kMaxSlotCount || !std::has_single_bit(d.index_slots) ||
+      d.index_window < 1 || d.index_window > kMaxWindowSlots ||
+      IndexWords(d.index_slots, d.index_window) * kSlotBytes > d.index.length) {
+    return Status::Protocol("server descriptor: bad index size or window");
   }
   if (d.credits == 0 || d.slot_size < 64 || uint64_t{d.credits} * d.slot_size > d.ring.length) {
     return Status::Protocol("server descriptor: bad request ring");

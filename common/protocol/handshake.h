@@ -24,7 +24,10 @@ inline constexpr uint32_t kWireMagic = 0x4452564b;  // bytes "KVRD"
 // 2: log format 2 (common/format/format_constants.h) and the server clock in
 // its own read-only region.
 // 3: log format 3: index slots carry a size class, not a size hint.
-inline constexpr uint16_t kProtocolMajor = 3;
+// 4: log format 4: the index is words and a key's window of them (one READ),
+//    each word with a move tag; the descriptor carries index_slots (u64) and
+//    index_window (u16) instead of a bucket count.
+inline constexpr uint16_t kProtocolMajor = 4;
 inline constexpr uint16_t kProtocolMinor = 0;
 
 inline constexpr size_t kMaxRequestData = 56;
@@ -59,7 +62,8 @@ struct ServerDescriptor {
   uint16_t minor = kProtocolMinor;
   uint32_t conn_id = 0;           // the server's name for this connection (logs)
   RemoteRegion index;             // REMOTE_READ
-  uint32_t bucket_count = 0;      // power of two
+  uint64_t index_slots = 0;       // homes of the index: a power of two (common/format/window.h)
+  uint16_t index_window = 0;      // words per window: 1..128
   uint64_t hash_seed = 0;
   RemoteRegion log;               // REMOTE_READ
   RemoteRegion locks;             // REMOTE_ATOMIC + REMOTE_READ: lock words

@@ -666,7 +666,8 @@ WcStatus Fabric::DoRead(LoopConn* c, const SendWr& w, std::unique_lock<std::mute
   size_t chunk = faults_.read_chunk_bytes == 0 ? w.local.length : faults_.read_chunk_bytes;
   for (size_t done = 0; done < w.local.length;) {
     size_t n = std::min(chunk, w.local.length - done);
-    RacyCopy(dst + done, src + done, n);
+    const size_t at = faults_.read_descending ? w.local.length - done - n : done;
+    RacyCopy(dst + at, src + at, n);
     done += n;
     if (done < w.local.length && faults_.between_read_chunks) {
       auto hook = faults_.between_read_chunks;

@@ -36,6 +36,10 @@ struct LoopbackFaults {
   // a test can change the source in the middle of a READ.
   size_t read_chunk_bytes = 0;
   std::function<void(const SendWr&, size_t)> between_read_chunks;
+  // Copy the chunks of a READ from its last byte to its first (a responder
+  // may read the bytes of one READ in any order: the specification says
+  // nothing about it). between_read_chunks then gets the bytes copied so far.
+  bool read_descending = false;
   // Added latency per executed WR.
   std::chrono::microseconds wr_delay{0};
   // PostSend calls (counted fabric-wide from when the faults are set) whose

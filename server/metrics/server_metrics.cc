@@ -111,7 +111,9 @@ void RenderStore(Exposition& e, const Store& store) {
   Counter(e, "kvrdma_cleaner_segments_retired_total", "Segments compacted or evicted and retired",
           st.segments_cleaned);
   Counter(e, "kvrdma_evictions_total", "Entries evicted to make room (cache mode)", st.evictions);
-  Counter(e, "kvrdma_index_cuckoo_moves_total", "Index slots displaced between buckets", st.cuckoo_moves);
+  Counter(e, "kvrdma_index_moves_total", "Index slots hopped inside their window to make room", st.index_moves);
+  Gauge(e, "kvrdma_index_move_tags", "Index words whose move tag has not expired (readers of a matching key take another round)",
+        static_cast<double>(st.index_tags));
 }
 
 // The lock table: clients take and release locks with RDMA atomics the

@@ -22,6 +22,7 @@ constexpr int kMaxCompactionsPerPass = 64;
 }  // namespace
 
 size_t Store::RunCleanerOnce() {
+  index_->ExpireTags(Index::Clock::now());  // tags also expire while nobody inserts
   size_t retired = 0;
   for (int n = 0; n < kMaxCompactionsPerPass; ++n) {
     const int64_t seg = log_->ClaimEmptiest(cfg_.clean_live_ratio);
@@ -62,11 +63,11 @@ bool Store::CompactSegment(uint32_t seg) {
     }
     pos += size;
     const std::string_view key = EntryKey(off, h);
-    const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->bucket_count());
+    const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->slot_count());
     {
-      Index::PairGuard g = index_->LockPair(kh.bucket[0], kh.bucket[1]);
+      Index::WindowGuard g = index_->LockWindow(kh.home);
       const SlotRef r = FindLocation(kh, off);
-      if (r.bucket == nullptr) continue;  // dead
+      if (!r.found()) continue;  // dead
       if (LengthsTombstone(h.lengths)) {  // a delete old enough to forget
         RemoveSlot(cleaner_head_, r);
         continue;
@@ -78,7 +79,7 @@ bool Store::CompactSegment(uint32_t seg) {
       log_->Unclaim(seg);  // the entries moved so far stay moved
       return false;
     }
-    Index::PairGuard g = index_->LockPair(kh.bucket[0], kh.bucket[1]);
+    Index::WindowGuard g = index_->LockWindow(kh.home);
     // The copy is byte-identical except for the guard's not-current bit,
     // which starts SET (unpublished): the checksum covers nothing that
     // depends on the location. A copy that loses the race below stays
@@ -88,11 +89,11 @@ bool Store::CompactSegment(uint32_t seg) {
     std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(d))
         .store(h.guard | kGuardNotCurrentBit, std::memory_order_relaxed);
     const SlotRef r = FindLocation(kh, off);
-    if (r.bucket == nullptr) continue;  // updated meanwhile: the copy is dead
+    if (!r.found()) continue;  // updated meanwhile: the copy is dead
     log_->AddLive(*dst, static_cast<int64_t>(size));
     Supersede(off);  // before the slot leaves the old copy
     log_->AddLive(off, -static_cast<int64_t>(size));
-    Index::StoreSlot(*r.bucket, r.index, PackSlot(kh.fingerprint, SlotSizeClass(r.slot), *dst));
+    index_->StoreSlot(r.word, PackSlot(kh.fingerprint, SlotSizeClass(r.slot), *dst));
     Publish(*dst);  // after the slot names it
     st.relocations.fetch_add(1, std::memory_order_relaxed);
   }
@@ -112,10 +113,10 @@ size_t Store::EvictSegment(uint32_t head, uint32_t seg) {
     if (LengthsKey(h.lengths) == 0 || pos + size > used) break;  // cannot happen; still retire
     pos += size;
     const std::string_view key = EntryKey(off, h);
-    const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->bucket_count());
-    Index::PairGuard g = index_->LockPair(kh.bucket[0], kh.bucket[1]);
+    const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->slot_count());
+    Index::WindowGuard g = index_->LockWindow(kh.home);
     const SlotRef r = FindLocation(kh, off);
-    if (r.bucket == nullptr) continue;
+    if (!r.found()) continue;
     if (cfg_.on_evict && !LengthsTombstone(h.lengths)) cfg_.on_evict(key);
     RemoveSlot(head, r);
     if (!LengthsTombstone(h.lengths)) {

@@ -1,6 +1,6 @@
 // A condition a write must still satisfy at its commit point.
 //
-// Store::Put/Delete evaluate it under the key's bucket locks, after the log
+// Store::Put/Delete evaluate it under the key's window lock, after the log
 // space is reserved (which may block) and immediately before the entry is
 // published, so nothing between the check and the publication can wait. The
 // workers pass the lock-table check here: an old lock holder's write cannot

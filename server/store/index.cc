@@ -1,22 +1,30 @@
 #include "server/store/index.h"
 
+#include <bit>
 #include <thread>
 
 namespace kvrdma {
 
-Result<std::unique_ptr<Index>> Index::Create(uint64_t bucket_count, HugePages huge_pages) {
-  if (bucket_count < 2 || (bucket_count & (bucket_count - 1)) != 0) {
-    return Status::InvalidArgument("index_buckets must be a power of two >= 2");
+Result<std::unique_ptr<Index>> Index::Create(uint64_t slot_count, uint64_t window_slots,
+                                             std::chrono::nanoseconds tag_ttl, HugePages huge_pages) {
+  if (slot_count < 1 || slot_count > kMaxSlotCount || !std::has_single_bit(slot_count)) {
+    return Status::InvalidArgument("index_slots must be a power of two in [1, 2^40]");
   }
-  auto arena = Arena::Create(bucket_count * kBucketBytes, huge_pages, "index");
+  if (window_slots < 1 || window_slots > kMaxWindowSlots) {
+    return Status::InvalidArgument("index_window must be in [1, 128]");
+  }
+  auto arena = Arena::Create(IndexWords(slot_count, window_slots) * kSlotBytes, huge_pages, "index");
   if (!arena.ok()) return arena.status();
-  return std::unique_ptr<Index>(new Index(std::move(arena).value(), bucket_count));
+  return std::unique_ptr<Index>(new Index(std::move(arena).value(), slot_count, window_slots, tag_ttl));
 }
 
-Index::Index(Arena arena, uint64_t bucket_count)
+Index::Index(Arena arena, uint64_t slot_count, uint64_t window_slots, std::chrono::nanoseconds tag_ttl)
     : arena_(std::move(arena)),
-      buckets_(reinterpret_cast<IndexBucket*>(arena_.data())),  // mmap: page-aligned, zero-filled
-      bucket_count_(bucket_count),
+      words_base_(reinterpret_cast<uint64_t*>(arena_.data())),  // mmap: page-aligned, zero-filled
+      slot_count_(slot_count),
+      window_slots_(window_slots),
+      words_(IndexWords(slot_count, window_slots)),
+      tag_ttl_(tag_ttl),
       stripes_(new Stripe[kLockStripes]) {}
 
 void Index::LockStripe(size_t s) noexcept {
@@ -27,85 +35,119 @@ void Index::LockStripe(size_t s) noexcept {
   }
 }
 
-Index::PairGuard::PairGuard(Index* idx, uint64_t b0, uint64_t b1)
-    : idx_(idx), s0_(b0 & (kLockStripes - 1)), s1_(b1 & (kLockStripes - 1)), held_(true) {
+Index::WindowGuard::WindowGuard(Index* idx, uint64_t first_word, uint64_t last_word)
+    : idx_(idx), s0_(StripeOf(first_word)), s1_(StripeOf(last_word)), held_(true) {
+  // A window is at most kMaxWindowSlots words: at most two blocks.
   if (s0_ > s1_) std::swap(s0_, s1_);
   idx_->LockStripe(s0_);
   if (s1_ != s0_) idx_->LockStripe(s1_);
 }
 
-void Index::PairGuard::Unlock() {
+void Index::WindowGuard::Unlock() {
   if (!held_) return;
   held_ = false;
   if (s1_ != s0_) idx_->UnlockStripe(s1_);
   idx_->UnlockStripe(s0_);
 }
 
-int Index::FindEmpty(const IndexBucket& b) noexcept {
-  for (size_t i = 0; i < kSlotsPerBucket; ++i) {
-    if (LoadSlot(b, i) == kEmptySlot) return static_cast<int>(i);
+int64_t Index::FindEmpty(uint64_t home) const noexcept {
+  for (uint64_t w = home; w < home + window_slots_; ++w) {
+    if (LoadSlot(w) == kEmptySlot) return static_cast<int64_t>(w);
   }
   return -1;
 }
 
-bool Index::MoveSlot(uint64_t from, size_t i, uint64_t to) {
-  PairGuard g(this, from, to);
-  IndexBucket& src = buckets_[from];
-  IndexBucket& dst = buckets_[to];
-  const uint64_t s = LoadSlot(src, i);
-  if (s == kEmptySlot || AlternateBucket(from, SlotFingerprint(s), bucket_count_) != to) return false;
-  const int j = FindEmpty(dst);
-  if (j < 0) return false;
-  // Order matters for lock-free readers (DESIGN.md "Displacement and misses"):
-  // the key is in `to` before it leaves `from`, and `from`'s version changes
-  // before the slot is cleared.
-  StoreSlot(dst, static_cast<size_t>(j), s);
-  BumpVersion(src);
-  StoreSlot(src, i, kEmptySlot);
+void Index::Hop(uint64_t from, uint64_t to, uint64_t slot, uint64_t hash) {
+  // Order matters for lock-free readers (DESIGN.md, "Misses while slots
+  // move"): the key is in `to` before it leaves `from`, and the word it
+  // leaves carries its tag from that same store on, for tag_ttl.
+  StoreSlot(to, slot);
+  const uint64_t nibble = KeyHashOf(hash, slot_count_).tag_nibble;
+  std::atomic_ref<uint64_t> a(words_base_[from]);
+  a.store(WordWith(kEmptySlot, TagAfterMove(WordTag(a.load(std::memory_order_relaxed)), nibble)),
+          std::memory_order_release);
   moves_.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  const auto due = Clock::now() + tag_ttl_;
+  std::lock_guard<std::mutex> l(tags_mu_);
+  tag_fifo_.push_back(TagExpiry{from, due});
+  tag_due_[from] = due;
+  const int64_t due_ns = due.time_since_epoch().count();
+  if (due_ns < next_tag_due_ns_.load(std::memory_order_relaxed)) {
+    next_tag_due_ns_.store(due_ns, std::memory_order_relaxed);
+  }
 }
 
-Status Index::MakeRoom(const KeyHash& kh) {
-  struct Node {
-    uint64_t bucket;
-    int32_t parent;  // index into nodes, -1 for a root
-    uint8_t slot;    // slot of the parent bucket that moves into this bucket
-    uint8_t depth;
-  };
-  Node nodes[kCuckooMaxBfsNodes];
-  size_t n = 0;
-  nodes[n++] = {kh.bucket[0], -1, 0, 0};
-  nodes[n++] = {kh.bucket[1], -1, 0, 0};
-  const size_t rot = kh.hash % kSlotsPerBucket;  // vary the slot order between keys
-  for (size_t head = 0; head < n; ++head) {
-    const Node cur = nodes[head];
-    if (cur.depth >= kCuckooMaxPathLength) continue;
-    for (size_t k = 0; k < kSlotsPerBucket; ++k) {
-      const size_t i = (k + rot) % kSlotsPerBucket;
-      const uint64_t s = LoadSlot(buckets_[cur.bucket], i);
-      if (s == kEmptySlot) {
-        return Status::OK();  // a slot freed up meanwhile: let the caller retry
-      }
-      const uint64_t alt = AlternateBucket(cur.bucket, SlotFingerprint(s), bucket_count_);
-      if (FindEmpty(buckets_[alt]) >= 0) {
-        // Execute: the last move first, so every move has a free destination.
-        if (!MoveSlot(cur.bucket, i, alt)) return Status::Retry("cuckoo path changed");
-        for (int32_t c = static_cast<int32_t>(head); nodes[c].parent >= 0; c = nodes[c].parent) {
-          const Node& child = nodes[c];
-          if (!MoveSlot(nodes[child.parent].bucket, child.slot, child.bucket)) {
-            return Status::Retry("cuckoo path changed");
-          }
-        }
-        return Status::OK();
-      }
-      if (n < kCuckooMaxBfsNodes) {
-        nodes[n++] = {alt, static_cast<int32_t>(head), static_cast<uint8_t>(i),
-                      static_cast<uint8_t>(cur.depth + 1)};
-      }
+Status Index::MakeRoom(const KeyHash& kh, const HashOfSlot& hash_of) {
+  const uint64_t home = kh.home;
+  const uint64_t h = window_slots_;
+  // The nearest empty word at or after the home (optimistic: re-checked
+  // under the locks of each hop).
+  const uint64_t end = std::min<uint64_t>(words_, home + kHopscotchProbe);
+  uint64_t free = end;
+  for (uint64_t w = home; w < end; ++w) {
+    if (LoadSlot(w) == kEmptySlot) {
+      free = w;
+      break;
     }
   }
-  return Status::ServerFull("index full: no cuckoo path");
+  if (free == end) return Status::ServerFull("index full: no empty word within reach of the home");
+  while (free >= home + h) {
+    // A slot in (free - h, free) whose own window reaches `free`: the
+    // farthest from `free` first (the hop that brings it closest to home).
+    bool hopped = false;
+    for (uint64_t w = free - h + 1; w < free; ++w) {
+      const uint64_t s = LoadSlot(w);
+      if (s == kEmptySlot) {
+        if (w >= home) return Status::Retry("a word of the window freed up");  // the caller takes it
+        continue;
+      }
+      const uint64_t hash = hash_of(s);
+      const uint64_t owner = KeyHashOf(hash, slot_count_).home;
+      if (owner > w || free >= owner + h) continue;
+      WindowGuard g = LockWindow(owner);
+      // Under the lock of the owner's window both words are stable; the
+      // entry the slot names is live (its slot points at it), so the key
+      // read from it now is the slot's key.
+      if (LoadSlot(w) != s || LoadSlot(free) != kEmptySlot || hash_of(s) != hash) {
+        return Status::Retry("hop path changed");
+      }
+      Hop(w, free, s, hash);
+      free = w;
+      hopped = true;
+      break;
+    }
+    if (!hopped) return Status::ServerFull("index full: no hop brings an empty word into the window");
+  }
+  return Status::OK();
+}
+
+void Index::ExpireTags(Clock::time_point now) {
+  if (now.time_since_epoch().count() < next_tag_due_ns_.load(std::memory_order_relaxed)) return;
+  TagExpiry due[32];
+  size_t n = 0;
+  {
+    std::lock_guard<std::mutex> l(tags_mu_);
+    while (!tag_fifo_.empty() && tag_fifo_.front().at <= now && n < std::size(due)) {
+      due[n++] = tag_fifo_.front();
+      tag_fifo_.pop_front();
+    }
+    next_tag_due_ns_.store(tag_fifo_.empty() ? INT64_MAX : tag_fifo_.front().at.time_since_epoch().count(),
+                           std::memory_order_relaxed);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    WindowGuard g(this, due[i].word, due[i].word);
+    std::lock_guard<std::mutex> l(tags_mu_);
+    auto it = tag_due_.find(due[i].word);
+    if (it == tag_due_.end() || it->second != due[i].at) continue;  // tagged again since: a later expiry
+    tag_due_.erase(it);
+    std::atomic_ref<uint64_t> a(words_base_[due[i].word]);
+    a.store(WordSlot(a.load(std::memory_order_relaxed)), std::memory_order_release);
+  }
+}
+
+uint64_t Index::tags_pending() const {
+  std::lock_guard<std::mutex> l(tags_mu_);
+  return tag_due_.size();
 }
 
 }  // namespace kvrdma

@@ -1,20 +1,26 @@
-// The hash index in RDMA-visible memory, and the server-private locks that
-// serialize changes to it.
+// The hash index in RDMA-visible memory (common/format/window.h), the
+// server-private locks that serialize changes to it, hopscotch displacement
+// and the expiry of move tags.
 //
-// Thread safety: any number of server threads. Every change of a bucket's
-// words happens with that bucket's lock stripe held (LockPair); readers on
-// other machines (and the stress test's reader threads) read the words
-// concurrently without any lock, which is why every store into a bucket is a
-// single 8-byte atomic store (release) and never a multi-word memcpy.
+// Thread safety: any number of server threads. A word is changed only with
+// the lock of a window that contains it held: words are grouped in blocks of
+// kMaxWindowSlots, a window spans at most two blocks, and WindowGuard locks
+// the lock stripes of both (in stripe order: no deadlock). Readers on other
+// machines read the words concurrently without any lock, which is why every
+// store into a word is a single 8-byte atomic store (release).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <unordered_map>
 
-#include "common/format/bucket.h"
 #include "common/format/hash.h"
 #include "common/format/slot.h"
+#include "common/format/window.h"
 #include "common/status.h"
 #include "server/store/arena.h"
 #include "server/store/store_config.h"
@@ -23,15 +29,21 @@ namespace kvrdma {
 
 class Index {
  public:
-  // REQUIRES: bucket_count is a power of two >= 2.
-  static Result<std::unique_ptr<Index>> Create(uint64_t bucket_count, HugePages huge_pages);
+  using Clock = std::chrono::steady_clock;
 
-  class PairGuard {
+  // REQUIRES: slot_count a power of two in [1, kMaxSlotCount]; window_slots
+  // in [1, kMaxWindowSlots] (tests use odd sizes: slot_count 1 and a window
+  // of 14 is an index of exactly 14 slots for every key). `tag_ttl`: how long
+  // a move tag stays on a word (> the clients' GET deadline, see DESIGN.md).
+  static Result<std::unique_ptr<Index>> Create(uint64_t slot_count, uint64_t window_slots,
+                                               std::chrono::nanoseconds tag_ttl, HugePages huge_pages);
+
+  class WindowGuard {
    public:
-    PairGuard(Index* idx, uint64_t b0, uint64_t b1);
-    ~PairGuard() { Unlock(); }
-    PairGuard(const PairGuard&) = delete;
-    PairGuard& operator=(const PairGuard&) = delete;
+    WindowGuard(Index* idx, uint64_t first_word, uint64_t last_word);
+    ~WindowGuard() { Unlock(); }
+    WindowGuard(const WindowGuard&) = delete;
+    WindowGuard& operator=(const WindowGuard&) = delete;
     void Unlock();
 
    private:
@@ -39,57 +51,80 @@ class Index {
     size_t s0_, s1_;
     bool held_;
   };
-  // Locks the stripes of both buckets (in stripe order: no deadlock).
-  PairGuard LockPair(uint64_t b0, uint64_t b1) { return PairGuard(this, b0, b1); }
+  // Locks the window of `home`: every word of it may then be changed.
+  WindowGuard LockWindow(uint64_t home) { return WindowGuard(this, home, home + window_slots_ - 1); }
 
-  uint64_t bucket_count() const noexcept { return bucket_count_; }
-  IndexBucket& bucket(uint64_t b) noexcept { return buckets_[b]; }
+  uint64_t slot_count() const noexcept { return slot_count_; }
+  uint64_t window_slots() const noexcept { return window_slots_; }
+  uint64_t words() const noexcept { return words_; }
   std::byte* data() const noexcept { return arena_.data(); }
   size_t bytes() const noexcept { return arena_.size(); }
   const char* backing() const noexcept { return Arena::BackingName(arena_.backing()); }
 
-  // Word access. Load: relaxed (callers hold the lock, or are scanning
-  // optimistically and re-check under the lock). Store/Bump: REQUIRES the
-  // bucket's lock; release so that everything written before (the entry
-  // bytes) is visible before the slot is.
-  static uint64_t LoadSlot(const IndexBucket& b, size_t i) noexcept {
-    return std::atomic_ref<const uint64_t>(b.slots[i]).load(std::memory_order_relaxed);
+  // Word access. Load: relaxed (callers hold the lock, or scan optimistically
+  // and re-check under the lock). StoreSlot: REQUIRES the lock of a window
+  // containing word `w`; keeps the word's tag; release, so that everything
+  // written before (the entry bytes) is visible before the slot is.
+  uint64_t LoadWord(uint64_t w) const noexcept {
+    return std::atomic_ref<uint64_t>(words_base_[w]).load(std::memory_order_relaxed);
   }
-  static void StoreSlot(IndexBucket& b, size_t i, uint64_t v) noexcept {
-    std::atomic_ref<uint64_t>(b.slots[i]).store(v, std::memory_order_release);
+  uint64_t LoadSlot(uint64_t w) const noexcept { return WordSlot(LoadWord(w)); }
+  void StoreSlot(uint64_t w, uint64_t slot) noexcept {
+    std::atomic_ref<uint64_t> a(words_base_[w]);
+    a.store(WordWith(slot, WordTag(a.load(std::memory_order_relaxed))), std::memory_order_release);
   }
-  static void BumpVersion(IndexBucket& b) noexcept {
-    std::atomic_ref<uint64_t> v(b.version);
-    v.store(v.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-  }
-  // Index of an empty slot in the bucket, or -1.
-  static int FindEmpty(const IndexBucket& b) noexcept;
+  // A word of `home`'s window whose slot is empty, or -1. REQUIRES its lock.
+  int64_t FindEmpty(uint64_t home) const noexcept;
 
-  // Frees a slot in one of kh's two buckets by moving slots along a cuckoo
-  // path (breadth-first search, then moves from the free end backwards, each
-  // under the locks of its two buckets). REQUIRES: no lock held by the caller.
-  // OK if it made room (another thread may take it: the caller retries);
-  // ServerFull if no path was found; Retry if the path changed under it.
-  Status MakeRoom(const KeyHash& kh);
+  // The hash of the key a slot names (the server reads the key from the log).
+  using HashOfSlot = std::function<uint64_t(uint64_t slot)>;
+  // Frees a word in kh's window by hopscotch: finds the nearest empty word at
+  // or after the home (at most kHopscotchProbe words), then hops slots whose
+  // own windows reach it towards the home, each hop under the lock of the
+  // moved key's window and re-validated there; each hop tags the word it
+  // vacated (window.h). REQUIRES: no lock held by the caller. OK if it made
+  // room (another thread may take it: the caller retries); ServerFull if no
+  // hop sequence exists; Retry if the words changed under it.
+  Status MakeRoom(const KeyHash& kh, const HashOfSlot& hash_of);
+
+  // Clears the tags whose tag_ttl has passed. REQUIRES: no lock held. Cheap
+  // when none is due (one relaxed load).
+  void ExpireTags(Clock::time_point now);
 
   uint64_t moves() const noexcept { return moves_.load(std::memory_order_relaxed); }
+  uint64_t tags_pending() const;
 
  private:
   struct alignas(64) Stripe {
     std::atomic<uint32_t> locked{0};
   };
-  Index(Arena arena, uint64_t bucket_count);
+  struct TagExpiry {
+    uint64_t word;
+    Clock::time_point at;
+  };
+  Index(Arena arena, uint64_t slot_count, uint64_t window_slots, std::chrono::nanoseconds tag_ttl);
+  static size_t StripeOf(uint64_t word) noexcept { return (word / kMaxWindowSlots) & (kLockStripes - 1); }
   void LockStripe(size_t s) noexcept;
   void UnlockStripe(size_t s) noexcept { stripes_[s].locked.store(0, std::memory_order_release); }
-  // Moves one slot of bucket `from` whose other bucket is `to` into a free
-  // slot of `to` (write `to`, bump `from`'s version, clear `from`).
-  bool MoveSlot(uint64_t from, size_t i, uint64_t to);
+  // Moves the slot of word `from` (whose key has hash `hash`) into the empty
+  // word `to` of the same window and tags `from`. REQUIRES the window's lock.
+  void Hop(uint64_t from, uint64_t to, uint64_t slot, uint64_t hash);
 
   Arena arena_;
-  IndexBucket* buckets_;
-  uint64_t bucket_count_;
+  uint64_t* words_base_;
+  const uint64_t slot_count_;
+  const uint64_t window_slots_;
+  const uint64_t words_;
+  const std::chrono::nanoseconds tag_ttl_;
   std::unique_ptr<Stripe[]> stripes_;
   std::atomic<uint64_t> moves_{0};
+
+  // Tags waiting to expire, oldest first. Lock order: a window's stripes,
+  // then tags_mu_ (a hop holds the window lock when it queues a tag).
+  mutable std::mutex tags_mu_;
+  std::deque<TagExpiry> tag_fifo_;                          // guarded by tags_mu_
+  std::unordered_map<uint64_t, Clock::time_point> tag_due_; // word -> latest expiry, guarded by tags_mu_
+  std::atomic<int64_t> next_tag_due_ns_{INT64_MAX};        // earliest expiry queued (a hint)
 };
 
 }  // namespace kvrdma

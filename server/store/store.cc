@@ -1,5 +1,6 @@
 #include "server/store/store.h"
 
+#include <cstddef>
 #include <cstring>
 
 #include "common/log.h"
@@ -15,14 +16,14 @@ Result<std::unique_ptr<Store>> Store::Open(const StoreConfig& cfg) {
   if (EntryBytes(cfg.max_key_bytes, cfg.max_value_bytes) > cfg.segment_bytes) {
     return Status::InvalidArgument("segment_bytes smaller than the largest entry");
   }
-  auto index = Index::Create(cfg.index_buckets, cfg.huge_pages);
+  auto index = Index::Create(cfg.index_slots, cfg.index_window, cfg.grace_period, cfg.huge_pages);
   if (!index.ok()) return index.status();
   auto log = ValueLog::Create(cfg, cfg.workers + 1);
   if (!log.ok()) return log.status();
   std::unique_ptr<Store> s(new Store(cfg, std::move(index).value(), std::move(log).value()));
-  KVRDMA_LOG_INFO("store: %llu buckets (%llu slots), log %llu bytes in %u segments, %s mode, grace %lld us",
-                  static_cast<unsigned long long>(cfg.index_buckets),
-                  static_cast<unsigned long long>(cfg.index_buckets * kSlotsPerBucket),
+  KVRDMA_LOG_INFO("store: %llu index slots (windows of %llu), log %llu bytes in %u segments, %s mode, grace %lld us",
+                  static_cast<unsigned long long>(cfg.index_slots),
+                  static_cast<unsigned long long>(cfg.index_window),
                   static_cast<unsigned long long>(cfg.log_bytes), s->log_->segment_count(),
                   cfg.mode == CapacityMode::kCache ? "cache" : "store",
                   static_cast<long long>(cfg.grace_period.count() / 1000));
@@ -123,7 +124,7 @@ void Store::Publish(uint64_t off) noexcept {
 EntryHeader Store::ReadHeader(uint64_t off) const noexcept {
   EntryHeader h;
   std::byte* p = log_->data() + off;
-  // The guard may be superseded concurrently (under the key's bucket locks,
+  // The guard may be superseded concurrently (under the key's window lock,
   // which the cleaner's walk does not hold): load it atomically. The other
   // fields never change while the segment is in use.
   h.guard = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p)).load(std::memory_order_relaxed);
@@ -136,42 +137,48 @@ std::string_view Store::EntryKey(uint64_t off, const EntryHeader& h) const noexc
 }
 
 Store::SlotRef Store::FindKey(const KeyHash& kh, std::string_view key) const {
-  for (uint64_t b : kh.bucket) {
-    IndexBucket& bucket = index_->bucket(b);
-    for (size_t i = 0; i < kSlotsPerBucket; ++i) {
-      const uint64_t s = Index::LoadSlot(bucket, i);
-      if (s == kEmptySlot || SlotFingerprint(s) != kh.fingerprint) continue;
-      const EntryHeader h = ReadHeader(SlotLogOffset(s));
-      if (EntryKey(SlotLogOffset(s), h) == key) return SlotRef{&bucket, i, s, h};
-    }
+  for (uint64_t w = kh.home; w < kh.home + index_->window_slots(); ++w) {
+    const uint64_t s = index_->LoadSlot(w);
+    if (s == kEmptySlot || SlotFingerprint(s) != kh.fingerprint) continue;
+    const EntryHeader h = ReadHeader(SlotLogOffset(s));
+    if (EntryKey(SlotLogOffset(s), h) == key) return SlotRef{w, s, h};
   }
   return {};
 }
 
 Store::SlotRef Store::FindLocation(const KeyHash& kh, uint64_t off) const {
-  for (uint64_t b : kh.bucket) {
-    IndexBucket& bucket = index_->bucket(b);
-    for (size_t i = 0; i < kSlotsPerBucket; ++i) {
-      const uint64_t s = Index::LoadSlot(bucket, i);
-      if (s != kEmptySlot && SlotLogOffset(s) == off && SlotFingerprint(s) == kh.fingerprint) {
-        return SlotRef{&bucket, i, s, ReadHeader(off)};
-      }
+  for (uint64_t w = kh.home; w < kh.home + index_->window_slots(); ++w) {
+    const uint64_t s = index_->LoadSlot(w);
+    if (s != kEmptySlot && SlotLogOffset(s) == off && SlotFingerprint(s) == kh.fingerprint) {
+      return SlotRef{w, s, ReadHeader(off)};
     }
   }
   return {};
 }
 
 Store::SlotRef Store::FindTombstone(const KeyHash& kh) const {
-  for (uint64_t b : kh.bucket) {
-    IndexBucket& bucket = index_->bucket(b);
-    for (size_t i = 0; i < kSlotsPerBucket; ++i) {
-      const uint64_t s = Index::LoadSlot(bucket, i);
-      if (s == kEmptySlot) continue;
-      const EntryHeader h = ReadHeader(SlotLogOffset(s));
-      if (LengthsTombstone(h.lengths)) return SlotRef{&bucket, i, s, h};
-    }
+  for (uint64_t w = kh.home; w < kh.home + index_->window_slots(); ++w) {
+    const uint64_t s = index_->LoadSlot(w);
+    if (s == kEmptySlot) continue;
+    const EntryHeader h = ReadHeader(SlotLogOffset(s));
+    if (LengthsTombstone(h.lengths)) return SlotRef{w, s, h};
   }
   return {};
+}
+
+uint64_t Store::HashOfSlot(uint64_t slot) const noexcept {
+  const uint64_t off = SlotLogOffset(slot);
+  if (off + kEntryHeaderBytes > log_->bytes()) return 0;
+  // Racy when called without the lock (MakeRoom's search; it re-checks under
+  // the lock): the entry may be recycled and rewritten meanwhile, so every
+  // byte is copied with RacyCopy, and garbage only gives a wrong hash.
+  uint32_t lengths;
+  RacyCopy(&lengths, log_->data() + off + offsetof(EntryHeader, lengths), sizeof(lengths));
+  const uint32_t klen = LengthsKey(lengths);
+  if (klen == 0 || off + kEntryHeaderBytes + klen > log_->bytes()) return 0;
+  char key[kMaxKeyBytes];
+  RacyCopy(reinterpret_cast<std::byte*>(key), log_->data() + off + kEntryHeaderBytes, klen);
+  return HashKeyBytes(std::string_view(key, klen), cfg_.seed);
 }
 
 void Store::Supersede(uint64_t off) noexcept {
@@ -182,7 +189,7 @@ void Store::Supersede(uint64_t off) noexcept {
 void Store::RemoveSlot(uint32_t head, const SlotRef& r) {
   const uint64_t off = SlotLogOffset(r.slot);
   Supersede(off);
-  Index::StoreSlot(*r.bucket, r.index, kEmptySlot);
+  index_->StoreSlot(r.word, kEmptySlot);
   log_->AddLive(off, -static_cast<int64_t>(LengthsEntryBytes(r.header.lengths)));
   HeadStats& st = head_stats_[head];
   if (LengthsTombstone(r.header.lengths)) {
@@ -195,19 +202,16 @@ void Store::RemoveSlot(uint32_t head, const SlotRef& r) {
 bool Store::EvictOldestCandidate(uint32_t head, const KeyHash& kh) {
   SlotRef oldest;
   uint64_t oldest_seq = UINT64_MAX;
-  for (uint64_t b : kh.bucket) {
-    IndexBucket& bucket = index_->bucket(b);
-    for (size_t i = 0; i < kSlotsPerBucket; ++i) {
-      const uint64_t s = Index::LoadSlot(bucket, i);
-      if (s == kEmptySlot) continue;
-      const uint64_t seq = log_->OpenSeq(SlotLogOffset(s));
-      if (seq < oldest_seq) {
-        oldest_seq = seq;
-        oldest = SlotRef{&bucket, i, s, ReadHeader(SlotLogOffset(s))};
-      }
+  for (uint64_t w = kh.home; w < kh.home + index_->window_slots(); ++w) {
+    const uint64_t s = index_->LoadSlot(w);
+    if (s == kEmptySlot) continue;
+    const uint64_t seq = log_->OpenSeq(SlotLogOffset(s));
+    if (seq < oldest_seq) {
+      oldest_seq = seq;
+      oldest = SlotRef{w, s, ReadHeader(SlotLogOffset(s))};
     }
   }
-  if (oldest.bucket == nullptr) return false;
+  if (!oldest.found()) return false;
   if (cfg_.on_evict && !LengthsTombstone(oldest.header.lengths)) {
     cfg_.on_evict(EntryKey(SlotLogOffset(oldest.slot), oldest.header));
   }
@@ -218,64 +222,59 @@ bool Store::EvictOldestCandidate(uint32_t head, const KeyHash& kh) {
 
 Result<uint32_t> Store::Write(uint32_t head, std::string_view key, std::string_view value, bool tombstone,
                              const CommitCheck& check) {
-  const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->bucket_count());
+  const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->slot_count());
   const uint64_t bytes = EntryBytes(key.size(), value.size());
   const uint64_t size_class = SizeClassFor(bytes);
   auto reserved = ReserveSpace(head, bytes);
   if (!reserved.ok()) return reserved.status();
   const uint64_t off = *reserved;
   HeadStats& st = head_stats_[head];
+  index_->ExpireTags(Index::Clock::now());
   for (int attempt = 0;; ++attempt) {
-    Index::PairGuard guard = index_->LockPair(kh.bucket[0], kh.bucket[1]);
+    Index::WindowGuard guard = index_->LockWindow(kh.home);
     // The commit point: nothing from here to the slot's store can block.
     if (Status ok = check(key); !ok.ok()) {
       WriteEntry(off, key, value, 0, tombstone);  // dead (version 0): keeps the segment walkable
       return ok;
     }
     const SlotRef cur = FindKey(kh, key);
-    const bool had_value = cur.bucket != nullptr && !LengthsTombstone(cur.header.lengths);
+    const bool had_value = cur.found() && !LengthsTombstone(cur.header.lengths);
     if (tombstone && !had_value) {
       WriteEntry(off, key, {}, 0, true);  // never published: keeps the segment walkable
       return Status::NotFound();
     }
-    IndexBucket* bucket = cur.bucket;
-    size_t index = cur.index;
-    if (bucket == nullptr) {
-      for (uint64_t b : kh.bucket) {
-        const int e = Index::FindEmpty(index_->bucket(b));
-        if (e >= 0) {
-          bucket = &index_->bucket(b);
-          index = static_cast<size_t>(e);
-          break;
-        }
-      }
+    uint64_t word = cur.word;
+    if (!cur.found()) {
+      const int64_t e = index_->FindEmpty(kh.home);
+      if (e >= 0) word = static_cast<uint64_t>(e);
     }
-    if (bucket == nullptr) {
+    if (word == SlotRef::kNone) {
       // Reuse the slot of another key's tombstone: that key stays deleted.
       const SlotRef tomb = FindTombstone(kh);
-      if (tomb.bucket != nullptr) {
+      if (tomb.found()) {
         RemoveSlot(head, tomb);
-        bucket = tomb.bucket;
-        index = tomb.index;
+        word = tomb.word;
       }
     }
-    if (bucket == nullptr) {
+    if (word == SlotRef::kNone) {
       guard.Unlock();
-      Status room = attempt < kInsertAttempts ? index_->MakeRoom(kh) : Status::ServerFull("index full");
+      Status room = attempt < kInsertAttempts
+                        ? index_->MakeRoom(kh, [this](uint64_t slot) { return HashOfSlot(slot); })
+                        : Status::ServerFull("index full");
       if (room.ok() || room.code() == Status::Code::kRetry) continue;
       if (cfg_.mode == CapacityMode::kCache && attempt < 2 * kInsertAttempts) {
-        Index::PairGuard g2 = index_->LockPair(kh.bucket[0], kh.bucket[1]);
+        Index::WindowGuard g2 = index_->LockWindow(kh.home);
         EvictOldestCandidate(head, kh);
         continue;
       }
       WriteEntry(off, key, value, 0, tombstone);  // never published (see WriteEntry)
       return Status::ServerFull("index full");
     }
-    const uint32_t version = cur.bucket != nullptr ? cur.header.version + 1 : 1;
+    const uint32_t version = cur.found() ? cur.header.version + 1 : 1;
     // 1. the new entry, complete and checksummed, not yet current;
     WriteEntry(off, key, value, version, tombstone);
     log_->AddLive(off, static_cast<int64_t>(bytes));
-    if (cur.bucket != nullptr) {
+    if (cur.found()) {
       // 2. the old entry is marked superseded before the slot leaves it;
       Supersede(SlotLogOffset(cur.slot));
       log_->AddLive(SlotLogOffset(cur.slot), -static_cast<int64_t>(LengthsEntryBytes(cur.header.lengths)));
@@ -283,7 +282,7 @@ Result<uint32_t> Store::Write(uint32_t head, std::string_view key, std::string_v
       if (had_value) st.items.fetch_sub(1, std::memory_order_relaxed);
     }
     // 3. the slot switches with a release store (DESIGN.md, "Ordering");
-    Index::StoreSlot(*bucket, index, PackSlot(kh.fingerprint, size_class, off));
+    index_->StoreSlot(word, PackSlot(kh.fingerprint, size_class, off));
     // 4. only now may the entry validate as current (the one-READ GET).
     Publish(off);
     (tombstone ? st.tombstones : st.items).fetch_add(1, std::memory_order_relaxed);
@@ -293,10 +292,10 @@ Result<uint32_t> Store::Write(uint32_t head, std::string_view key, std::string_v
 
 Status Store::Get(std::string_view key, std::string* value, uint32_t* version) {
   KVRDMA_RETURN_IF_ERROR(CheckKey(key));
-  const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->bucket_count());
-  Index::PairGuard guard = index_->LockPair(kh.bucket[0], kh.bucket[1]);
+  const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->slot_count());
+  Index::WindowGuard guard = index_->LockWindow(kh.home);
   const SlotRef r = FindKey(kh, key);
-  if (r.bucket == nullptr || LengthsTombstone(r.header.lengths)) return Status::NotFound();
+  if (!r.found() || LengthsTombstone(r.header.lengths)) return Status::NotFound();
   const std::byte* p = log_->data() + SlotLogOffset(r.slot) + kEntryHeaderBytes + key.size();
   value->assign(reinterpret_cast<const char*>(p), LengthsValue(r.header.lengths));
   if (version != nullptr) *version = r.header.version;
@@ -318,7 +317,7 @@ StoreStats Store::Stats() const {
   s.items = static_cast<uint64_t>(items);
   s.tombstones = static_cast<uint64_t>(tombs);
   s.index_slots_used = s.items + s.tombstones;
-  s.index_slots = index_->bucket_count() * kSlotsPerBucket;
+  s.index_slots = index_->slot_count();
   s.index_bytes = index_->bytes();
   s.index_bytes_used = s.index_slots_used * kSlotBytes;
   s.log_bytes = log_->bytes();
@@ -330,7 +329,8 @@ StoreStats Store::Stats() const {
   s.segments_open = c.open;
   s.segments_sealed = c.sealed;
   s.segments_busy = c.busy;
-  s.cuckoo_moves = index_->moves();
+  s.index_moves = index_->moves();
+  s.index_tags = index_->tags_pending();
   return s;
 }
 

@@ -13,9 +13,8 @@
 namespace kvrdma {
 
 // ---- compile-time tunables
-inline constexpr size_t kLockStripes = 4096;           // bucket lock stripes (power of two)
-inline constexpr size_t kCuckooMaxBfsNodes = 1024;     // buckets visited per displacement search
-inline constexpr size_t kCuckooMaxPathLength = 6;      // moves per displacement
+inline constexpr size_t kLockStripes = 4096;           // index lock stripes, one per block of 128 words
+inline constexpr size_t kHopscotchProbe = 4096;        // words searched for an empty one past the home
 inline constexpr int kInsertAttempts = 8;              // displacement rounds before ServerFull
 inline constexpr size_t kCleanerReserveSegments = 2;   // free segments only the cleaner may take
 inline constexpr size_t kHugePageBytes = size_t{2} << 20;
@@ -33,8 +32,12 @@ enum class HugePages : uint8_t {
 };
 
 struct StoreConfig {
-  // Index: bucket_count buckets of 7 slots (power of two >= 2).
-  uint64_t index_buckets = uint64_t{1} << 16;
+  // Index: index_slots homes (a power of two >= 1), each key within the
+  // index_window words from its home (1..128; DESIGN.md
+  // "Index words and windows"). Tests use small windows to make moves
+  // and full windows common.
+  uint64_t index_slots = uint64_t{1} << 19;
+  uint64_t index_window = kDefaultWindowSlots;
   // Value log: log_bytes / segment_bytes segments (both multiples of 8;
   // log_bytes a multiple of segment_bytes).
   uint64_t log_bytes = uint64_t{256} << 20;
@@ -66,7 +69,7 @@ struct StoreConfig {
   // before answering ServerFull.
   std::chrono::milliseconds full_wait = std::chrono::milliseconds(200);
   // Cache mode, tests: called just before an eviction removes a key's value
-  // (under the key's bucket locks, on the evicting thread), so that a
+  // (under the key's window lock, on the evicting thread), so that a
   // linearizability check can count the eviction as a DELETE. Empty: unused.
   std::function<void(std::string_view key)> on_evict;
 };

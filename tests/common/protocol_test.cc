@@ -13,7 +13,8 @@ ServerDescriptor SampleDescriptor() {
   ServerDescriptor d;
   d.conn_id = 77;
   d.index = {0x7f0000001000, 1 << 20, 0x1234};
-  d.bucket_count = (1 << 20) / 64;
+  d.index_slots = 1 << 16;  // + 127 tail words: 525 KB of the 1 MiB region
+  d.index_window = 128;
   d.hash_seed = 0x1122334455667788;
   d.log = {0x7f0000200000, 64 << 20, 0x2345};
   d.locks = {0x7f0010000000, 1 << 16, 0x3456};
@@ -56,25 +57,25 @@ TEST(HandshakeTest, DescriptorFromAnotherMajorVersionIsRefusedWithBothVersions) 
 
 // Format 3 (slot size classes) is protocol 3: a peer of format 2 (slot size
 // hints) would misread every slot, so each side refuses the other, naming both.
-TEST(HandshakeTest, Format2PeersAreRefusedBothWays) {
-  static_assert(kProtocolMajor == 3);
+TEST(HandshakeTest, PeersOfAnOlderFormatAreRefusedBothWays) {
+  static_assert(kProtocolMajor == 4);
   std::array<uint8_t, kMaxAcceptData> buf{};
   ServerDescriptor d = SampleDescriptor();
-  d.major = 2;
+  d.major = 3;
   EncodeServerDescriptor(d, buf);
   auto back = DecodeServerDescriptor(buf);
   ASSERT_FALSE(back.ok());
   EXPECT_EQ(back.status().code(), Status::Code::kProtocol);
-  EXPECT_NE(back.status().message().find("protocol 2.0, this build speaks 3.0"), std::string::npos)
+  EXPECT_NE(back.status().message().find("protocol 3.0, this build speaks 4.0"), std::string::npos)
       << back.status().ToString();
   std::array<uint8_t, kMaxRequestData> req{};
   ConnectRequestMsg m;
-  m.major = 2;
+  m.major = 3;
   ASSERT_GT(EncodeConnectRequest(m, req), 0u);
   auto r = DecodeConnectRequest(req);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kProtocol);
-  EXPECT_NE(r.status().message().find("protocol 2.0, this build speaks 3.0"), std::string::npos)
+  EXPECT_NE(r.status().message().find("protocol 3.0, this build speaks 4.0"), std::string::npos)
       << r.status().ToString();
 }
 
@@ -95,7 +96,18 @@ TEST(HandshakeTest, TruncatedOrInsaneDescriptorsAreRejected) {
     EXPECT_FALSE(DecodeServerDescriptor(std::span(buf).first(cut)).ok()) << cut;
   }
   ServerDescriptor d = SampleDescriptor();
-  d.bucket_count = 3;  // not a power of two
+  d.index_slots = 3;  // not a power of two
+  EncodeServerDescriptor(d, buf);
+  EXPECT_FALSE(DecodeServerDescriptor(buf).ok());
+  d = SampleDescriptor();
+  d.index_slots = 1 << 17;  // its words do not fit the index region
+  EncodeServerDescriptor(d, buf);
+  EXPECT_FALSE(DecodeServerDescriptor(buf).ok());
+  d = SampleDescriptor();
+  d.index_window = 129;  // wider than any window
+  EncodeServerDescriptor(d, buf);
+  EXPECT_FALSE(DecodeServerDescriptor(buf).ok());
+  d.index_window = 0;
   EncodeServerDescriptor(d, buf);
   EXPECT_FALSE(DecodeServerDescriptor(buf).ok());
   d = SampleDescriptor();

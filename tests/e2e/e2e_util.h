@@ -35,7 +35,7 @@ class TestServer {
              const std::function<void(StoreConfig&)>& tweak = {})
       : env_(env), cfg_(cfg) {
     StoreConfig sc;
-    sc.index_buckets = 1 << 12;
+    sc.index_slots = 1 << 15;
     sc.segment_bytes = 4 << 20;  // > the largest entry (1 MiB value)
     sc.log_bytes = 64 << 20;
     sc.workers = cfg_.workers;

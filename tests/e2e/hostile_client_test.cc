@@ -77,7 +77,7 @@ class HostileClientTest : public ::testing::TestWithParam<Kind> {
   // Starts kvserver (the real Server over the hooked store) with cfg.
   void StartServer(server::ServerConfig cfg = TestServer::Defaults()) {
     StoreConfig sc;
-    sc.index_buckets = 1 << 12;
+    sc.index_slots = 1 << 15;
     sc.segment_bytes = 4 << 20;
     sc.log_bytes = 64 << 20;
     sc.workers = cfg.workers;

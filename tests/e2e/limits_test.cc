@@ -16,7 +16,7 @@ TEST(LimitsTest, ServerRefusesASlotThatCannotHoldTheLongestKey) {
   cfg.slot_bytes = 256;  // both accepted by kvserver's option checks
   cfg.max_key_bytes = 1023;
   StoreConfig sc;
-  sc.index_buckets = 1 << 10;
+  sc.index_slots = 1 << 13;
   sc.segment_bytes = 1 << 20;
   sc.log_bytes = 16 << 20;
   sc.workers = cfg.workers;

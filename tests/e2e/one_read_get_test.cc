@@ -1,11 +1,11 @@
 // Issue 15: a GET of a value of any size up to the server's maximum takes one
 // entry READ after the index READ. The slot's size class covers the entry, so
-// an uncached GET costs kCandidateBuckets bucket READs + 1 entry READ, from
+// an uncached GET costs one window READ + 1 entry READ, from
 // an empty value to a 2 MiB - 1 one; before size classes, an entry over
-// 32760 bytes needed a second READ. Values at the edges of the client's
-// per-GET entry buffer (16 KiB: entries of 16376 bytes, the largest exact
-// class, and 16384, the first coarse one) and just past it (the shared large
-// buffer) are included.
+// 32760 bytes needed a second READ. Values at the edge of the exact classes
+// (entries of 8184 bytes, the largest exact class, and 8192, the first
+// coarse one), at the edge of the client's per-GET entry buffer (16 KiB) and
+// just past it (the shared large buffer) are included.
 #include <gtest/gtest.h>
 
 #include <deque>
@@ -18,18 +18,23 @@
 namespace kvrdma::testing {
 namespace {
 
+// The key's window, then its entry: one READ each (format 4).
+constexpr uint64_t kUncachedGetReads = 2;
+
 constexpr size_t kKeyBytes = 8;  // "size-NNN"
 
 // Value sizes: the entry is 16 + kKeyBytes + value, rounded up to 8.
 std::vector<size_t> Sizes() {
-  const size_t exact_max = kMaxExactEntryBytes - kEntryHeaderBytes - kKeyBytes;  // entry 16376
+  const size_t exact_max = kMaxExactEntryBytes - kEntryHeaderBytes - kKeyBytes;  // entry 8184
+  const size_t buffer_max = (16 << 10) - kEntryHeaderBytes - kKeyBytes;           // entry 16384
   return {0,
           1,
-          exact_max - 1,   // entry 16376
-          exact_max,       // entry 16376: the largest exact class
-          exact_max + 1,   // entry 16384: the first coarse class, still the slot's buffer
-          exact_max + 8,   // entry 16384
-          exact_max + 9,   // entry 16392: the large buffer
+          exact_max - 1,   // entry 8184
+          exact_max,       // entry 8184: the largest exact class
+          exact_max + 1,   // entry 8192: the first coarse class
+          exact_max + 9,   // entry 8200: the second coarse class
+          buffer_max,      // entry 16384: the last class that fits the slot's buffer
+          buffer_max + 1,  // entry 16392: the large buffer
           (32 << 10) + 1,  // 32 KiB + 1
           100 << 10,       // 100 KiB
           kMaxValueBytes};  // the server's maximum (configured to the layout's)
@@ -71,7 +76,7 @@ class OneReadGetTest : public ::testing::TestWithParam<Kind> {
   std::unique_ptr<Client> writer_, reader_;
 };
 
-TEST_P(OneReadGetTest, UncachedGetOfAnySizeIsBucketReadsPlusOneEntryRead) {
+TEST_P(OneReadGetTest, UncachedGetOfAnySizeIsAWindowReadPlusOneEntryRead) {
   const std::vector<size_t> sizes = Sizes();
   std::vector<std::string> values;
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -86,8 +91,8 @@ TEST_P(OneReadGetTest, UncachedGetOfAnySizeIsBucketReadsPlusOneEntryRead) {
     ASSERT_TRUE(st.ok()) << sizes[i] << ": " << st.ToString();
     const ClientStats after = reader_->stats();
     EXPECT_EQ(after.get_hits - before.get_hits, 1u) << sizes[i];
-    EXPECT_EQ(after.get_hit_reads - before.get_hit_reads, kCandidateBuckets + 1) << "value of " << sizes[i];
-    EXPECT_EQ(after.reads - before.reads, kCandidateBuckets + 1) << "value of " << sizes[i];
+    EXPECT_EQ(after.get_hit_reads - before.get_hit_reads, kUncachedGetReads) << "value of " << sizes[i];
+    EXPECT_EQ(after.reads - before.reads, kUncachedGetReads) << "value of " << sizes[i];
     EXPECT_EQ(after.get_retries - before.get_retries, 0u) << sizes[i];
     EXPECT_EQ(got.size(), sizes[i]);
     EXPECT_TRUE(got == values[i]) << "value of " << sizes[i] << " bytes differs";
@@ -99,7 +104,7 @@ TEST_P(OneReadGetTest, UncachedGetOfAnySizeIsBucketReadsPlusOneEntryRead) {
     std::string got;
     ASSERT_TRUE(reader_->Get(KeyOf(i), &got).ok()) << sizes[i];
     const bool slot_buffer = EntryBytes(kKeyBytes, sizes[i]) <= 16384;
-    EXPECT_EQ(reader_->stats().reads - before, slot_buffer ? 1u : kCandidateBuckets + 1) << sizes[i];
+    EXPECT_EQ(reader_->stats().reads - before, slot_buffer ? 1u : kUncachedGetReads) << sizes[i];
     EXPECT_TRUE(got == values[i]) << "value of " << sizes[i] << " bytes differs";
   }
 }
@@ -136,7 +141,7 @@ TEST_P(OneReadGetTest, ConcurrentLargeGetsShareTheLargeBuffer) {
   }
   const ClientStats after = reader_->stats();
   EXPECT_EQ(after.get_hits - before.get_hits, static_cast<uint64_t>(kKeys));
-  EXPECT_EQ(after.get_hit_reads - before.get_hit_reads, kKeys * (kCandidateBuckets + 1));
+  EXPECT_EQ(after.get_hit_reads - before.get_hit_reads, kKeys * kUncachedGetReads);
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, OneReadGetTest, ::testing::Values(Kind::kLoopback), KindName);

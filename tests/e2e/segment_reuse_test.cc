@@ -22,7 +22,8 @@ constexpr uint32_t kGraceMs = 20;
 
 class SegmentReuseTest : public ::testing::TestWithParam<Kind> {
  protected:
-  void Start(uint64_t buckets) {
+  // An index of `slots` homes with windows of `window` words.
+  void Start(uint64_t slots, uint64_t window = kDefaultWindowSlots) {
     env_ = TransportEnv::Make(GetParam());
     if (!env_.skip_reason.empty()) GTEST_SKIP() << env_.skip_reason;
     server::ServerConfig cfg = TestServer::Defaults();
@@ -30,9 +31,10 @@ class SegmentReuseTest : public ::testing::TestWithParam<Kind> {
     cfg.max_key_bytes = 64;
     cfg.max_value_bytes = 2048;
     cfg.grace_period_ms = kGraceMs;
-    server_ = std::make_unique<TestServer>(env_, cfg, [buckets](StoreConfig& sc) {
+    server_ = std::make_unique<TestServer>(env_, cfg, [slots, window](StoreConfig& sc) {
       sc.cleaner_thread = false;
-      sc.index_buckets = buckets;
+      sc.index_slots = slots;
+      sc.index_window = window;
       sc.segment_bytes = 4096;
       sc.log_bytes = 16 * 4096;
     });
@@ -78,7 +80,7 @@ class SegmentReuseTest : public ::testing::TestWithParam<Kind> {
 // location points; then the key is PUT elsewhere. The GET, started after
 // that PUT returned, must return the PUT's value.
 TEST_P(SegmentReuseTest, CachedGetIgnoresTheTombstoneOfADeleteOfAnAbsentKey) {
-  Start(1 << 10);
+  Start(1 << 13);
   if (IsSkipped()) return;
   ASSERT_TRUE(a_->Put("k", "abc").ok());
   CacheLocationOfK();
@@ -96,11 +98,11 @@ TEST_P(SegmentReuseTest, CachedGetIgnoresTheTombstoneOfADeleteOfAnAbsentKey) {
   EXPECT_EQ(v, "xyz");
 }
 
-// (b) A 2-bucket index (14 slots) full of other keys: a PUT of the absent
+// (b) A 14-slot index (one home, a window of 14) full of other keys: a PUT of the absent
 // key is answered ServerFull and leaves its entry where the reader's cached
 // location points. The key is absent: the GET must return NotFound.
 TEST_P(SegmentReuseTest, CachedGetIgnoresTheEntryOfAPutAnsweredServerFull) {
-  Start(2);
+  Start(1, 14);
   if (IsSkipped()) return;
   ASSERT_TRUE(a_->Put("k", "abc").ok());
   CacheLocationOfK();

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "client/client_internal.h"
-#include "common/format/bucket.h"
+#include "common/format/window.h"
 #include "common/log.h"
 #include "common/protocol/handshake.h"
 #include "common/protocol/messages.h"
@@ -62,8 +62,9 @@ void Serve(Listener& l, const std::vector<Answer>& answers, std::atomic<bool>& s
     if (!ev.ok() || ev->type != CmEvent::Type::kConnectRequest) continue;
     ServerDescriptor d;
     d.conn_id = 1;
-    d.index = {f.mr->base(), 2 * kBucketBytes, f.mr->rkey()};
-    d.bucket_count = 2;
+    d.index = {f.mr->base(), 16 * kSlotBytes, f.mr->rkey()};
+    d.index_slots = 2;
+    d.index_window = 8;
     d.log = {f.mr->base() + 4096, 4096, f.mr->rkey()};
     d.locks = {f.mr->base() + 8192, 9 * 8, f.mr->rkey()};
     d.ring = {f.mr->base() + 16384, kCredits * kSlot, f.mr->rkey()};

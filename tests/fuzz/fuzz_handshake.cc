@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <span>
 
+#include "common/format/window.h"
 #include "common/protocol/handshake.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -16,7 +17,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto again = kvrdma::DecodeServerDescriptor({buf, n});
     if (!again.ok() || !(*again == *d)) std::abort();
     // What a client relies on before indexing memory with these numbers.
-    if (d->bucket_count == 0 || (d->bucket_count & (d->bucket_count - 1)) != 0) std::abort();
+    if (d->index_slots == 0 || (d->index_slots & (d->index_slots - 1)) != 0) std::abort();
+    if (d->index_window == 0 || d->index_window > kvrdma::kMaxWindowSlots) std::abort();
+    if (kvrdma::IndexWords(d->index_slots, d->index_window) * kvrdma::kSlotBytes > d->index.length) std::abort();
     if (uint64_t{d->credits} * d->slot_size > d->ring.length) std::abort();
   }
   if (auto m = kvrdma::DecodeConnectRequest(in); m.ok()) {

@@ -1,4 +1,4 @@
-// libFuzzer target: the client read path over arbitrary bucket and entry
+// libFuzzer target: the client read path over arbitrary window and entry
 // bytes (what a torn, recycled or hostile READ could return). It must never
 // crash, and must never answer a value unless the entry's checksum holds and
 // its key is the key asked for, nor read past the bytes it was given; a
@@ -14,36 +14,29 @@
 #include "common/format/read_path.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  if (size < 3) return 0;
-  // Layout of the input: [bucket count exponent][key length][key][2 buckets][entry bytes].
+  if (size < 4) return 0;
+  // Layout of the input: [slot count exponent][window words - 1][key length][key][window][entry bytes].
   kvrdma::IndexParams p;
-  p.bucket_count = uint64_t{1} << (1 + data[0] % 20);
+  p.slot_count = uint64_t{1} << (data[0] % 41);
+  p.window_slots = 1 + data[1] % kvrdma::kMaxWindowSlots;
   p.seed = 0x1234;
   p.log_bytes = uint64_t{1} << 30;
-  size_t klen = 1 + data[1] % 64;
-  size_t off = 2;
+  size_t klen = 1 + data[2] % 64;
+  size_t off = 3;
   if (size < off + klen) return 0;
   std::string_view key(reinterpret_cast<const char*>(data + off), klen);
   off += klen;
-  auto br = kvrdma::CandidateBucketReads(p, key);
-  if (!br.ok()) return 0;
-  for (const auto& r : br->reads) {
-    if (r.offset + r.length > p.bucket_count * kvrdma::kBucketBytes) std::abort();
-  }
-  if (size < off + 2 * kvrdma::kBucketBytes) return 0;
-  const auto* b = reinterpret_cast<const std::byte*>(data + off);
-  kvrdma::ProbeResult probe;
-  if (!kvrdma::ProbeBuckets({b, kvrdma::kBucketBytes}, {b + kvrdma::kBucketBytes, kvrdma::kBucketBytes}, br->hash, p,
-                            &probe)
-           .ok()) {
-    std::abort();  // well-sized buckets always probe
-  }
-  for (int i = 0; i < probe.count; ++i) {
-    const kvrdma::RemoteRead& r = probe.candidates[i].entry;
-    if (r.length > kvrdma::SizeClassBytes(kvrdma::kMaxSizeClass) || r.offset + r.length > p.log_bytes) std::abort();
-  }
-  off += 2 * kvrdma::kBucketBytes;
+  auto kw = kvrdma::KeyWindowRead(p, key);
+  if (!kw.ok()) std::abort();  // valid parameters and key always give a READ
+  const uint64_t index_bytes = kvrdma::IndexWords(p.slot_count, p.window_slots) * kvrdma::kSlotBytes;
+  if (kw->read.offset + kw->read.length > index_bytes || kw->read.length != p.window_slots * 8) std::abort();
+  if (size < off + kw->read.length) return 0;
+  const std::span<const std::byte> window(reinterpret_cast<const std::byte*>(data + off), kw->read.length);
+  kvrdma::WindowProbe probe;
+  if (!kvrdma::ProbeWindow(window, kw->hash, p, &probe).ok()) std::abort();  // a well-sized window always probes
+  off += kw->read.length;
   std::span<const std::byte> entry(reinterpret_cast<const std::byte*>(data + off), size - off);
+  int candidates = 0;
   // No candidate: a slot whose size class agrees with the header's lengths
   // (exact or coarse), so the fuzzer reaches the checksum and key checks.
   uint64_t code = kvrdma::kMinSizeClass;
@@ -53,7 +46,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     code = kvrdma::SizeClassFor(kvrdma::EntryBytes(kvrdma::LengthsKey(h.lengths), kvrdma::LengthsValue(h.lengths)));
     code = std::clamp(code, kvrdma::kMinSizeClass, kvrdma::kMaxSizeClass);
   }
-  uint64_t slot = probe.count > 0 ? probe.candidates[0].slot : kvrdma::PackSlot(br->hash.fingerprint, code, 0);
+  uint64_t slot = kvrdma::PackSlot(kw->hash.fingerprint, code, 0);
+  for (int w = kvrdma::NextCandidate(probe, 0); w >= 0; w = kvrdma::NextCandidate(probe, w + 1), ++candidates) {
+    if (w >= static_cast<int>(p.window_slots)) std::abort();
+    const kvrdma::SlotCandidate c = kvrdma::CandidateAt(window, w, p);
+    if (c.entry.offset + c.entry.length > p.log_bytes || kvrdma::WordTag(c.slot) != 0) std::abort();
+    if (c.entry.length > kvrdma::SizeClassBytes(kvrdma::kMaxSizeClass)) std::abort();
+    if (candidates == 0) slot = c.slot;
+  }
+  if (candidates != probe.count) std::abort();
   for (bool current : {false, true}) {
     kvrdma::EntryView v = kvrdma::DecodeEntry(entry, key, slot, p.seed, current);
     if (v.verdict == kvrdma::EntryVerdict::kValue) {
@@ -62,13 +63,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       if (current && v.superseded) std::abort();
       // One READ's bytes: the entry lies within them and its length maps to the slot's code.
-      if (v.total_bytes > entry.size() ||
-          kvrdma::SizeClassFor(v.total_bytes) != kvrdma::SlotSizeClass(slot)) {
+      if (v.total_bytes > entry.size() || kvrdma::SizeClassFor(v.total_bytes) != kvrdma::SlotSizeClass(slot)) {
         std::abort();
       }
     }
   }
-  kvrdma::MissCheck m;
-  (void)m.ConfirmMiss(probe);
+  if (probe.tag_matched && kvrdma::MissIsProven(probe, true)) std::abort();
   return 0;
 }

@@ -73,7 +73,7 @@ server::StoreBackend& SharedStore(uint64_t* generation) {
   if (!store || ++inputs % 1024 == 0 || store->store().Stats().segments_free < 8) {
     store.reset();
     StoreConfig sc;
-    sc.index_buckets = 4096;
+    sc.index_slots = 32768;
     sc.segment_bytes = 64 << 10;
     sc.log_bytes = 256 * sc.segment_bytes;
     sc.workers = 1;

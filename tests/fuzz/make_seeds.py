@@ -28,7 +28,10 @@ def stats(pairs):
     return out
 
 
-def preamble(body, major=1, minor=0):
+PROTOCOL_MAJOR = 4  # common/protocol/handshake.h kProtocolMajor
+
+
+def preamble(body, major=PROTOCOL_MAJOR, minor=0):
     return b'KVRD' + struct.pack('<HHH', major, minor, 10 + len(body)) + body
 
 
@@ -37,7 +40,7 @@ def region(addr, length, rkey):
 
 
 def descriptor():
-    body = struct.pack('<I', 5) + region(0x7f0000000000, 1 << 20, 11) + struct.pack('<IQ', (1 << 20) // 64, 99)
+    body = struct.pack('<I', 5) + region(0x7f0000000000, 1 << 20, 11) + struct.pack('<QHQ', 1 << 16, 128, 99)
     body += region(0x7f0001000000, 64 << 20, 12) + region(0x7f0010000000, 8 * 1032, 13) + struct.pack('<I', 0)
     body += region(0x7f0020000000, 8 * 4096, 14) + struct.pack('<IHHIII', 4096, 8, 1023, 1 << 20, 50000, 1024)
     return preamble(body)
@@ -61,5 +64,5 @@ write('fuzz_request', 'reply_error', reply(2, 0, b'request lengths do not add up
 write('fuzz_handshake', 'descriptor', descriptor() + b'\0' * 40)
 write('fuzz_handshake', 'connect_request', preamble(struct.pack('<BB', 1, 5) + b'token'))
 write('fuzz_handshake', 'reject', preamble(struct.pack('<HH', 12, 20) + b'protocol 2.0 refused'))
-write('fuzz_read_path', 'buckets_and_entry',
-      bytes([10, 3]) + b'key' + bytes(128) + struct.pack('<QQ', 0, 0) + b'key' + b'value' + bytes(3))
+write('fuzz_read_path', 'window_and_entry',
+      bytes([10, 15, 2]) + b'key' + bytes(16 * 8) + struct.pack('<QQ', 0, 0) + b'key' + b'value' + bytes(3))

@@ -2,8 +2,10 @@
 // own seed, against a store built to recycle memory under cached locations,
 // every history checked for linearizability.
 //
-// Per seed: a tiny index (14 or 28 slots for up to 39 keys: PUTs of new keys
-// answered ServerFull), 4 KiB log segments, a 2 ms grace period, the cleaner
+// Per seed: a tiny index (11 to 28 usable words for up to 39 keys, windows
+// that overlap so that hops and move tags are common: PUTs of new keys
+// answered ServerFull; for half the fault seeds READs are copied a word at a
+// time, last word first), 4 KiB log segments, a 2 ms grace period, the cleaner
 // run by the driver at points the seed chooses (no cleaner thread), store or
 // cache mode (evictions enter the history as DELETEs), and a shape of key and
 // value sizes that makes log offsets repeat across the reuses of a segment
@@ -89,7 +91,7 @@ struct Pending {
 
 struct ExploreStats {
   uint64_t ops = 0, server_full = 0, unknown = 0, cache_hits = 0, cache_stale = 0, cleaner_passes = 0,
-           reconnects = 0, segments_cleaned = 0, evictions = 0;
+           reconnects = 0, segments_cleaned = 0, evictions = 0, index_moves = 0, miss_rounds = 0;
 };
 
 // One schedule. Returns the history (hot keys only) and counts into *st.
@@ -102,7 +104,13 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
   const Shape shape = kShapes[shape_pick % 4];
   const int hot_keys = 1 + static_cast<int>(pick(3));  // keys the history is about ("h0".."h2")
   const bool cache_mode = pick(4) == 0;
-  const uint64_t index_buckets = pick(2) ? 2 : 4;  // 14 or 28 slots for up to 39 keys: often full
+  // Index shapes (homes x window): 11 to 28 usable words for up to 39 keys,
+  // often full; windows that overlap make hops (and their move tags) common.
+  struct IndexShape {
+    uint64_t slots, window;
+  };
+  constexpr IndexShape kIndexShapes[] = {{1, 14}, {1, 28}, {4, 8}, {8, 8}, {8, 16}, {16, 4}};
+  const IndexShape index = kIndexShapes[pick(std::size(kIndexShapes))];
   const bool faults = kind == Kind::kLoopback && pick(2) == 0;
   server::ServerConfig cfg = TestServer::Defaults();
   cfg.workers = 2;
@@ -125,9 +133,10 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
       evicted->second.push_back(std::move(ho));
     };
     sc.cleaner_thread = false;
-    sc.index_buckets = index_buckets;
+    sc.index_slots = index.slots;
+    sc.index_window = index.window;
     sc.segment_bytes = 4096;
-    // Room for the live data (up to 28 slots) plus churn: 8 segments, or 32
+    // Room for the live data (up to 28 words) plus churn: 8 segments, or 32
     // for 1 KiB entries.
     sc.log_bytes = (shape.key_bytes > 2 ? 32 : 8) * 4096;
     sc.full_wait = std::chrono::milliseconds(1);
@@ -142,6 +151,15 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
     f.fail_wr = [break_next](const SendWr&) {
       return break_next->exchange(false) ? WcStatus::kRetryExceeded : WcStatus::kSuccess;
     };
+    // READs copied a word at a time, last word first, yielding in between:
+    // a window READ then reads a hop's destination (higher) before its
+    // source, the order that would show a moved key nowhere without the
+    // move tag (DESIGN.md, "Misses while slots move").
+    if (pick(2) == 0) {
+      f.read_chunk_bytes = 8;
+      f.read_descending = true;
+      f.between_read_chunks = [](const SendWr&, size_t) { std::this_thread::yield(); };
+    }
     env.fabric->SetFaults(std::move(f));
   }
   Store& store = server.backend().store();
@@ -271,13 +289,17 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
     for (Pending& p : pend[c]) EXPECT_FALSE(p.busy) << "seed " << seed << ": an operation never completed";
     st->cache_hits += clients[c]->stats().cache_hits;
     st->cache_stale += clients[c]->stats().cache_stale;
+    // Window rounds beyond the first of GETs that found nothing: a tag that
+    // matched, or a round over the deadline.
+    st->miss_rounds += clients[c]->stats().get_miss_rounds - clients[c]->stats().get_misses;
   }
   const StoreStats ss = store.Stats();
   if (EnvOr("KVRDMA_EXPLORE_VERBOSE", 0) != 0) {
-    std::printf("[explore] seed %llu: shape %s, %d hot keys, %llu buckets, %s mode%s; %zu history ops; "
+    std::printf("[explore] seed %llu: shape %s, %d hot keys, index %llu x %llu, %s mode%s; %zu history ops; "
                 "segments cleaned %llu, relocations %llu, evictions %llu; client 0: %llu cache hits, %llu stale\n",
                 static_cast<unsigned long long>(seed), shape.name, hot_keys,
-                static_cast<unsigned long long>(index_buckets), cache_mode ? "cache" : "store",
+                static_cast<unsigned long long>(index.slots), static_cast<unsigned long long>(index.window),
+                cache_mode ? "cache" : "store",
                 faults ? ", faults" : "", h.size(), static_cast<unsigned long long>(ss.segments_cleaned),
                 static_cast<unsigned long long>(ss.relocations), static_cast<unsigned long long>(ss.evictions),
                 static_cast<unsigned long long>(clients[0]->stats().cache_hits),
@@ -285,6 +307,7 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
   }
   st->segments_cleaned += ss.segments_cleaned;
   st->evictions += ss.evictions;
+  st->index_moves += ss.index_moves;
   server.Stop();
   std::lock_guard<std::mutex> g(evicted->first);
   h.insert(h.end(), evicted->second.begin(), evicted->second.end());
@@ -328,19 +351,22 @@ void Explore(Kind kind, uint64_t first, uint64_t count, uint64_t steps) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("[explore] %s: %llu seeds from %llu, %llu histories checked (%llu ops of hot keys, %llu ops in all), "
               "0 violations, %.1f s; cache hits %llu, stale cached locations %llu, ServerFull %llu, unknown %llu, "
-              "cleaner passes %llu, segments cleaned %llu, evictions %llu, broken connections %llu\n",
+              "cleaner passes %llu, segments cleaned %llu, evictions %llu, broken connections %llu, index moves %llu, "
+              "extra miss rounds %llu\n",
               kind == Kind::kLoopback ? "loopback" : "verbs", static_cast<unsigned long long>(count),
               static_cast<unsigned long long>(first), static_cast<unsigned long long>(histories),
               static_cast<unsigned long long>(history_ops), static_cast<unsigned long long>(st.ops), secs,
               static_cast<unsigned long long>(st.cache_hits), static_cast<unsigned long long>(st.cache_stale),
               static_cast<unsigned long long>(st.server_full), static_cast<unsigned long long>(st.unknown),
               static_cast<unsigned long long>(st.cleaner_passes), static_cast<unsigned long long>(st.segments_cleaned),
-              static_cast<unsigned long long>(st.evictions), static_cast<unsigned long long>(st.reconnects));
+              static_cast<unsigned long long>(st.evictions), static_cast<unsigned long long>(st.reconnects),
+              static_cast<unsigned long long>(st.index_moves), static_cast<unsigned long long>(st.miss_rounds));
   // The schedules must have exercised what they claim to.
   EXPECT_GT(st.cache_hits, 0u);
   EXPECT_GT(st.cache_stale, 0u);
   EXPECT_GT(st.server_full, 0u);
   EXPECT_GT(st.segments_cleaned, 0u);
+  EXPECT_GT(st.index_moves, 0u);
 }
 
 void ExploreFromEnv(Kind kind, uint64_t default_seeds) {

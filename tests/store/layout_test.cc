@@ -5,21 +5,43 @@
 #include <cstring>
 #include <string>
 
-#include "common/format/bucket.h"
 #include "common/format/entry.h"
 #include "common/format/hash.h"
 #include "common/format/slot.h"
+#include "common/format/window.h"
 
 namespace kvrdma {
 namespace {
 
-TEST(Layout, Bucket) {
-  EXPECT_EQ(sizeof(IndexBucket), 64u);
-  EXPECT_EQ(alignof(IndexBucket), 64u);
-  EXPECT_EQ(offsetof(IndexBucket, version), 0u);
-  EXPECT_EQ(offsetof(IndexBucket, slots), 8u);
-  EXPECT_EQ(BucketSlotOffset(6), 56u);
-  EXPECT_EQ(kSlotsPerBucket, 7u);
+TEST(Layout, IndexWords) {
+  EXPECT_EQ(kSlotBytes, 8u);
+  EXPECT_EQ(kMaxWindowSlots, 128u);  // one READ of 1 KiB
+  EXPECT_EQ(IndexWords(1 << 20, 128), (1u << 20) + 127);
+  EXPECT_EQ(IndexWords(1, 14), 14u);
+  // | fingerprint:12 | size class:11 | tag:5 | location:36 |
+  EXPECT_EQ(kWordTagShift, 36u);
+  EXPECT_EQ(kWordTagMask, uint64_t{0x1f} << 36);
+  EXPECT_EQ(kSlotSizeClassShift, 41u);
+  EXPECT_EQ(kSlotFingerprintShift, 52u);
+}
+
+TEST(Layout, MoveTagsBelongToTheWord) {
+  const uint64_t slot = PackSlot(0xabc, 40, 8 * 999);
+  const uint64_t tagged = WordWith(slot, kTagSetBit | 7);
+  EXPECT_EQ(WordSlot(tagged), slot);
+  EXPECT_EQ(WordTag(tagged), kTagSetBit | 7);
+  EXPECT_EQ(SlotFingerprint(WordSlot(tagged)), 0xabc);
+  EXPECT_EQ(SlotLogOffset(WordSlot(tagged)), 8u * 999);
+  // An empty word can carry a tag: the slot is empty, the word is not 0.
+  EXPECT_EQ(WordSlot(WordWith(kEmptySlot, kTagSetBit | 3)), kEmptySlot);
+  // A second key leaving a tagged word makes the tag match every key.
+  EXPECT_EQ(TagAfterMove(kTagSetBit | 3, 3), kTagSetBit | 3);
+  EXPECT_EQ(TagAfterMove(kTagSetBit | 3, 4), kTagSetBit | kTagAnyKey);
+  for (uint64_t n = 0; n < 16; ++n) {
+    EXPECT_TRUE(TagMatches(kTagSetBit | kTagAnyKey, n));
+    EXPECT_EQ(TagMatches(kTagSetBit | 5, n), n == 5);
+    EXPECT_FALSE(TagMatches(5, n));  // the set bit is clear: no tag
+  }
 }
 
 TEST(Layout, EntryHeader) {
@@ -39,22 +61,23 @@ TEST(Layout, EntryHeader) {
 
 TEST(Layout, SlotPacking) {
   const uint64_t off = (kMaxLogBytes - 8);
-  const uint64_t s = PackSlot(0xffff, kMaxSizeClass, off);
-  EXPECT_EQ(SlotFingerprint(s), 0xffff);
+  const uint64_t s = PackSlot(0xfff, kMaxSizeClass, off);
+  EXPECT_EQ(SlotFingerprint(s), 0xfff);
+  EXPECT_EQ(WordTag(s), 0u);
   EXPECT_EQ(SlotSizeClass(s), kMaxSizeClass);
   EXPECT_EQ(SlotLogOffset(s), off);
   EXPECT_TRUE(SlotLooksValid(s));
-  // All 12 bits round-trip (code 4095 is packable though never valid).
-  EXPECT_EQ(SlotSizeClass(PackSlot(0, kSlotSizeClassMask, 0)), 4095u);
+  // All 11 bits round-trip (code 2047 is packable though never valid).
+  EXPECT_EQ(SlotSizeClass(PackSlot(0, kSlotSizeClassMask, 0)), 2047u);
   EXPECT_EQ(SizeClassFor(24), 3u);
-  EXPECT_EQ(SizeClassFor(16376), 2047u);
-  EXPECT_EQ(SizeClassFor(16384), 2048u);
+  EXPECT_EQ(SizeClassFor(8184), 1023u);
+  EXPECT_EQ(SizeClassFor(8192), 1024u);
   EXPECT_EQ(SizeClassFor(EntryBytes(kMaxKeyBytes, kMaxValueBytes)), kMaxSizeClass);
-  EXPECT_EQ(kMaxSizeClass, 2048u + 7 * 64 + 1);
+  EXPECT_EQ(kMaxSizeClass, 1024u + 8 * 32 + 1);
   EXPECT_NE(PackSlot(0, kMinSizeClass, 0), kEmptySlot);
-  // Codes 0..2 are never entries (code 1 is reserved for a marker slot).
-  for (uint64_t code = 0; code < kMinSizeClass; ++code) EXPECT_FALSE(SlotLooksValid(PackSlot(0x1234, code, 64)));
-  EXPECT_FALSE(SlotLooksValid(PackSlot(0x1234, kMaxSizeClass + 1, 64)));
+  // Codes 0..2 are never entries.
+  for (uint64_t code = 0; code < kMinSizeClass; ++code) EXPECT_FALSE(SlotLooksValid(PackSlot(0x123, code, 64)));
+  EXPECT_FALSE(SlotLooksValid(PackSlot(0x123, kMaxSizeClass + 1, 64)));
   EXPECT_EQ(kMaxLogBytes, uint64_t{512} << 30);
 }
 
@@ -74,14 +97,15 @@ TEST(Layout, EncodedEntryBytes) {
   EXPECT_EQ(EncodeEntry(buf, "", "x", 1, false, 42), 0u);
 }
 
-TEST(Hash, CandidateBucketsDifferAndAreSymmetric) {
-  for (uint64_t count : {2ull, 4ull, 1024ull, 1ull << 20}) {
+TEST(Hash, HomeFingerprintAndTagNibbleUseDisjointBits) {
+  for (uint64_t count : {1ull, 2ull, 1024ull, 1ull << 20, 1ull << 40}) {
     for (int k = 0; k < 2000; ++k) {
       const std::string key = "key-" + std::to_string(k);
       const KeyHash kh = MakeKeyHash(key, 99, count);
-      ASSERT_NE(kh.bucket[0], kh.bucket[1]);
-      ASSERT_LT(kh.bucket[1], count);
-      ASSERT_EQ(AlternateBucket(kh.bucket[1], kh.fingerprint, count), kh.bucket[0]);
+      ASSERT_LT(kh.home, count);
+      ASSERT_EQ(kh.home, kh.hash & (count - 1));
+      ASSERT_EQ(kh.fingerprint, kh.hash >> 52);
+      ASSERT_EQ(kh.tag_nibble, (kh.hash >> 44) & 15);
     }
   }
 }

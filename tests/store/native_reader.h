@@ -1,7 +1,7 @@
 // A GET done the way a client does it over RDMA, but on local memory: copy
-// the two candidate buckets and then the entry with RacyLoad (what a NIC's
-// READ does to memory the server is changing), and decide with the pure
-// read-path functions. Used by the store tests and the stress test.
+// the key's index window and then the entry with RacyLoad (what a NIC's READ
+// does to memory the server is changing), and decide with the pure read-path
+// functions. Used by the store tests and the stress test.
 #pragma once
 
 #include <atomic>
@@ -20,7 +20,8 @@ namespace kvrdma::test {
 
 struct ReadCounters {
   uint64_t gets = 0;
-  uint64_t rounds = 0;          // bucket rounds (a miss takes >= 2)
+  uint64_t rounds = 0;          // window rounds
+  uint64_t miss_rounds = 0;     // rounds repeated because a miss was not proven (tag, deadline)
   uint64_t restarts = 0;        // GETs restarted (torn / malformed / deadline)
   uint64_t torn = 0;            // checksum failures seen
   uint64_t malformed = 0;       // lengths disagreeing with the slot
@@ -38,33 +39,41 @@ struct NativeGetResult {
 };
 
 // REQUIRES: buf.size() >= SizeClassBytes of the largest entry's size class. Returns OK, NotFound, or Retry
-// after `max_attempts` restarts. `slow_buckets` yields between the two
-// bucket copies (tests: widens the window a cuckoo move can race).
+// after `max_attempts` restarts. `slow_window` copies the window a word at a
+// time, last word first, yielding in between (tests: a slow NIC that reads a
+// hop's destination before its source, the order the move tag guards).
 inline Status NativeGet(const IndexParams& p, const std::byte* index, const std::byte* log,
                         std::string_view key, std::vector<std::byte>& buf, NativeGetResult* out,
                         ReadCounters* c, std::chrono::nanoseconds deadline = std::chrono::seconds(1),
-                        int max_attempts = 1000, bool slow_buckets = false) {
+                        int max_attempts = 1000, bool slow_window = false) {
   using Clock = std::chrono::steady_clock;
-  auto reads = CandidateBucketReads(p, key);
-  if (!reads.ok()) return reads.status();
+  auto kw = KeyWindowRead(p, key);
+  if (!kw.ok()) return kw.status();
   ++c->gets;
-  alignas(64) std::byte buckets[2][kBucketBytes];
+  alignas(64) std::byte window[kMaxWindowSlots * kSlotBytes];
+  const std::span<const std::byte> wspan(window, kw->read.length);
   for (int attempt = 0; attempt < max_attempts; ++attempt) {
-    const auto start = Clock::now();
-    MissCheck miss;
     bool restart = false;
-    while (!restart) {
+    for (int round = 0; round < 16 && !restart; ++round) {
+      const auto start = Clock::now();
       ++c->rounds;
-      RacyLoad(buckets[0], index + reads->reads[0].offset, kBucketBytes);
-      if (slow_buckets) std::this_thread::yield();  // a slow NIC: widen the race window
-      RacyLoad(buckets[1], index + reads->reads[1].offset, kBucketBytes);
+      const std::byte* src = index + kw->read.offset;
+      if (slow_window) {
+        for (size_t at = kw->read.length; at > 0; at -= kSlotBytes) {
+          RacyLoad(window + at - kSlotBytes, src + at - kSlotBytes, kSlotBytes);
+          std::this_thread::yield();  // a slow NIC: widen the race window
+        }
+      } else {
+        RacyLoad(window, src, kw->read.length);
+      }
 #ifndef KVRDMA_TSAN  // (TSan does not model fences; the checksum catches what it would order)
       std::atomic_thread_fence(std::memory_order_acquire);  // later READs see what the slot published
 #endif
-      ProbeResult probe;
-      KVRDMA_RETURN_IF_ERROR(ProbeBuckets(buckets[0], buckets[1], reads->hash, p, &probe));
-      for (int i = 0; i < probe.count && !restart; ++i) {
-        const SlotCandidate& cand = probe.candidates[i];
+      const bool late = Clock::now() - start > deadline;
+      WindowProbe probe;
+      KVRDMA_RETURN_IF_ERROR(ProbeWindow(wspan, kw->hash, p, &probe));
+      for (int w = NextCandidate(probe, 0); w >= 0 && !restart; w = NextCandidate(probe, w + 1)) {
+        const SlotCandidate cand = CandidateAt(wspan, w, p);
         // One READ of the size class's bytes covers the entry (a buffer
         // shorter than that READ makes it malformed: see REQUIRES).
         const size_t len = std::min<size_t>(cand.entry.length, buf.size());
@@ -91,14 +100,8 @@ inline Status NativeGet(const IndexParams& p, const std::byte* index, const std:
         }
       }
       if (restart) break;
-      if (miss.rounds() >= 16) break;  // buckets keep changing: start over
-      if (miss.ConfirmMiss(probe)) {
-        if (Clock::now() - start > deadline) {
-          ++c->deadline;
-          break;
-        }
-        return Status::NotFound();
-      }
+      if (MissIsProven(probe, !late)) return Status::NotFound();
+      ++c->miss_rounds;  // a tag matched, or the round was late: read the window again
     }
     ++c->restarts;
   }

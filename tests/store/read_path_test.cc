@@ -27,55 +27,82 @@ Encoded Make(std::string_view key, std::string_view value, uint32_t version = 1,
   return e;
 }
 
-TEST(ReadPath, CandidateBucketReads) {
-  IndexParams p{1024, kSeed, 1 << 20};
-  auto r = CandidateBucketReads(p, "hello");
+TEST(ReadPath, KeyWindowRead) {
+  IndexParams p{1024, 128, kSeed, 1 << 20};
+  auto r = KeyWindowRead(p, "hello");
   ASSERT_TRUE(r.ok());
   const KeyHash kh = MakeKeyHash("hello", kSeed, 1024);
-  EXPECT_EQ(r->reads[0].offset, kh.bucket[0] * 64);
-  EXPECT_EQ(r->reads[1].offset, kh.bucket[1] * 64);
-  EXPECT_EQ(r->reads[0].length, 64u);
-  EXPECT_FALSE(CandidateBucketReads(IndexParams{1000, kSeed, 1 << 20}, "k").ok());
-  EXPECT_FALSE(CandidateBucketReads(IndexParams{1, kSeed, 1 << 20}, "k").ok());
-  EXPECT_FALSE(CandidateBucketReads(IndexParams{1024, kSeed, 0}, "k").ok());
-  EXPECT_FALSE(CandidateBucketReads(p, "").ok());
-  EXPECT_FALSE(CandidateBucketReads(p, std::string(2000, 'k')).ok());
+  EXPECT_EQ(r->read.offset, kh.home * 8);
+  EXPECT_EQ(r->read.length, 128u * 8);
+  EXPECT_TRUE(KeyWindowRead(IndexParams{1, 14, kSeed, 1 << 20}, "k").ok());
+  EXPECT_EQ(KeyWindowRead(IndexParams{1, 14, kSeed, 1 << 20}, "k")->read.offset, 0u);
+  EXPECT_FALSE(KeyWindowRead(IndexParams{1000, 128, kSeed, 1 << 20}, "k").ok());  // not a power of two
+  EXPECT_FALSE(KeyWindowRead(IndexParams{0, 128, kSeed, 1 << 20}, "k").ok());
+  EXPECT_FALSE(KeyWindowRead(IndexParams{1024, 0, kSeed, 1 << 20}, "k").ok());
+  EXPECT_FALSE(KeyWindowRead(IndexParams{1024, 129, kSeed, 1 << 20}, "k").ok());
+  EXPECT_FALSE(KeyWindowRead(IndexParams{1024, 128, kSeed, 0}, "k").ok());
+  EXPECT_FALSE(KeyWindowRead(p, "").ok());
+  EXPECT_FALSE(KeyWindowRead(p, std::string(2000, 'k')).ok());
 }
 
-TEST(ReadPath, ProbeBucketsFindsFingerprintMatches) {
-  IndexParams p{1024, kSeed, 1 << 20};
+TEST(ReadPath, ProbeWindowFindsFingerprintMatchesAndTags) {
+  IndexParams p{1024, 16, kSeed, 1 << 20};
   const KeyHash kh = MakeKeyHash("hello", kSeed, 1024);
-  IndexBucket b[2] = {};
-  b[0].version = 5;
-  b[1].version = 9;
-  b[0].slots[3] = PackSlot(kh.fingerprint, 4, 800);
-  b[0].slots[4] = PackSlot(kh.fingerprint ^ 1, 4, 800);          // other fingerprint
-  b[1].slots[6] = PackSlot(kh.fingerprint, 4, (1 << 20) - 8);     // clamped read
-  b[1].slots[0] = PackSlot(kh.fingerprint, 4, 1 << 21);           // outside the log
-  b[1].slots[1] = PackSlot(kh.fingerprint, 1, 64);                // impossible size class
-  ProbeResult r;
-  ASSERT_TRUE(ProbeBuckets(std::as_bytes(std::span(&b[0], 1)), std::as_bytes(std::span(&b[1], 1)), kh, p, &r).ok());
-  EXPECT_EQ(r.count, 1);  // (1<<20)-8 + 16 > log: rejected too
+  uint64_t w[16] = {};
+  w[3] = PackSlot(kh.fingerprint, 4, 800);
+  w[4] = PackSlot(kh.fingerprint ^ 1, 4, 800);          // other fingerprint
+  w[15] = PackSlot(kh.fingerprint, 4, (1 << 20) - 8);   // outside the log (no room for a header)
+  w[0] = PackSlot(kh.fingerprint, 4, 1 << 21);          // outside the log
+  w[1] = PackSlot(kh.fingerprint, 1, 64);               // impossible size class
+  w[9] = WordWith(PackSlot(kh.fingerprint, 4, 960), kTagSetBit | ((kh.tag_nibble + 1) & 15));  // another key's tag
+  WindowProbe r;
+  const auto bytes = [&] { return std::as_bytes(std::span(w)); };
+  ASSERT_TRUE(ProbeWindow(bytes(), kh, p, &r).ok());
+  EXPECT_EQ(r.count, 2);
   EXPECT_EQ(r.rejected, 3);
+  EXPECT_FALSE(r.tag_matched);
+  EXPECT_EQ(NextCandidate(r, 0), 3);
+  EXPECT_EQ(NextCandidate(r, 4), 9);
+  EXPECT_EQ(NextCandidate(r, 10), -1);
+  SlotCandidate c = CandidateAt(bytes(), 9, p);
+  EXPECT_EQ(c.slot, PackSlot(kh.fingerprint, 4, 960));  // the tag is not part of the slot
+  EXPECT_EQ(c.entry.offset, 960u);
+  EXPECT_EQ(c.entry.length, 32u);
+  w[15] = PackSlot(kh.fingerprint, 4, (1 << 20) - 16);  // clamped read
+  ASSERT_TRUE(ProbeWindow(bytes(), kh, p, &r).ok());
+  EXPECT_EQ(r.count, 3);
+  EXPECT_EQ(CandidateAt(bytes(), 15, p).entry.length, 16u);
+  // A tag matching the key, on an empty word: no candidate, but no proof of a miss.
+  w[7] = WordWith(kEmptySlot, kTagSetBit | kh.tag_nibble);
+  ASSERT_TRUE(ProbeWindow(bytes(), kh, p, &r).ok());
+  EXPECT_TRUE(r.tag_matched);
+  EXPECT_FALSE(MissIsProven(r, true));
+  w[7] = WordWith(kEmptySlot, kTagSetBit | kTagAnyKey);
+  ASSERT_TRUE(ProbeWindow(bytes(), kh, p, &r).ok());
+  EXPECT_TRUE(r.tag_matched);
+  w[7] = 0;
+  ASSERT_TRUE(ProbeWindow(bytes(), kh, p, &r).ok());
+  EXPECT_TRUE(MissIsProven(r, true));
+  EXPECT_FALSE(MissIsProven(r, false));  // a round over the deadline proves nothing
+  EXPECT_FALSE(ProbeWindow(std::as_bytes(std::span(w)).first(120), kh, p, &r).ok());
   // Codes 0..2 and codes beyond the largest entry's are never followed.
   for (uint64_t code : {uint64_t{2}, kMaxSizeClass + 1, kSlotSizeClassMask}) {
-    IndexBucket c[2] = {};
-    c[0].slots[0] = PackSlot(kh.fingerprint, code, 64);
-    ProbeResult rc;
-    ASSERT_TRUE(ProbeBuckets(std::as_bytes(std::span(&c[0], 1)), std::as_bytes(std::span(&c[1], 1)), kh, p, &rc).ok());
+    uint64_t c[4] = {PackSlot(kh.fingerprint, code, 64), 0, 0, 0};
+    WindowProbe rc;
+    ASSERT_TRUE(ProbeWindow(std::as_bytes(std::span(c)), kh, IndexParams{1024, 4, kSeed, 1 << 20}, &rc).ok());
     EXPECT_EQ(rc.count, 0) << code;
     EXPECT_EQ(rc.rejected, 1) << code;
   }
-  EXPECT_EQ(r.candidates[0].entry.offset, 800u);
-  EXPECT_EQ(r.candidates[0].entry.length, 32u);
-  EXPECT_EQ(r.versions[0], 5u);
-  EXPECT_EQ(r.versions[1], 9u);
-  b[1].slots[6] = PackSlot(kh.fingerprint, 4, (1 << 20) - 16);
-  ASSERT_TRUE(ProbeBuckets(std::as_bytes(std::span(&b[0], 1)), std::as_bytes(std::span(&b[1], 1)), kh, p, &r).ok());
-  EXPECT_EQ(r.count, 2);
-  EXPECT_EQ(r.candidates[1].entry.length, 16u);
-  std::byte short_bucket[63] = {};
-  EXPECT_FALSE(ProbeBuckets(short_bucket, std::as_bytes(std::span(&b[1], 1)), kh, p, &r).ok());
+}
+
+TEST(ReadPath, NextCandidateWalksAllWordsOfTheWidestWindow) {
+  WindowProbe r;
+  for (int i : {0, 63, 64, 127}) r.candidates[static_cast<size_t>(i) / 64] |= uint64_t{1} << (i % 64);
+  EXPECT_EQ(NextCandidate(r, 0), 0);
+  EXPECT_EQ(NextCandidate(r, 1), 63);
+  EXPECT_EQ(NextCandidate(r, 64), 64);
+  EXPECT_EQ(NextCandidate(r, 65), 127);
+  EXPECT_EQ(NextCandidate(r, 128), -1);
 }
 
 TEST(ReadPath, DecodeValidEntry) {
@@ -171,24 +198,24 @@ TEST(ReadPath, SupersededAndTombstone) {
 }
 
 TEST(ReadPath, SizeClassCodes) {
-  // Exact codes: the length in 8-byte units, up to 16376 bytes.
+  // Exact codes: the length in 8-byte units, up to 8184 bytes.
   for (uint64_t bytes = 24; bytes <= kMaxExactEntryBytes; bytes += 8) {
     ASSERT_EQ(SizeClassFor(bytes), bytes / 8);
     ASSERT_EQ(SizeClassBytes(bytes / 8), bytes);
   }
   // Coarse codes: every entry size up to the largest gets the smallest code
   // covering it, the previous code does not cover it, and the READ is at
-  // most 1/64 longer than the entry.
+  // most 1/32 longer than the entry.
   for (uint64_t bytes = kMaxExactEntryBytes + 8; bytes <= kMaxEntryBytes; bytes += 8) {
     const uint64_t code = SizeClassFor(bytes);
     ASSERT_GE(code, kFirstCoarseSizeClass) << bytes;
     ASSERT_LE(code, kMaxSizeClass) << bytes;
     ASSERT_GE(SizeClassBytes(code), bytes) << bytes;
     ASSERT_LT(SizeClassBytes(code - 1), bytes) << bytes;
-    ASSERT_LE(SizeClassBytes(code) * 64, bytes * 65) << bytes;
+    ASSERT_LE(SizeClassBytes(code) * kSizeClassSteps, bytes * (kSizeClassSteps + 1)) << bytes;
   }
   EXPECT_EQ(SizeClassFor(kMaxEntryBytes), kMaxSizeClass);
-  EXPECT_LT(kMaxSizeClass, 4096u);
+  EXPECT_LT(kMaxSizeClass, 2048u);
   // Codes' bytes strictly increase, so "the smallest covering code" is unique.
   for (uint64_t code = kMinSizeClass; code < kMaxSizeClass; ++code) {
     ASSERT_LT(SizeClassBytes(code), SizeClassBytes(code + 1)) << code;
@@ -196,14 +223,14 @@ TEST(ReadPath, SizeClassCodes) {
 }
 
 TEST(ReadPath, CoarseClassEntryDecodesFromOneRead) {
-  // 16 + 3 + 40000 -> 40024 bytes: code 2048 + 64 + 15, a READ of (64 + 15) << 9 = 40448.
+  // 16 + 3 + 40000 -> 40024 bytes: code 1024 + 2 * 32 + 8, a READ of (32 + 8) << 10 = 40960.
   const std::string big(40000, 'x');
   Encoded e = Make("big", big);
   const uint64_t code = SlotSizeClass(e.slot);
-  EXPECT_EQ(code, kFirstCoarseSizeClass + 64 + 15);
+  EXPECT_EQ(code, kFirstCoarseSizeClass + 2 * 32 + 8);
   EXPECT_GE(code, kFirstCoarseSizeClass);
   const uint64_t read = SizeClassBytes(code);
-  ASSERT_EQ(read, 40448u);  // the entry is shorter than its READ
+  ASSERT_EQ(read, 40960u);  // the entry is shorter than its READ
   // What the READ returns: the entry, then whatever follows it in the log.
   std::vector<std::byte> bytes = e.bytes;
   bytes.resize(read, std::byte{0xa5});
@@ -261,35 +288,19 @@ TEST(ReadPath, RandomBytesNeverDecodeAsValue) {
     const EntryView v = DecodeEntry(std::span(buf).first(len), "key", slot, kSeed, false);
     ASSERT_NE(v.verdict, EntryVerdict::kValue);
     ASSERT_NE(v.verdict, EntryVerdict::kTombstone);
-    IndexParams p{uint64_t{1} << (rng() % 20 + 1), rng(), (rng() % (1 << 20) + 1) * 8};
-    ProbeResult r;
-    const KeyHash kh = MakeKeyHash("key", p.seed, p.bucket_count);
-    if (buf.size() >= 128) {
-      ASSERT_TRUE(ProbeBuckets(std::span(buf).first(64), std::span(buf).subspan(64, 64), kh, p, &r).ok());
-      for (int c = 0; c < r.count; ++c) {
-        ASSERT_LE(r.candidates[c].entry.offset + r.candidates[c].entry.length, p.log_bytes);
-      }
+    IndexParams p{uint64_t{1} << (rng() % 20), 1 + rng() % 32, rng(), (rng() % (1 << 20) + 1) * 8};
+    WindowProbe r;
+    const KeyHash kh = MakeKeyHash("key", p.seed, p.slot_count);
+    const auto window = std::span(buf).first(p.window_slots * 8);
+    ASSERT_TRUE(ProbeWindow(window, kh, p, &r).ok());
+    int n = 0;
+    for (int w = NextCandidate(r, 0); w >= 0; w = NextCandidate(r, w + 1), ++n) {
+      const SlotCandidate c = CandidateAt(window, w, p);
+      ASSERT_LE(c.entry.offset + c.entry.length, p.log_bytes);
+      ASSERT_GE(c.entry.length, kEntryHeaderBytes);
     }
+    ASSERT_EQ(n, r.count);
   }
-}
-
-TEST(ReadPath, MissCheckNeedsEqualVersionsAroundARound) {
-  MissCheck m;
-  ProbeResult r;
-  r.versions = {1, 2};
-  EXPECT_FALSE(m.ConfirmMiss(r));  // the GET's own round
-  r.versions = {1, 3};             // a slot moved out of bucket 1 meanwhile
-  EXPECT_FALSE(m.ConfirmMiss(r));
-  EXPECT_FALSE(m.ConfirmMiss(r));  // {1,2} before round 2, {1,3} after: not proven
-  EXPECT_TRUE(m.ConfirmMiss(r));   // {1,3} on both sides of round 3
-  EXPECT_EQ(m.rounds(), 4);
-  MissCheck quiet;
-  r.versions = {5, 5};
-  EXPECT_FALSE(quiet.ConfirmMiss(r));
-  EXPECT_FALSE(quiet.ConfirmMiss(r));
-  EXPECT_TRUE(quiet.ConfirmMiss(r));
-  EXPECT_TRUE(MissIsReal({1, 2}, r, {1, 2}));
-  EXPECT_FALSE(MissIsReal({1, 2}, r, {2, 2}));
 }
 
 }  // namespace

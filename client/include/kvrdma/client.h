@@ -96,7 +96,7 @@ struct Op {
 // benchmarks). Kept across reconnects.
 struct ClientStats {
   uint64_t gets = 0;
-  uint64_t get_rounds = 0;   // bucket-READ rounds (1 per GET without races)
+  uint64_t get_rounds = 0;   // window-READ rounds (1 per GET without races)
   uint64_t get_retries = 0;  // rounds repeated: torn/superseded entry, concurrent move
   uint64_t reads = 0;        // RDMA READs posted
   uint64_t cache_hits = 0;   // GETs answered by one READ at a cached location
@@ -109,7 +109,7 @@ struct ClientStats {
   uint64_t get_hits = 0;         // GETs that found their key
   uint64_t get_hit_reads = 0;    // RDMA READs those GETs posted
   uint64_t get_misses = 0;       // GETs that found no value (NotFound)
-  uint64_t get_miss_rounds = 0;  // bucket-READ rounds those GETs took
+  uint64_t get_miss_rounds = 0;  // window-READ rounds those GETs took
 };
 
 // Errors common to the data calls below (Status codes, see status.h):
