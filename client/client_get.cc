@@ -34,6 +34,8 @@ void Client::Impl::StartGet(Slot& s, Clock::time_point now) {
   s.cached_slot = cache_.Lookup(s.kw.hash.hash);
   s.phase = s.cached_slot != 0 ? GetPhase::kCachedEntry : GetPhase::kWindow;
   s.step = Step::kGetPost;
+  s.not_before = Clock::time_point{};
+  s.tag_rounds = 0;
   ++stats_.gets;
   ready_.push_back(SlotOf(s));
 }
@@ -62,6 +64,7 @@ bool Client::Impl::StageGet(Slot& s) {
       s.phase = GetPhase::kWindow;
     }
   }
+  if (s.phase == GetPhase::kWindow && now < s.not_before) return false;  // backing off (NextCandidateOrMiss)
   const uint32_t budget = std::max<uint32_t>(conn_->max_rd_atomic(), 1);
   const uint32_t reads = 1;
   if (reads_in_flight_ + reads > budget) return false;
@@ -185,6 +188,16 @@ void Client::Impl::NextCandidateOrMiss(Slot& s, int from) {
   // than the deadline (DESIGN.md, "Misses while slots move"); else read the
   // window again.
   if (MissIsProven(s.probe, !s.window_late)) return Finish(s, Status::NotFound());
+  if (s.probe.tag_matched) {
+    // A tag stays until the server expires it (the grace period): reading
+    // the window again at once would only repeat this round. Back off,
+    // doubling from 25 us to 1 ms, so that keys made to hop (a client can
+    // choose keys that fill a window) cost a reader a few READs per
+    // millisecond, not a flood.
+    const int64_t backoff_us = std::min<int64_t>(int64_t{25} << std::min<uint32_t>(s.tag_rounds, 6), 1000);
+    s.not_before = Clock::now() + std::chrono::microseconds(backoff_us);
+    ++s.tag_rounds;
+  }
   NewRound(s, /*retry=*/false);
 }
 

@@ -132,6 +132,8 @@ class Client::Impl {
     Clock::time_point round_start;  // of the round (or cached READ) in progress
     GetPhase phase = GetPhase::kWindow;
     bool window_late = false;       // the last window READ took longer than the GET deadline
+    Clock::time_point not_before;   // kWindow: not posted before (back-off after a matching move tag)
+    uint32_t tag_rounds = 0;        // rounds that a matching move tag sent back (the back-off's exponent)
     int16_t cand = -1;              // kEntry: the window word of the candidate being read
     SlotCandidate cand_slot;        // ... and its slot and entry READ
     uint64_t cached_slot = 0;       // kCachedEntry: the location cache's slot
