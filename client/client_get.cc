@@ -65,9 +65,8 @@ bool Client::Impl::StageGet(Slot& s) {
     }
   }
   if (s.phase == GetPhase::kWindow && now < s.not_before) return false;  // backing off (NextCandidateOrMiss)
-  const uint32_t budget = std::max<uint32_t>(conn_->max_rd_atomic(), 1);
-  const uint32_t reads = 1;
-  if (reads_in_flight_ + reads > budget) return false;
+  // Every step posts one READ.
+  if (reads_in_flight_ + 1 > std::max<uint32_t>(conn_->max_rd_atomic(), 1)) return false;
   if (s.phase == GetPhase::kEntry && UsesLargeBuffer(s)) {
     if (large_owner_ != -1 && large_owner_ != static_cast<int32_t>(idx)) return false;
     large_owner_ = static_cast<int32_t>(idx);  // released in OnEntry or Finish
@@ -90,9 +89,9 @@ bool Client::Impl::StageGet(Slot& s) {
       break;
   }
   s.step = Step::kGetRead;
-  reads_in_flight_ += reads;
-  stats_.reads += reads;
-  s.reads += reads;
+  ++reads_in_flight_;
+  ++stats_.reads;
+  ++s.reads;
   return true;
 }
 
@@ -110,7 +109,7 @@ void Client::Impl::PostGetRead(uint32_t idx, const RemoteRegion& region, uint64_
 
 void Client::Impl::OnGetReadDone(Slot& s) {
   if (s.step != Step::kGetRead) return;
-  reads_in_flight_ -= 1;
+  --reads_in_flight_;
   switch (s.phase) {
     case GetPhase::kCachedEntry: return OnCachedEntry(s);
     case GetPhase::kWindow: return OnWindow(s);
@@ -160,8 +159,7 @@ void Client::Impl::OnCachedEntry(Slot& s) {
 }
 
 void Client::Impl::OnWindow(Slot& s) {
-  const auto* w = reinterpret_cast<const std::byte*>(Mem(WindowOff(SlotOf(s))));
-  if (Status st = ProbeWindow({w, s.kw.read.length}, s.kw.hash, params_, &s.probe); !st.ok()) return Finish(s, st);
+  if (Status st = ProbeWindow(WindowBytes(s), s.kw.hash, params_, &s.probe); !st.ok()) return Finish(s, st);
   // The miss rule needs the window READ's own round time (the entry READs of
   // fingerprint collisions that may follow do not count).
   s.window_late = RoundIsLate(s);
@@ -171,8 +169,7 @@ void Client::Impl::OnWindow(Slot& s) {
 void Client::Impl::NextCandidateOrMiss(Slot& s, int from) {
   s.cand = static_cast<int16_t>(NextCandidate(s.probe, from));
   if (s.cand >= 0) {
-    const auto* w = reinterpret_cast<const std::byte*>(Mem(WindowOff(SlotOf(s))));
-    s.cand_slot = CandidateAt({w, s.kw.read.length}, s.cand, params_);
+    s.cand_slot = CandidateAt(WindowBytes(s), s.cand, params_);
     // One READ of its size class's bytes (clamped to the log): the whole
     // entry. Those that fit go into the slot's buffer, the others into the
     // large buffer, which holds the largest entry the server accepts; a

@@ -158,6 +158,10 @@ class Client::Impl {
   uint8_t* Mem(size_t off) { return mem_.get() + off; }
   size_t WindowOff(uint32_t i) const { return slot_off_ + size_t{i} * SlotBytes(); }
   size_t EntryOff(uint32_t i) const { return WindowOff(i) + kMaxWindowSlots * kSlotBytes; }
+  // What the GET's last window READ returned (valid until its next one).
+  std::span<const std::byte> WindowBytes(const Slot& s) {
+    return {reinterpret_cast<const std::byte*>(Mem(WindowOff(SlotOf(s)))), s.kw.read.length};
+  }
   static constexpr size_t SlotBytes() { return (kMaxWindowSlots * kSlotBytes + kSlotEntryBytes + 63) & ~size_t{63}; }
 
   Status CheckKey(std::string_view key) const;

@@ -47,10 +47,8 @@ Status ProbeWindow(std::span<const std::byte> window, const KeyHash& kh, const I
   // branches predict well (callgrind: bench/callgrind/run).
   const uint64_t fp = kh.fingerprint & kSlotFingerprintMask;
   constexpr uint64_t kTagSetWordBit = kTagSetBit << kWordTagShift;
-  const std::byte* bytes = window.data();
   for (int i = 0; i < static_cast<int>(p.window_slots); ++i) {
-    uint64_t word;
-    std::memcpy(&word, bytes + static_cast<size_t>(i) * kSlotBytes, kSlotBytes);
+    const uint64_t word = WordAt(window, i);
     if ((word & kTagSetWordBit) != 0 && TagMatches(WordTag(word), kh.tag_nibble)) out->tag_matched = true;
     if ((word >> kSlotFingerprintShift) != fp) continue;
     const uint64_t slot = WordSlot(word);

@@ -50,13 +50,6 @@ void Index::WindowGuard::Unlock() {
   idx_->UnlockStripe(s0_);
 }
 
-int64_t Index::FindEmpty(uint64_t home) const noexcept {
-  for (uint64_t w = home; w < home + window_slots_; ++w) {
-    if (LoadSlot(w) == kEmptySlot) return static_cast<int64_t>(w);
-  }
-  return -1;
-}
-
 void Index::Hop(uint64_t from, uint64_t to, uint64_t slot, uint64_t hash) {
   // Order matters for lock-free readers (DESIGN.md, "Misses while slots
   // move"): the key is in `to` before it leaves `from`, and the word it

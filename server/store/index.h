@@ -73,8 +73,6 @@ class Index {
     std::atomic_ref<uint64_t> a(words_base_[w]);
     a.store(WordWith(slot, WordTag(a.load(std::memory_order_relaxed))), std::memory_order_release);
   }
-  // A word of `home`'s window whose slot is empty, or -1. REQUIRES its lock.
-  int64_t FindEmpty(uint64_t home) const noexcept;
 
   // The hash of the key a slot names (the server reads the key from the log).
   using HashOfSlot = std::function<uint64_t(uint64_t slot)>;

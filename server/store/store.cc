@@ -136,9 +136,11 @@ std::string_view Store::EntryKey(uint64_t off, const EntryHeader& h) const noexc
   return {reinterpret_cast<const char*>(log_->data() + off + kEntryHeaderBytes), LengthsKey(h.lengths)};
 }
 
-Store::SlotRef Store::FindKey(const KeyHash& kh, std::string_view key) const {
+Store::SlotRef Store::FindKey(const KeyHash& kh, std::string_view key, uint64_t* first_empty) const {
+  if (first_empty != nullptr) *first_empty = SlotRef::kNone;
   for (uint64_t w = kh.home; w < kh.home + index_->window_slots(); ++w) {
     const uint64_t s = index_->LoadSlot(w);
+    if (s == kEmptySlot && first_empty != nullptr && *first_empty == SlotRef::kNone) *first_empty = w;
     if (s == kEmptySlot || SlotFingerprint(s) != kh.fingerprint) continue;
     const EntryHeader h = ReadHeader(SlotLogOffset(s));
     if (EntryKey(SlotLogOffset(s), h) == key) return SlotRef{w, s, h};
@@ -237,17 +239,14 @@ Result<uint32_t> Store::Write(uint32_t head, std::string_view key, std::string_v
       WriteEntry(off, key, value, 0, tombstone);  // dead (version 0): keeps the segment walkable
       return ok;
     }
-    const SlotRef cur = FindKey(kh, key);
+    uint64_t empty;
+    const SlotRef cur = FindKey(kh, key, &empty);
     const bool had_value = cur.found() && !LengthsTombstone(cur.header.lengths);
     if (tombstone && !had_value) {
       WriteEntry(off, key, {}, 0, true);  // never published: keeps the segment walkable
       return Status::NotFound();
     }
-    uint64_t word = cur.word;
-    if (!cur.found()) {
-      const int64_t e = index_->FindEmpty(kh.home);
-      if (e >= 0) word = static_cast<uint64_t>(e);
-    }
+    uint64_t word = cur.found() ? cur.word : empty;
     if (word == SlotRef::kNone) {
       // Reuse the slot of another key's tombstone: that key stays deleted.
       const SlotRef tomb = FindTombstone(kh);

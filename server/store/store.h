@@ -114,7 +114,9 @@ class Store {
   EntryHeader ReadHeader(uint64_t off) const noexcept;
   std::string_view EntryKey(uint64_t off, const EntryHeader& h) const noexcept;
   // REQUIRES: kh's window lock. The slot of `key` (found() false: none).
-  SlotRef FindKey(const KeyHash& kh, std::string_view key) const;
+  // `first_empty` (if given): the first word of the window whose slot is
+  // empty, or SlotRef::kNone (the same scan: a write needs both).
+  SlotRef FindKey(const KeyHash& kh, std::string_view key, uint64_t* first_empty = nullptr) const;
   // REQUIRES: kh's window lock. The slot pointing at log offset `off`.
   SlotRef FindLocation(const KeyHash& kh, uint64_t off) const;
   // REQUIRES: kh's window lock. A tombstone slot in kh's window (any key).
