@@ -51,22 +51,29 @@ Result<uint64_t> Client::Impl::LockTableOp(WrOpcode op, const RemoteRegion& regi
 // One attempt. *locked_by_other tells a lease held by someone else from errors.
 Status Client::Impl::TryLockOnce(std::string_view key, uint64_t lease_ms, bool* locked_by_other) {
   *locked_by_other = false;
-  const uint64_t idx = LockWordIndex(key, desc_.hash_seed, desc_.lock_slots);
+  const LockPlace place = LockPlaceOf(key, desc_.hash_seed, desc_.lock_slots);
   const uint32_t me = desc_.conn_id;  // the server's owner id for this connection
   auto now = LockTableOp(WrOpcode::kRead, desc_.clock, desc_.clock_offset, 0, 0);
   if (!now.ok()) return now.status();
-  const uint64_t mine = PackLock(me, *now + lease_ms);
-  auto old = LockTableOp(WrOpcode::kCompareSwap, desc_.locks, idx * 8, 0, mine);
+  uint64_t mine = PackLock(me, place.key, *now + lease_ms);
+  auto old = LockTableOp(WrOpcode::kCompareSwap, desc_.locks, place.index * 8, 0, mine);
   if (!old.ok()) return old.status();
   uint64_t seen = *old;
   if (seen != 0) {
     // Held: take it over only if the lease has ended (or it is ours already:
-    // keys sharing the word, or a renewal), with a CAS on the exact word seen.
+    // a renewal, or another key of ours on this word), with a CAS on the
+    // exact word seen.
     if (LockOwner(seen) != me && LockExpiry(seen) > *now) {
       *locked_by_other = true;
-      return Status::Locked("held by another client for " + std::to_string(LockExpiry(seen) - *now) + " ms more");
+      const bool same_key = LockKey(seen) == place.key || LockKey(seen) == kLockAllKeys;
+      return Status::Locked((same_key ? "held by another client for "
+                                      : "another key of its lock word is held by another client for ") +
+                            std::to_string(LockExpiry(seen) - *now) + " ms more");
     }
-    auto again = LockTableOp(WrOpcode::kCompareSwap, desc_.locks, idx * 8, seen, mine);
+    // Our keys already on the word keep their cover: the word then covers
+    // every key of it.
+    if (LockOwner(seen) == me && LockKey(seen) != place.key) mine = PackLock(me, kLockAllKeys, *now + lease_ms);
+    auto again = LockTableOp(WrOpcode::kCompareSwap, desc_.locks, place.index * 8, seen, mine);
     if (!again.ok()) return again.status();
     if (*again != seen) {
       *locked_by_other = true;
@@ -108,8 +115,8 @@ Status Client::Impl::Unlock(std::string_view key) {
   for (const auto& [k, t] : held_) {
     if (t == token) return Status::OK();  // another held key shares the word: keep it
   }
-  auto old = LockTableOp(WrOpcode::kCompareSwap, desc_.locks, LockWordIndex(key, desc_.hash_seed, desc_.lock_slots) * 8,
-                         token, 0);
+  auto old = LockTableOp(WrOpcode::kCompareSwap, desc_.locks,
+                         LockPlaceOf(key, desc_.hash_seed, desc_.lock_slots).index * 8, token, 0);
   if (!old.ok()) return old.status();
   if (*old != token) return Status::Locked("the lease had ended and another client took the lock over");
   return Status::OK();

@@ -24,9 +24,10 @@ int64_t SteadyMs() {
 Status LockView::Check(std::span<const uint8_t> key, uint64_t token, uint32_t requester) const {
   if (words == nullptr) return Status::OK();
   std::string_view k(reinterpret_cast<const char*>(key.data()), key.size());
-  uint64_t word = __atomic_load_n(&words[LockWordIndex(k, seed, slots)], __ATOMIC_ACQUIRE);
+  const LockPlace place = LockPlaceOf(k, seed, slots);
+  uint64_t word = __atomic_load_n(&words[place.index], __ATOMIC_ACQUIRE);
   uint64_t now = __atomic_load_n(clock, __ATOMIC_ACQUIRE);
-  if (LockAllows(word, token, requester, now)) return Status::OK();
+  if (LockAllows(word, place.key, token, requester, now)) return Status::OK();
   return Status::Locked("the key is locked by another client (lease ends in " +
                         std::to_string(LockExpiry(word) - now) + " ms)");
 }

@@ -67,6 +67,7 @@ struct alignas(64) Tally {
   Histogram hist[kKinds];
   std::atomic<uint64_t> count[kKinds] = {}, errors[kKinds] = {}, misses{0};
   std::atomic<uint64_t> progress{0}, progress_errors{0};  // every completed op, warm-up included
+  std::string first_error;  // the worker's first failed operation; read only after it has joined
   static void Bump(std::atomic<uint64_t>& a) { a.store(a.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
 };
 
@@ -286,7 +287,10 @@ class Worker {
       return false;
     }
     Tally::Bump(tally_.progress);
-    if (!st.ok() && !st.IsNotFound()) Tally::Bump(tally_.progress_errors);
+    if (!st.ok() && !st.IsNotFound()) {
+      Tally::Bump(tally_.progress_errors);
+      if (tally_.first_error.empty()) tally_.first_error = std::string(kKindNames[s.kind]) + ": " + st.ToString();
+    }
     if (sh_.measuring.load(std::memory_order_relaxed)) {
       uint64_t ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - s.start).count());
       tally_.hist[s.kind].Record(ns);
@@ -498,6 +502,10 @@ int main(int argc, char** argv) {
   }
   std::printf("total    %10" PRIu64 " %11.0f   (%.1f s measured, %" PRIu64 " reads of absent keys)\n", total,
               total / secs, secs, sh.Sum([](Tally& t) -> auto& { return t.misses; }));
+  for (unsigned i = 0; i < cfg.threads; ++i) {
+    if (!sh.tally[i].first_error.empty())
+      std::printf("errors   thread %u's first failed operation: %s\n", i, sh.tally[i].first_error.c_str());
+  }
   kvrdma::ClientStats cs;
   for (const auto& w : workers) w->AddClientStats(&cs);
   if (cs.gets > 0) {

@@ -27,7 +27,10 @@ inline constexpr uint32_t kWireMagic = 0x4452564b;  // bytes "KVRD"
 // 4: log format 4: the index is words and a key's window of them (one READ),
 //    each word with a move tag; the descriptor carries index_slots (u64) and
 //    index_window (u16) instead of a bucket count.
-inline constexpr uint16_t kProtocolMajor = 4;
+// 5: a lock word names the key it covers (owner:20 | key:8 | expiry:36 in
+//    16 ms units, common/protocol/locks.h): a lock no longer blocks writes of
+//    the other keys of its word.
+inline constexpr uint16_t kProtocolMajor = 5;
 inline constexpr uint16_t kProtocolMinor = 0;
 
 inline constexpr size_t kMaxRequestData = 56;

@@ -2,16 +2,24 @@
 //
 //   word 0           unused (the server clock lives in its own region,
 //                    registered REMOTE_READ only: ServerDescriptor::clock)
-//   words 1..slots   lock words; a key's word is LockWordIndex(key).
+//   words 1..slots   lock words; a key's word is LockPlaceOf(key).index.
 //
-// A lock word is 0 (free) or | owner:24 | expiry:40 |: the owner is the
-// holder's connection id, the expiry is the server-clock
-// millisecond at which the lease ends. Only clients change lock words, and
-// only with RDMA atomics: the server never does a CPU read-modify-write on
-// them (NIC atomics are atomic only against other NIC atomics on
-// IBV_ATOMIC_HCA devices); it only loads them to check a PUT/DELETE.
-// Keys share a word when they hash to the same one (then locking one locks
-// both): the table has --lock-slots words.
+// A lock word is 0 (free) or | owner:20 | key:8 | expiry:36 |:
+//   owner   the holder's connection id;
+//   key     which keys of the word the lock covers: the key byte of the one
+//           key locked (1..255, LockPlaceOf), or kLockAllKeys (0) when its
+//           holder locked two keys of the word with different key bytes;
+//   expiry  the server-clock time at which the lease ends, in units of
+//           kLockExpiryUnitMs (rounded up: a lease lasts at least as long as
+//           asked, at most one unit longer; 36 bits of 16 ms are 34 years).
+// Only clients change lock words, and only with RDMA atomics: the server
+// never does a CPU read-modify-write on them (NIC atomics are atomic only
+// against other NIC atomics on IBV_ATOMIC_HCA devices); it only loads them to
+// check a PUT/DELETE. Keys share a word when they hash to the same one (the
+// table has --lock-slots words). A lock refuses other clients' writes only to
+// the keys it covers, so a lock on one key blocks a write of another key of
+// its word only when their key bytes match too (1 in 255); two locks of
+// different keys on one word do exclude each other (TryLock answers Locked).
 #pragma once
 
 #include <cstdint>
@@ -21,33 +29,52 @@
 
 namespace kvrdma {
 
-inline constexpr unsigned kLockExpiryBits = 40;
+inline constexpr unsigned kLockExpiryBits = 36;
+inline constexpr unsigned kLockKeyBits = 8;
 inline constexpr uint64_t kLockExpiryMask = (uint64_t{1} << kLockExpiryBits) - 1;
-inline constexpr uint32_t kLockOwnerMax = (1u << 24) - 1;
+inline constexpr uint64_t kLockExpiryUnitMs = 16;
+inline constexpr uint32_t kLockOwnerMax = (1u << 20) - 1;
+inline constexpr uint8_t kLockAllKeys = 0;  // the key byte of a lock on every key of its word
+static_assert(20 + kLockKeyBits + kLockExpiryBits == 64, "a lock word is one CAS-able 8-byte word");
 
-constexpr uint64_t PackLock(uint32_t owner, uint64_t expiry_ms) noexcept {
-  return (uint64_t{owner} << kLockExpiryBits) | (expiry_ms & kLockExpiryMask);
+// `expiry_ms` is rounded up to a whole unit.
+constexpr uint64_t PackLock(uint32_t owner, uint8_t key, uint64_t expiry_ms) noexcept {
+  const uint64_t units = (expiry_ms + kLockExpiryUnitMs - 1) / kLockExpiryUnitMs;
+  return (uint64_t{owner} << (kLockKeyBits + kLockExpiryBits)) | (uint64_t{key} << kLockExpiryBits) |
+         (units & kLockExpiryMask);
 }
-constexpr uint32_t LockOwner(uint64_t word) noexcept { return static_cast<uint32_t>(word >> kLockExpiryBits); }
-constexpr uint64_t LockExpiry(uint64_t word) noexcept { return word & kLockExpiryMask; }
+constexpr uint32_t LockOwner(uint64_t word) noexcept {
+  return static_cast<uint32_t>(word >> (kLockKeyBits + kLockExpiryBits));
+}
+constexpr uint8_t LockKey(uint64_t word) noexcept { return static_cast<uint8_t>(word >> kLockExpiryBits); }
+// The server-clock millisecond at which the lease ends.
+constexpr uint64_t LockExpiry(uint64_t word) noexcept { return (word & kLockExpiryMask) * kLockExpiryUnitMs; }
 // A connection's owner id is its connection id (ServerDescriptor::conn_id):
 // 1..kLockOwnerMax, never 0. The server hands out each id once, and after all
 // were used reuses only an id that no live connection holds and no lock word
 // names with an unended lease: two holders never share one.
 
-// The index (in words, >= 1) of key's lock word in a table of `slots` lock words.
-inline uint64_t LockWordIndex(std::string_view key, uint64_t seed, uint32_t slots) noexcept {
-  return 1 + XXH3_64bits_withSeed(key.data(), key.size(), seed ^ 0x6c6f636b73ull) % slots;
+// Where a key's lock lives: its word's index (>= 1) in a table of `slots`
+// lock words, and its key byte (1..255), from one hash of the key.
+struct LockPlace {
+  uint64_t index;
+  uint8_t key;
+};
+inline LockPlace LockPlaceOf(std::string_view key, uint64_t seed, uint32_t slots) noexcept {
+  const uint64_t h = XXH3_64bits_withSeed(key.data(), key.size(), seed ^ 0x6c6f636b73ull);
+  return {1 + h % slots, static_cast<uint8_t>(1 + (h >> 56) % 255)};
 }
 
-// Whether a PUT/DELETE carrying `token` (0 = none) from the connection whose
-// owner id is `requester` may change a key whose lock word is `word`, at
-// server clock `now_ms`: the lock is free, its lease has ended, or the request
-// comes from the holder of exactly this lease. The token alone proves nothing
-// (lock words are readable by every client): the word's owner must be the
-// connection the request arrived on.
-constexpr bool LockAllows(uint64_t word, uint64_t token, uint32_t requester, uint64_t now_ms) noexcept {
-  return word == 0 || LockExpiry(word) <= now_ms || (word == token && LockOwner(word) == requester);
+// Whether a PUT/DELETE of a key whose lock place is `place`, carrying `token`
+// (0 = none), from the connection whose owner id is `requester`, may change
+// the key while its lock word is `word`, at server clock `now_ms`: the word is
+// free, its lease has ended, it covers other keys of the word only, or the
+// request comes from the holder of exactly this lease. The token alone proves
+// nothing (lock words are readable by every client): the word's owner must be
+// the connection the request arrived on.
+constexpr bool LockAllows(uint64_t word, uint8_t key, uint64_t token, uint32_t requester, uint64_t now_ms) noexcept {
+  return word == 0 || LockExpiry(word) <= now_ms || (LockKey(word) != kLockAllKeys && LockKey(word) != key) ||
+         (word == token && LockOwner(word) == requester);
 }
 
 }  // namespace kvrdma

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/protocol/handshake.h"
+#include "common/protocol/locks.h"
 #include "common/protocol/messages.h"
 
 namespace kvrdma {
@@ -55,27 +56,27 @@ TEST(HandshakeTest, DescriptorFromAnotherMajorVersionIsRefusedWithBothVersions) 
       << back.status().ToString();
 }
 
-// Format 3 (slot size classes) is protocol 3: a peer of format 2 (slot size
-// hints) would misread every slot, so each side refuses the other, naming both.
+// Protocol 5 (lock words name their key) and 4 (no key in the lock word)
+// would misread each other's locks, so each side refuses the other, naming both.
 TEST(HandshakeTest, PeersOfAnOlderFormatAreRefusedBothWays) {
-  static_assert(kProtocolMajor == 4);
+  static_assert(kProtocolMajor == 5);
   std::array<uint8_t, kMaxAcceptData> buf{};
   ServerDescriptor d = SampleDescriptor();
-  d.major = 3;
+  d.major = 4;
   EncodeServerDescriptor(d, buf);
   auto back = DecodeServerDescriptor(buf);
   ASSERT_FALSE(back.ok());
   EXPECT_EQ(back.status().code(), Status::Code::kProtocol);
-  EXPECT_NE(back.status().message().find("protocol 3.0, this build speaks 4.0"), std::string::npos)
+  EXPECT_NE(back.status().message().find("protocol 4.0, this build speaks 5.0"), std::string::npos)
       << back.status().ToString();
   std::array<uint8_t, kMaxRequestData> req{};
   ConnectRequestMsg m;
-  m.major = 3;
+  m.major = 4;
   ASSERT_GT(EncodeConnectRequest(m, req), 0u);
   auto r = DecodeConnectRequest(req);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kProtocol);
-  EXPECT_NE(r.status().message().find("protocol 3.0, this build speaks 4.0"), std::string::npos)
+  EXPECT_NE(r.status().message().find("protocol 4.0, this build speaks 5.0"), std::string::npos)
       << r.status().ToString();
 }
 
@@ -263,6 +264,47 @@ TEST(MessagesTest, ReplyAndStatsRoundTrip) {
   ASSERT_EQ(st->size(), 2u);
   EXPECT_EQ((*st)[0].first, "puts");
   EXPECT_EQ((*st)[1].second, 7u);
+}
+
+}  // namespace
+}  // namespace kvrdma
+
+namespace kvrdma {
+namespace {
+
+TEST(LockWordTest, FieldsRoundTripAndTheExpiryRoundsUpToAUnit) {
+  const uint64_t w = PackLock(kLockOwnerMax, 200, 1000001);
+  EXPECT_EQ(LockOwner(w), kLockOwnerMax);
+  EXPECT_EQ(LockKey(w), 200);
+  EXPECT_EQ(LockExpiry(w), 1000016u);  // at least as late as asked, at most one unit later
+  EXPECT_EQ(LockExpiry(PackLock(1, 1, 1000000)), 1000000u);  // a whole unit stays
+  EXPECT_EQ(LockExpiry(PackLock(1, 1, kLockExpiryUnitMs * kLockExpiryMask)), kLockExpiryUnitMs * kLockExpiryMask);
+}
+
+TEST(LockWordTest, ALockAllowsOnlyWritesOfKeysItDoesNotCover) {
+  const uint64_t now = 300 * kLockExpiryUnitMs, end = now + 6 * kLockExpiryUnitMs;
+  const uint64_t k7 = PackLock(3, 7, end), all = PackLock(3, kLockAllKeys, end);
+  EXPECT_TRUE(LockAllows(0, 7, 0, 9, now));                      // free
+  EXPECT_FALSE(LockAllows(k7, 7, 0, 9, now));                    // held, its key
+  EXPECT_TRUE(LockAllows(k7, 8, 0, 9, now));                     // held, another key of the word
+  EXPECT_FALSE(LockAllows(all, 8, 0, 9, now));                   // held for every key of the word
+  EXPECT_TRUE(LockAllows(k7, 7, k7, 3, now));                    // the holder, with its token
+  EXPECT_FALSE(LockAllows(k7, 7, k7, 9, now));                   // a stolen token
+  EXPECT_TRUE(LockAllows(k7, 7, 0, 9, end));                     // the lease has ended
+  EXPECT_FALSE(LockAllows(k7, 7, 0, 9, end - 1));
+}
+
+TEST(LockWordTest, KeyBytesAreNeverTheAllKeysByteAndSpreadOverAllValues) {
+  int seen[256] = {};
+  for (int i = 0; i < 100000; ++i) {
+    const std::string k = "key" + std::to_string(i);
+    const LockPlace p = LockPlaceOf(k, 42, 65536);
+    ASSERT_NE(p.key, kLockAllKeys);
+    ASSERT_GE(p.index, 1u);
+    ASSERT_LE(p.index, 65536u);
+    seen[p.key]++;
+  }
+  for (int b = 1; b < 256; ++b) EXPECT_GT(seen[b], 200) << "key byte " << b;  // ~392 each
 }
 
 }  // namespace

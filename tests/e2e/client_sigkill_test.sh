@@ -22,7 +22,9 @@ stat_of() { ctl stats | awk -v n="$1" '$1 == n || $1 == n":" {print $2}'; }
 sample() {  # fds qps
   echo "$(ls /proc/$SPID/fd | wc -l) $(rdma resource show qp 2>/dev/null | grep -c "pid $SPID ")"
 }
-read -r fd0 qp0 < <(sample)
+# The baseline is taken once the QP of the kvctl that asked above is gone
+# (kvserver tears a closed connection down asynchronously).
+for _ in $(seq 1 100); do read -r fd0 qp0 < <(sample); [ "$qp0" = 0 ] && break; sleep 0.1; done
 echo "baseline: kvserver has $fd0 open fds, $qp0 QPs"
 
 # A bystander: 2 connections of GET/PUT for the whole test; it must see no error.

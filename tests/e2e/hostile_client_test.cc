@@ -472,7 +472,7 @@ TEST_P(HostileClientTest, AStolenLockTokenIsRefused) {
   ASSERT_TRUE(holder->Put("guarded", "the holder's value").ok());
   ASSERT_TRUE(holder->Lock("guarded", std::chrono::milliseconds(60000)).ok());
   const server::LockView locks = server_->lock_view();
-  const uint64_t word = __atomic_load_n(&locks.words[LockWordIndex("guarded", locks.seed, locks.slots)],
+  const uint64_t word = __atomic_load_n(&locks.words[LockPlaceOf("guarded", locks.seed, locks.slots).index],
                                         __ATOMIC_ACQUIRE);
   ASSERT_NE(word, 0u) << "the lock word is not set";
   RogueClient thief;

@@ -132,8 +132,9 @@ TEST_P(LockClockTest, TwoConnectionsNeverShareAnOwnerId) {
     const RemoteRegion& clock = holder.desc().clock;
     ASSERT_EQ(holder.Op(WrOpcode::kRead, clock.addr + holder.desc().clock_offset, clock.rkey).status,
               WcStatus::kSuccess);
-    const uint64_t lease = PackLock(gone_id, holder.Word() + 60000);
-    const uint64_t word = LockWordIndex("held", holder.desc().hash_seed, holder.desc().lock_slots);
+    const LockPlace place = LockPlaceOf("held", holder.desc().hash_seed, holder.desc().lock_slots);
+    const uint64_t lease = PackLock(gone_id, place.key, holder.Word() + 60000);
+    const uint64_t word = place.index;
     ASSERT_EQ(holder.Op(WrOpcode::kCompareSwap, holder.desc().locks.addr + word * 8, holder.desc().locks.rkey, 0,
                         lease).status,
               WcStatus::kSuccess);

@@ -93,7 +93,7 @@ TEST_P(LockTest, ADeadHoldersLockIsTakenOverAfterTheLeaseNotBefore) {
   const auto lease = milliseconds(600);
   const server::LockView locks = server_->server().lock_view();
   auto word = [&] {
-    return __atomic_load_n(&locks.words[LockWordIndex("k", locks.seed, locks.slots)], __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&locks.words[LockPlaceOf("k", locks.seed, locks.slots).index], __ATOMIC_ACQUIRE);
   };
   auto clock = [&] { return __atomic_load_n(locks.clock, __ATOMIC_ACQUIRE); };
   auto a = NewClient(), b = NewClient();
@@ -125,6 +125,54 @@ TEST_P(LockTest, ADeadHoldersLockIsTakenOverAfterTheLeaseNotBefore) {
   EXPECT_LT(waited, lease + milliseconds(3000));  // and not much later
   EXPECT_TRUE(b->Put("k", "after the lease").ok());
   EXPECT_TRUE(b->Unlock("k").ok());
+}
+
+// A lock word is shared by every key that hashes to it, but it names the key
+// it covers (its key byte): a lock refuses other clients' writes of that key
+// only, not of the word's other keys. With one lock word, every key shares it.
+// (Before protocol 5 a lock covered its whole word: a bystander's PUT of an
+// unrelated key failed with Locked, which clients_sigkilled_mid_put caught.)
+TEST_P(LockTest, ALockRefusesWritesOfItsKeyNotOfTheOtherKeysOfItsWord) {
+  server::ServerConfig cfg = TestServer::Defaults();
+  cfg.lock_slots = 1;
+  server_.reset();
+  server_ = std::make_unique<TestServer>(env_, cfg);
+  const server::LockView locks = server_->server().lock_view();
+  auto place = [&](const std::string& k) { return LockPlaceOf(k, locks.seed, locks.slots); };
+  // k1, and k2 with another key byte; k1b with k1's byte (1 key in 255 of a
+  // word shares a held key's byte: the lock covers it too).
+  std::string k1 = "k1", k2, k1b;
+  for (int i = 0; k2.empty() || k1b.empty(); ++i) {
+    std::string k = "key" + std::to_string(i);
+    ASSERT_EQ(place(k).index, 1u);
+    if (k2.empty() && place(k).key != place(k1).key) k2 = k;
+    if (k1b.empty() && place(k).key == place(k1).key) k1b = k;
+  }
+  auto a = NewClient(), b = NewClient();
+  ASSERT_TRUE(a->Lock(k1, milliseconds(60000)).ok());
+  EXPECT_TRUE(b->Put(k2, "b writes another key of the word").ok());
+  EXPECT_TRUE(b->Delete(k2).ok());
+  EXPECT_EQ(b->Put(k1, "b writes the locked key").code(), Status::Code::kLocked);
+  EXPECT_EQ(b->Put(k1b, "b writes a key with the locked key's byte").code(), Status::Code::kLocked);
+  // Two locks of one word exclude each other (one CAS word holds one lock).
+  Status other = b->TryLock(k2, milliseconds(1000));
+  EXPECT_EQ(other.code(), Status::Code::kLocked);
+  EXPECT_NE(other.message().find("another key of its lock word"), std::string::npos) << other.ToString();
+  // The holder of k1 locks k2 too: the word now covers every key of it.
+  ASSERT_TRUE(a->Lock(k2, milliseconds(60000)).ok());
+  EXPECT_EQ(LockKey(__atomic_load_n(&locks.words[1], __ATOMIC_ACQUIRE)), kLockAllKeys);
+  EXPECT_TRUE(a->Put(k1, "a writes k1").ok());
+  EXPECT_TRUE(a->Put(k2, "a writes k2").ok());
+  EXPECT_EQ(b->Put(k2, "b writes k2").code(), Status::Code::kLocked);
+  EXPECT_EQ(b->Put(k1, "b writes k1").code(), Status::Code::kLocked);
+  ASSERT_TRUE(a->Unlock(k1).ok());
+  EXPECT_EQ(b->Put(k2, "b writes k2").code(), Status::Code::kLocked);  // k2 is still held
+  ASSERT_TRUE(a->Unlock(k2).ok());
+  EXPECT_EQ(__atomic_load_n(&locks.words[1], __ATOMIC_ACQUIRE), 0u);
+  EXPECT_TRUE(b->Put(k1, "b writes k1").ok());
+  std::string v;
+  ASSERT_TRUE(a->Get(k1, &v).ok());
+  EXPECT_EQ(v, "b writes k1");
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, LockTest, ::testing::Values(Kind::kLoopback), KindName);

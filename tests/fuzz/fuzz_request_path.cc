@@ -272,13 +272,11 @@ class Harness {
   uint64_t Token(const std::string& key) {
     switch (in_.ConsumeIntegralInRange<int>(0, 2)) {
       case 0: return 0;
-      case 1: return locks_[LockIndex(key)];  // the holder's token
+      case 1: return locks_[Place(key).index];  // the holder's token
       default: return in_.ConsumeIntegral<uint64_t>();
     }
   }
-  uint64_t LockIndex(const std::string& key) const {
-    return LockWordIndex(key, backend_->regions().hash_seed, kLockSlots);
-  }
+  LockPlace Place(const std::string& key) const { return LockPlaceOf(key, backend_->regions().hash_seed, kLockSlots); }
   const std::string& Key() { return keys_[in_.ConsumeIntegralInRange<size_t>(0, keys_.size() - 1)]; }
   std::vector<uint8_t> WholeWrite(Conn& c, Opcode op) {
     const std::string& key = Key();
@@ -427,7 +425,7 @@ class Harness {
     return Write(e, c, done.key, done.value, done.token);
   }
   Expect& Write(Expect& e, const Conn& c, const std::string& key, std::optional<std::string> value, uint64_t token) {
-    if (!LockAllows(locks_[LockIndex(key)], token, c.cs->id, clock_)) {
+    if (!LockAllows(locks_[Place(key).index], Place(key).key, token, c.cs->id, clock_)) {
       e.code = Status::Code::kLocked;
       return e;
     }
@@ -547,11 +545,15 @@ class Harness {
   }
   void SetLock() {
     const std::string& key = Key();
-    uint64_t& w = locks_[LockIndex(key)];
+    const LockPlace place = Place(key);
+    uint64_t& w = locks_[place.index];
     if (in_.ConsumeBool()) {
       w = 0;
     } else {
-      w = PackLock(in_.ConsumeIntegralInRange<uint32_t>(1, 3),
+      // The key's own byte, every key of the word, or any byte (another key's).
+      const int cover = in_.ConsumeIntegralInRange<int>(0, 2);
+      const uint8_t k = cover == 0 ? place.key : cover == 1 ? kLockAllKeys : in_.ConsumeIntegral<uint8_t>();
+      w = PackLock(in_.ConsumeIntegralInRange<uint32_t>(1, 3), k,
                    clock_ + in_.ConsumeIntegralInRange<uint64_t>(0, 2000) - 500);
     }
   }

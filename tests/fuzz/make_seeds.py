@@ -28,7 +28,7 @@ def stats(pairs):
     return out
 
 
-PROTOCOL_MAJOR = 4  # common/protocol/handshake.h kProtocolMajor
+PROTOCOL_MAJOR = 5  # common/protocol/handshake.h kProtocolMajor
 
 
 def preamble(body, major=PROTOCOL_MAJOR, minor=0):

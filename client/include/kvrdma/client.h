@@ -175,8 +175,11 @@ class Client {
   // lock, its Put/Delete of that key carry the lock's token; the server
   // refuses a Put/Delete of a key locked by another client with Locked until
   // the lock is released or its lease ends. A holder that dies loses the lock
-  // when the lease ends. Keys may share a lock word (the table is hashed), so
-  // locking one key can make another wait. A lease is not renewed in the
+  // when the lease ends (leases have 16 ms resolution: rounded up). Keys may
+  // share a lock word (the table is hashed): a lock refuses other clients'
+  // writes of its own key only (and, 1 time in 255, of a key of its word with
+  // the same key byte), but two locks of keys sharing a word exclude each
+  // other, so locking one key can make another's Lock wait. A lease is not renewed in the
   // background: take the lock again (Lock/TryLock while holding it renews
   // it) before it ends. Locks do not survive a reconnect (the new connection
   // is another owner); the old ones lapse with their leases.
