@@ -90,8 +90,12 @@ class Client::Impl {
   size_t Poll(std::span<Op*> done);
   size_t Wait(std::span<Op*> done, int timeout_ms);
   // Runs one operation to completion (the synchronous API).
-  void RunSync(Op* op, bool stats = false);
+  // A request of the server's that is not a key's (no key, no value).
+  enum class Query : uint8_t { kNone, kStats, kClock };
+  void RunSync(Op* op, Query query = Query::kNone);
   Result<std::vector<std::pair<std::string, uint64_t>>> Stats();
+  // The lease clock, read by the server when it answers (a CLOCK request).
+  Result<uint64_t> ServerClockMs();
   size_t in_flight() const { return in_flight_; }
   size_t max_in_flight() const { return max_in_flight_; }
   // Locks (client_locks.cc).
@@ -165,8 +169,8 @@ class Client::Impl {
   static constexpr size_t SlotBytes() { return (kMaxWindowSlots * kSlotBytes + kSlotEntryBytes + 63) & ~size_t{63}; }
 
   Status CheckKey(std::string_view key) const;
-  // Takes a free slot for op (msg_op: kStats for Stats(), else from op->type).
-  void Start(Op* op, bool stats);
+  // Takes a free slot for op (a query, or an operation of op->type).
+  void Start(Op* op, Query query);
   void ResetEngine();
   void Finish(Slot& s, Status st);
   void FailAll(const Status& st);
@@ -206,10 +210,9 @@ class Client::Impl {
   void IdleWait(Clock::time_point deadline);
   // Reads connection-manager events; fails everything if the server left.
   void CheckConnection();
-  // One READ or atomic on 8 bytes at `offset` in `region` (the lock table or
-  // the clock), waited for; returns the 8 bytes.
-  Result<uint64_t> LockTableOp(WrOpcode op, const RemoteRegion& region, uint64_t offset, uint64_t compare_add,
-                               uint64_t swap);
+  // One compare-and-swap of lock word `index` (common/protocol/locks.h),
+  // waited for; returns the word it found.
+  Result<uint64_t> CasLockWord(uint64_t index, uint64_t compare, uint64_t swap);
   uint64_t TokenFor(std::string_view key) const;
 
   struct FreeDeleter {

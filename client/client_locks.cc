@@ -1,5 +1,6 @@
 // Locks with leases: RDMA compare-and-swap on the server's lock table
-// (common/protocol/locks.h), leases measured on the server clock word.
+// (common/protocol/locks.h), leases measured on the server clock (a CLOCK
+// request: the server reads its clock when it answers).
 #include <cstring>
 #include <random>
 #include <thread>
@@ -14,18 +15,17 @@ uint64_t Client::Impl::TokenFor(std::string_view key) const {
   return it == held_.end() ? 0 : it->second;
 }
 
-Result<uint64_t> Client::Impl::LockTableOp(WrOpcode op, const RemoteRegion& region, uint64_t offset,
-                                          uint64_t compare_add, uint64_t swap) {
+Result<uint64_t> Client::Impl::CasLockWord(uint64_t index, uint64_t compare, uint64_t swap) {
   NoticeDisconnectWhileIdle(Clock::now());
   if (!broken_.ok() && in_flight_ == 0) KVRDMA_RETURN_IF_ERROR(Reconnect());
   if (!broken_.ok()) return broken_;
   SendWr w;
   w.wr_id = MakeWrId(WrKind::kLockTable, 0);
-  w.opcode = op;
+  w.opcode = WrOpcode::kCompareSwap;
   w.local = mr_->Slice(scratch_off_, 8);
-  w.remote_addr = region.addr + offset;
-  w.rkey = region.rkey;
-  w.compare_add = compare_add;
+  w.remote_addr = desc_.locks.addr + index * 8;
+  w.rkey = desc_.locks.rkey;
+  w.compare_add = compare;
   w.swap = swap;
   sync_done_ = false;
   if (Status st = conn_->PostSend({&w, 1}); !st.ok()) {
@@ -53,10 +53,10 @@ Status Client::Impl::TryLockOnce(std::string_view key, uint64_t lease_ms, bool* 
   *locked_by_other = false;
   const LockPlace place = LockPlaceOf(key, desc_.hash_seed, desc_.lock_slots);
   const uint32_t me = desc_.conn_id;  // the server's owner id for this connection
-  auto now = LockTableOp(WrOpcode::kRead, desc_.clock, desc_.clock_offset, 0, 0);
+  auto now = ServerClockMs();
   if (!now.ok()) return now.status();
   uint64_t mine = PackLock(me, place.key, *now + lease_ms);
-  auto old = LockTableOp(WrOpcode::kCompareSwap, desc_.locks, place.index * 8, 0, mine);
+  auto old = CasLockWord(place.index, 0, mine);
   if (!old.ok()) return old.status();
   uint64_t seen = *old;
   if (seen != 0) {
@@ -73,7 +73,7 @@ Status Client::Impl::TryLockOnce(std::string_view key, uint64_t lease_ms, bool* 
     // Our keys already on the word keep their cover: the word then covers
     // every key of it.
     if (LockOwner(seen) == me && LockKey(seen) != place.key) mine = PackLock(me, kLockAllKeys, *now + lease_ms);
-    auto again = LockTableOp(WrOpcode::kCompareSwap, desc_.locks, place.index * 8, seen, mine);
+    auto again = CasLockWord(place.index, seen, mine);
     if (!again.ok()) return again.status();
     if (*again != seen) {
       *locked_by_other = true;
@@ -115,8 +115,7 @@ Status Client::Impl::Unlock(std::string_view key) {
   for (const auto& [k, t] : held_) {
     if (t == token) return Status::OK();  // another held key shares the word: keep it
   }
-  auto old = LockTableOp(WrOpcode::kCompareSwap, desc_.locks,
-                         LockPlaceOf(key, desc_.hash_seed, desc_.lock_slots).index * 8, token, 0);
+  auto old = CasLockWord(LockPlaceOf(key, desc_.hash_seed, desc_.lock_slots).index, token, 0);
   if (!old.ok()) return old.status();
   if (*old != token) return Status::Locked("the lease had ended and another client took the lock over");
   return Status::OK();

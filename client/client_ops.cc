@@ -25,7 +25,8 @@ void Client::Impl::NoticeDisconnectWhileIdle(Clock::time_point now) {
   if (conn_->broken()) FailAll(Status::ConnectionLost("the server closed the connection"));
 }
 
-void Client::Impl::Start(Op* op, bool stats) {
+void Client::Impl::Start(Op* op, Query query) {
+  const bool keyless = query != Query::kNone;  // a STATS or CLOCK request: no key
   // A failed connection is rebuilt when nothing is in flight on it any more.
   auto now = Clock::now();  // one clock read per operation start
   NoticeDisconnectWhileIdle(now);
@@ -46,10 +47,10 @@ void Client::Impl::Start(Op* op, bool stats) {
   s.deadline = now + std::chrono::milliseconds(opts_.op_timeout_ms);
   if (!reconnect.ok()) return Finish(s, reconnect);
   if (!broken_.ok()) return Finish(s, broken_);
-  if (!stats) {
+  if (!keyless) {
     if (Status st = CheckKey(op->key); !st.ok()) return Finish(s, st);
   }
-  if (!stats && op->type != Op::Type::kGet) {
+  if (!keyless && op->type != Op::Type::kGet) {
     // The key travels whole in the first message, with at least one value
     // byte (a fragment without value bytes would make no progress).
     const bool value_bytes = op->type == Op::Type::kPut && !op->value.empty();
@@ -58,24 +59,27 @@ void Client::Impl::Start(Op* op, bool stats) {
                                         std::to_string(desc_.slot_size) + "-byte request slot"));
     }
   }
-  if (!stats && op->type == Op::Type::kGet) {
+  if (!keyless && op->type == Op::Type::kGet) {
     if (op->result == nullptr) return Finish(s, Status::InvalidArgument("GET without a result string"));
     auto kw = KeyWindowRead(params_, op->key);
     if (!kw.ok()) return Finish(s, kw.status());
     s.kw = *kw;
     return StartGet(s, now);  // client_get.cc
   }
-  s.opcode = stats ? Opcode::kStats : op->type == Op::Type::kPut ? Opcode::kPut : Opcode::kDelete;
+  s.opcode = query == Query::kStats   ? Opcode::kStats
+             : query == Query::kClock ? Opcode::kClock
+             : op->type == Op::Type::kPut ? Opcode::kPut
+                                          : Opcode::kDelete;
   std::string_view value = s.opcode == Opcode::kPut ? op->value : std::string_view{};
   if (value.size() > desc_.max_value_bytes) {
     return Finish(s, Status::TooLarge("value of " + std::to_string(value.size()) + " bytes (server limit " +
                                       std::to_string(desc_.max_value_bytes) + ")"));
   }
-  if (!stats) cache_.Erase(HashKeyBytes(op->key, params_.seed));  // our own write: the old location is stale
+  if (!keyless) cache_.Erase(HashKeyBytes(op->key, params_.seed));  // our own write: the old location is stale
   s.hdr.opcode = s.opcode;
-  if (!stats && !held_.empty()) s.hdr.lock_token = TokenFor(op->key);
+  if (!keyless && !held_.empty()) s.hdr.lock_token = TokenFor(op->key);
   s.hdr.request_id = next_request_++;
-  s.hdr.key_len = stats ? 0 : static_cast<uint16_t>(op->key.size());
+  s.hdr.key_len = keyless ? 0 : static_cast<uint16_t>(op->key.size());
   s.hdr.value_len = static_cast<uint32_t>(value.size());
   s.step = Step::kSending;
   senders_.push_back(idx);
@@ -127,7 +131,7 @@ size_t Client::Impl::Submit(std::span<Op* const> ops) {
   size_t n = 0;
   for (Op* op : ops) {
     if (free_.empty()) break;
-    Start(op, false);
+    Start(op, Query::kNone);
     ++n;
   }
   Progress();
@@ -156,13 +160,13 @@ size_t Client::Impl::Wait(std::span<Op*> done, int timeout_ms) {
   }
 }
 
-void Client::Impl::RunSync(Op* op, bool stats) {
+void Client::Impl::RunSync(Op* op, Query query) {
   while (free_.empty()) {  // async operations hold every slot
     Progress();
     if (free_.empty()) IdleWait(Clock::time_point::max());
   }
   sync_op_ = op;  // Finish hands it back here, not to Poll
-  Start(op, stats);
+  Start(op, query);
   for (;;) {  // other completed operations stay for Poll
     Progress();
     if (sync_op_ == nullptr) break;
@@ -175,9 +179,24 @@ Result<std::vector<std::pair<std::string, uint64_t>>> Client::Impl::Stats() {
   Op op;
   std::string body;
   op.result = &body;
-  RunSync(&op, /*stats=*/true);
+  RunSync(&op, Query::kStats);
   if (!op.status.ok()) return op.status;
   return DecodeStats({reinterpret_cast<const uint8_t*>(body.data()), body.size()});
+}
+
+Result<uint64_t> Client::Impl::ServerClockMs() {
+  Op op;
+  std::string body;
+  op.result = &body;
+  RunSync(&op, Query::kClock);
+  if (!op.status.ok()) return op.status;
+  if (body.size() != kClockReplyBytes) {
+    return Status::Protocol("a CLOCK reply of " + std::to_string(body.size()) + " bytes (expected " +
+                            std::to_string(kClockReplyBytes) + ")");
+  }
+  uint64_t now = 0;
+  for (size_t i = 0; i < kClockReplyBytes; ++i) now |= uint64_t{static_cast<uint8_t>(body[i])} << (8 * i);
+  return now;
 }
 
 // --------------------------------------------------------------- progress
@@ -327,7 +346,7 @@ void Client::Impl::PumpMessages() {
 bool Client::Impl::SendNextMessage(Slot& s) {
   if (msgs_in_flight_ >= desc_.credits) return false;
   uint32_t idx = SlotOf(s);
-  std::string_view key = s.opcode == Opcode::kStats ? std::string_view{} : s.op->key;
+  std::string_view key = s.opcode == Opcode::kStats || s.opcode == Opcode::kClock ? std::string_view{} : s.op->key;
   std::string_view value = s.opcode == Opcode::kPut ? s.op->value : std::string_view{};
   size_t room = desc_.slot_size - kRequestHeaderSize - (s.first ? key.size() : 0);
   size_t chunk = std::min(room, value.size() - s.sent);
@@ -401,7 +420,7 @@ void Client::Impl::OnReply(const Completion& c) {
   }
   if (!(p->header.flags & kReplyFragmentAck)) {
     s.op->version = p->header.version;
-    if (s.opcode == Opcode::kStats && s.op->result != nullptr) {
+    if ((s.opcode == Opcode::kStats || s.opcode == Opcode::kClock) && s.op->result != nullptr) {
       s.op->result->assign(reinterpret_cast<const char*>(p->body.data()), p->body.size());
     }
   }

@@ -61,25 +61,6 @@ Status Server::Start() {
   auto kmr = reg(locks_.get(), locks_bytes_, kAccessRemoteAtomic | kAccessRemoteRead, "lock table");
   if (!kmr.ok()) return kmr.status();
   locks_mr_ = std::move(kmr).value();
-  // The clock lives in its own region, registered REMOTE_READ only: no
-  // client can write it (a CAS or WRITE fails with a remote access error).
-  clock_word_ = AlignedAlloc<uint64_t>(64);
-  if (!clock_word_) return Status::NoResource("out of memory for the clock word");
-  clock_word_.get()[0] = 1;
-  auto cmr = reg(clock_word_.get(), 64, kAccessRemoteRead, "server clock");
-  if (!cmr.ok()) return cmr.status();
-  clock_mr_ = std::move(cmr).value();
-  // The server clock clients measure leases on: ms since start, +1 (never
-  // 0), stored every kClockTickMs (a coarser tick keeps an idle server idle;
-  // leases are checked against the same word, so both sides see one clock).
-  clock_ = std::thread([this, start = std::chrono::steady_clock::now()] {
-    pthread_setname_np(pthread_self(), "kv-clock");
-    while (!clock_stop_.load(std::memory_order_relaxed)) {
-      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-      __atomic_store_n(clock_word_.get(), static_cast<uint64_t>(ms.count()) + 1, __ATOMIC_RELEASE);
-      std::this_thread::sleep_for(std::chrono::milliseconds(kClockTickMs));
-    }
-  });
 
   // Shared receive queue and its buffers.
   uint32_t depth = std::min(cfg_.srq_depth, device_->info().max_srq_wr);
@@ -101,7 +82,7 @@ Status Server::Start() {
   for (uint32_t w = 0; w < std::max(1u, cfg_.workers); ++w) {
     auto cq = device_->CreateCompletionQueue(depth + 4096);
     if (!cq.ok()) return cq.status();
-    LockView lv{locks_.get(), clock_word_.get(), cfg_.lock_slots, r.hash_seed};
+    LockView lv{locks_.get(), &clock_, cfg_.lock_slots, r.hash_seed};
     workers_.push_back(std::make_unique<Worker>(w, cfg_, backend_, counters_, *assembly_budget_, pool, lv,
                                                 std::move(cq).value()));
     workers_.back()->Start();
@@ -202,8 +183,6 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
   d.hash_seed = r.hash_seed;
   d.log = {log_mr_->base(), log_mr_->length(), log_mr_->rkey()};
   d.locks = {locks_mr_->base(), locks_mr_->length(), locks_mr_->rkey()};
-  d.clock = {clock_mr_->base(), clock_mr_->length(), clock_mr_->rkey()};
-  d.clock_offset = 0;
   d.ring = {cs->ring_mr->base(), cs->ring_mr->length(), cs->ring_window->rkey()};
   d.slot_size = cfg_.slot_bytes;
   d.credits = static_cast<uint16_t>(cfg_.credits);
@@ -252,7 +231,7 @@ uint32_t Server::NextConnectionId() {
   // can never mistake a lock word for its own lease (docs/DESIGN.md, "Locks").
   std::unordered_set<uint32_t> taken;
   for (const auto& cs : conns_) taken.insert(cs->id);
-  const uint64_t now = __atomic_load_n(clock_word_.get(), __ATOMIC_ACQUIRE);
+  const uint64_t now = clock_.NowMs();
   for (uint32_t i = 1; i <= cfg_.lock_slots; ++i) {
     const uint64_t word = __atomic_load_n(&locks_.get()[i], __ATOMIC_ACQUIRE);
     if (word != 0 && LockExpiry(word) > now) taken.insert(LockOwner(word));
@@ -339,12 +318,8 @@ void Server::Shutdown() {
   srq_.reset();
   recv_mr_.reset();
   recv_mem_.reset();
-  clock_stop_.store(true);
-  if (clock_.joinable()) clock_.join();
   locks_mr_.reset();
   locks_.reset();
-  clock_mr_.reset();
-  clock_word_.reset();
   log_mr_.reset();
   index_mr_.reset();
 }

@@ -4,7 +4,6 @@
 // Memory and access rights (least privilege):
 //   index, log      REMOTE_READ                  (clients GET with READs)
 //   lock table      REMOTE_ATOMIC + REMOTE_READ  (CAS locks)
-//   clock           REMOTE_READ                  (the lease clock: server-written only)
 //   request ring    REMOTE_WRITE, one registration per connection
 //   receive buffers, reply buffers (per connection): local only
 #pragma once
@@ -24,7 +23,6 @@ namespace kvrdma::server {
 
 class Server {
  public:
-  static constexpr int kClockTickMs = 10;  // resolution of the lease clock
   // `device` is the RDMA device (verbs, or loopback in unit tests).
   Server(ServerConfig cfg, std::shared_ptr<Device> device, Backend& backend);
   ~Server();
@@ -45,7 +43,7 @@ class Server {
   // The lock table as workers see it (the metrics port counts held locks).
   // Valid between Start() and the end of Run().
   LockView lock_view() const {
-    return LockView{locks_.get(), clock_word_.get(), cfg_.lock_slots, backend_.regions().hash_seed};
+    return LockView{locks_.get(), &clock_, cfg_.lock_slots, backend_.regions().hash_seed};
   }
 
  private:
@@ -72,10 +70,7 @@ class Server {
   std::unique_ptr<uint64_t, FreeDeleter> locks_;
   size_t locks_bytes_ = 0;
   std::unique_ptr<MemoryRegion> locks_mr_;
-  std::unique_ptr<uint64_t, FreeDeleter> clock_word_;  // the lease clock (ms since start + 1)
-  std::unique_ptr<MemoryRegion> clock_mr_;            // REMOTE_READ only
-  std::thread clock_;  // stores the server clock every kClockTickMs
-  std::atomic<bool> clock_stop_{false};
+  ServerClock clock_;  // the lease clock (CLOCK requests, lock checks)
   std::unique_ptr<uint8_t, FreeDeleter> recv_mem_;
   std::unique_ptr<MemoryRegion> recv_mr_;
   std::unique_ptr<SharedReceiveQueue> srq_;

@@ -26,7 +26,7 @@ Status LockView::Check(std::span<const uint8_t> key, uint64_t token, uint32_t re
   std::string_view k(reinterpret_cast<const char*>(key.data()), key.size());
   const LockPlace place = LockPlaceOf(k, seed, slots);
   uint64_t word = __atomic_load_n(&words[place.index], __ATOMIC_ACQUIRE);
-  uint64_t now = __atomic_load_n(clock, __ATOMIC_ACQUIRE);
+  const uint64_t now = clock->NowMs();
   if (LockAllows(word, place.key, token, requester, now)) return Status::OK();
   return Status::Locked("the key is locked by another client (lease ends in " +
                         std::to_string(LockExpiry(word) - now) + " ms)");

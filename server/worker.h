@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/protocol/locks.h"
+#include "server/server_clock.h"
 #include "common/protocol/messages.h"
 #include "server/assembly.h"
 #include "server/backend.h"
@@ -66,7 +67,7 @@ struct ReceivePool {
 // read-modify-write: clients change lock words with NIC atomics).
 struct LockView {
   const uint64_t* words = nullptr;  // 1..slots: lock words (word 0 unused)
-  const uint64_t* clock = nullptr;  // the server clock (ms), in its own read-only region
+  const ServerClock* clock = nullptr;  // the clock leases are measured on
   uint32_t slots = 0;
   uint64_t seed = 0;
   // Status to answer a PUT/DELETE of key carrying token: OK or Locked.
@@ -127,6 +128,7 @@ class Worker {
   // --- worker_requests.cc: a request, by concern ---
   void HandleRequest(ConnState& cs, std::span<const uint8_t> msg);
   void HandleStats(ConnState& cs, const RequestHeader& h);
+  void HandleClock(ConnState& cs, const RequestHeader& h);
   void HandleWrite(ConnState& cs, const ParsedRequest& r);     // whole PUT or DELETE
   void HandleFragment(ConnState& cs, const ParsedRequest& r);  // part of a PUT
   // Applies a PUT (value) or DELETE (no value) with the lock check at the

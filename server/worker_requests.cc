@@ -44,6 +44,7 @@ void Worker::HandleRequest(ConnState& cs, std::span<const uint8_t> msg) {
   // Whole requests may interleave with a fragmented PUT's fragments: they
   // do not touch the assembly.
   if (h.opcode == Opcode::kStats) return HandleStats(cs, h);
+  if (h.opcode == Opcode::kClock) return HandleClock(cs, h);
   HandleWrite(cs, *parsed);
 }
 
@@ -65,6 +66,16 @@ void Worker::HandleStats(ConnState& cs, const RequestHeader& h) {
   ReplyHeader rh;
   rh.request_id = h.request_id;
   Reply(cs, rh, {body, n});
+}
+
+// The lease clock, read now: a client takes a lock with it (now + lease).
+void Worker::HandleClock(ConnState& cs, const RequestHeader& h) {
+  const uint64_t now = locks_.clock->NowMs();
+  uint8_t body[kClockReplyBytes];
+  for (size_t i = 0; i < kClockReplyBytes; ++i) body[i] = static_cast<uint8_t>(now >> (8 * i));
+  ReplyHeader rh;
+  rh.request_id = h.request_id;
+  Reply(cs, rh, {body, sizeof body});
 }
 
 void Worker::HandleWrite(ConnState& cs, const ParsedRequest& r) {

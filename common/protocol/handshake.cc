@@ -101,7 +101,6 @@ size_t EncodeServerDescriptor(const ServerDescriptor& d, std::span<uint8_t> out)
   w.U64(d.hash_seed);
   WriteRegion(w, d.log);
   WriteRegion(w, d.locks);
-  w.U32(d.clock_offset);
   WriteRegion(w, d.ring);
   w.U32(d.slot_size);
   w.U16(d.credits);
@@ -109,7 +108,6 @@ size_t EncodeServerDescriptor(const ServerDescriptor& d, std::span<uint8_t> out)
   w.U32(d.max_value_bytes);
   w.U32(d.get_deadline_us);
   w.U32(d.lock_slots);
-  WriteRegion(w, d.clock);
   w.PatchU16(8, static_cast<uint16_t>(w.size()));
   return w.ok() ? w.size() : 0;
 }
@@ -139,7 +137,6 @@ Result<ServerDescriptor> DecodeServerDescriptor(std::span<const uint8_t> in) {
   d.hash_seed = r.U64();
   d.log = ReadRegion(r);
   d.locks = ReadRegion(r);
-  d.clock_offset = r.U32();
   d.ring = ReadRegion(r);
   d.slot_size = r.U32();
   d.credits = r.U16();
@@ -147,7 +144,6 @@ Result<ServerDescriptor> DecodeServerDescriptor(std::span<const uint8_t> in) {
   d.max_value_bytes = r.U32();
   d.get_deadline_us = r.U32();
   d.lock_slots = r.U32();
-  d.clock = ReadRegion(r);
   if (!r.ok()) return Status::Protocol("server descriptor: truncated");
   // Sanity: a client will index memory with these numbers.
   if (d.index_slots < 1 || d.index_slots > kMaxSlotCount || !std::has_single_bit(d.index_slots) ||
@@ -160,9 +156,6 @@ Result<ServerDescriptor> DecodeServerDescriptor(std::span<const uint8_t> in) {
   }
   if (Status st = CheckMessageLimits(d.slot_size, d.max_key_bytes); !st.ok()) {
     return Status::Protocol("server descriptor: limits that cannot work together: " + st.message());
-  }
-  if (d.clock_offset % 8 != 0 || uint64_t{d.clock_offset} + 8 > d.clock.length) {
-    return Status::Protocol("server descriptor: clock word outside the clock region");
   }
   if (d.lock_slots == 0 || (uint64_t{d.lock_slots} + 1) * 8 > d.locks.length) {
     return Status::Protocol("server descriptor: lock words outside the lock table");

@@ -30,7 +30,9 @@ inline constexpr uint32_t kWireMagic = 0x4452564b;  // bytes "KVRD"
 // 5: a lock word names the key it covers (owner:20 | key:8 | expiry:36 in
 //    16 ms units, common/protocol/locks.h): a lock no longer blocks writes of
 //    the other keys of its word.
-inline constexpr uint16_t kProtocolMajor = 5;
+// 6: the lease clock is asked for with a CLOCK request (the server reads its
+//    clock when it answers); the descriptor no longer names a clock region.
+inline constexpr uint16_t kProtocolMajor = 6;
 inline constexpr uint16_t kProtocolMinor = 0;
 
 inline constexpr size_t kMaxRequestData = 56;
@@ -70,7 +72,6 @@ struct ServerDescriptor {
   uint64_t hash_seed = 0;
   RemoteRegion log;               // REMOTE_READ
   RemoteRegion locks;             // REMOTE_ATOMIC + REMOTE_READ: lock words
-  uint32_t clock_offset = 0;      // the server clock word, inside `clock`
   RemoteRegion ring;              // REMOTE_WRITE, this connection's only
   uint32_t slot_size = 0;         // bytes per ring slot and per receive buffer
   uint16_t credits = 0;           // requests in flight per connection
@@ -78,7 +79,6 @@ struct ServerDescriptor {
   uint32_t max_value_bytes = 0;
   uint32_t get_deadline_us = 0;   // a GET older than this restarts (reclamation)
   uint32_t lock_slots = 0;        // lock words after word 0 (common/protocol/locks.h)
-  RemoteRegion clock;             // REMOTE_READ only: the server clock (no client can write it)
   bool operator==(const ServerDescriptor&) const = default;
 };
 

@@ -33,7 +33,7 @@ Result<ParsedRequest> ParseRequest(std::span<const uint8_t> msg, uint32_t max_ke
   h.lock_token = r.U64();
   h.frag_offset = r.U32();
   h.frag_len = r.U32();
-  if (op < 1 || op > 3) return Status::InvalidArgument("unknown opcode " + std::to_string(op));
+  if (op < 1 || op > 4) return Status::InvalidArgument("unknown opcode " + std::to_string(op));
   h.opcode = static_cast<Opcode>(op);
   if ((h.flags & ~(kFlagFirst | kFlagLast)) != 0) return Status::InvalidArgument("unknown request flags");
   bool first = (h.flags & kFlagFirst) != 0;
@@ -43,8 +43,10 @@ Result<ParsedRequest> ParseRequest(std::span<const uint8_t> msg, uint32_t max_ke
       return Status::InvalidArgument("only PUT carries a value or fragments");
     }
   }
-  if (h.opcode == Opcode::kStats) {
-    if (h.key_len != 0) return Status::InvalidArgument("STATS takes no key");
+  if (h.opcode == Opcode::kStats || h.opcode == Opcode::kClock) {
+    if (h.key_len != 0) {
+      return Status::InvalidArgument(h.opcode == Opcode::kStats ? "STATS takes no key" : "CLOCK takes no key");
+    }
   } else if (first && (h.key_len == 0 || h.key_len > max_key)) {
     return h.key_len == 0 ? Status::InvalidArgument("empty key")
                           : Status::TooLarge("key of " + std::to_string(h.key_len) + " bytes (limit " +

@@ -41,7 +41,10 @@
 
 namespace kvrdma {
 
-enum class Opcode : uint8_t { kPut = 1, kDelete = 2, kStats = 3 };
+// kStats and kClock take no key and no value. kClock's reply body is the
+// server clock leases are measured on (u64 LE, ms; server/server_clock.h).
+enum class Opcode : uint8_t { kPut = 1, kDelete = 2, kStats = 3, kClock = 4 };
+inline constexpr size_t kClockReplyBytes = 8;
 
 inline constexpr uint8_t kFlagFirst = 1;
 inline constexpr uint8_t kFlagLast = 2;

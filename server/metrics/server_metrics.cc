@@ -120,7 +120,7 @@ void RenderStore(Exposition& e, const Store& store) {
 // server does not see, so takeovers are not counted; what the table shows
 // now is (held, expired-but-not-released = what a takeover would claim).
 void RenderLocks(Exposition& e, const LockView& l) {
-  const uint64_t now = __atomic_load_n(l.clock, __ATOMIC_ACQUIRE);
+  const uint64_t now = l.clock->NowMs();
   uint64_t held = 0, expired = 0;
   for (uint32_t i = 1; i <= l.slots; ++i) {
     const uint64_t w = __atomic_load_n(&l.words[i], __ATOMIC_RELAXED);

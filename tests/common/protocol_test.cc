@@ -19,7 +19,6 @@ ServerDescriptor SampleDescriptor() {
   d.hash_seed = 0x1122334455667788;
   d.log = {0x7f0000200000, 64 << 20, 0x2345};
   d.locks = {0x7f0010000000, 1 << 16, 0x3456};
-  d.clock_offset = 0;
   d.ring = {0x7f0020000000, 8 * 4096, 0x4567};
   d.slot_size = 4096;
   d.credits = 8;
@@ -27,7 +26,6 @@ ServerDescriptor SampleDescriptor() {
   d.max_value_bytes = 1 << 20;
   d.get_deadline_us = 100000;
   d.lock_slots = 1000;
-  d.clock = {0x7f0030000000, 64, 0x5678};
   return d;
 }
 
@@ -56,38 +54,29 @@ TEST(HandshakeTest, DescriptorFromAnotherMajorVersionIsRefusedWithBothVersions) 
       << back.status().ToString();
 }
 
-// Protocol 5 (lock words name their key) and 4 (no key in the lock word)
-// would misread each other's locks, so each side refuses the other, naming both.
+// Protocol 6 (the lease clock from a CLOCK request, no clock region in the
+// descriptor) and 5 would misread each other's descriptors, so each side
+// refuses the other, naming both.
 TEST(HandshakeTest, PeersOfAnOlderFormatAreRefusedBothWays) {
-  static_assert(kProtocolMajor == 5);
+  static_assert(kProtocolMajor == 6);
   std::array<uint8_t, kMaxAcceptData> buf{};
   ServerDescriptor d = SampleDescriptor();
-  d.major = 4;
+  d.major = 5;
   EncodeServerDescriptor(d, buf);
   auto back = DecodeServerDescriptor(buf);
   ASSERT_FALSE(back.ok());
   EXPECT_EQ(back.status().code(), Status::Code::kProtocol);
-  EXPECT_NE(back.status().message().find("protocol 4.0, this build speaks 5.0"), std::string::npos)
+  EXPECT_NE(back.status().message().find("protocol 5.0, this build speaks 6.0"), std::string::npos)
       << back.status().ToString();
   std::array<uint8_t, kMaxRequestData> req{};
   ConnectRequestMsg m;
-  m.major = 4;
+  m.major = 5;
   ASSERT_GT(EncodeConnectRequest(m, req), 0u);
   auto r = DecodeConnectRequest(req);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kProtocol);
-  EXPECT_NE(r.status().message().find("protocol 4.0, this build speaks 5.0"), std::string::npos)
+  EXPECT_NE(r.status().message().find("protocol 5.0, this build speaks 6.0"), std::string::npos)
       << r.status().ToString();
-}
-
-TEST(HandshakeTest, AClockWordOutsideTheClockRegionIsRejected) {
-  std::array<uint8_t, kMaxAcceptData> buf{};
-  ServerDescriptor d = SampleDescriptor();
-  d.clock_offset = 64;  // the clock region is 64 bytes
-  EncodeServerDescriptor(d, buf);
-  auto back = DecodeServerDescriptor(buf);
-  ASSERT_FALSE(back.ok());
-  EXPECT_NE(back.status().message().find("clock region"), std::string::npos) << back.status().ToString();
 }
 
 TEST(HandshakeTest, TruncatedOrInsaneDescriptorsAreRejected) {
@@ -191,6 +180,23 @@ TEST(MessagesTest, WholePutParses) {
   EXPECT_EQ(p->header.request_id, 42u);
   EXPECT_EQ(std::string(p->key.begin(), p->key.end()), "abc");
   EXPECT_EQ(std::string(p->value.begin(), p->value.end()), "hello");
+}
+
+TEST(MessagesTest, ClockAndStatsTakeNoKeyAndNoValue) {
+  for (Opcode op : {Opcode::kClock, Opcode::kStats}) {
+    RequestHeader h;
+    h.opcode = op;
+    h.request_id = 5;
+    auto p = ParseRequest(Request(h, "", ""), 1024, 1 << 20);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_EQ(p->header.opcode, op);
+    h.key_len = 3;
+    EXPECT_NE(ParseRequest(Request(h, "abc", ""), 1024, 1 << 20).status().message().find("takes no key"),
+              std::string::npos);
+    h.key_len = 0;
+    h.value_len = h.frag_len = 2;
+    EXPECT_EQ(ParseRequest(Request(h, "", "xy"), 1024, 1 << 20).status().code(), Status::Code::kInvalidArgument);
+  }
 }
 
 TEST(MessagesTest, MalformedRequestsGetClearErrors) {

@@ -4,6 +4,8 @@
 // On c1cae9c the clock was word 0 of the CAS-able lock table (a client could
 // push it forward and make every lease look expired), and owner ids were
 // conn_id % (2^24-1) + 1 (connection 0 and connection 2^24-1 shared owner 1).
+// From then until protocol 6 the clock was a word in its own REMOTE_READ
+// region, stored every 10 ms by a server thread; now a CLOCK request reads it.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -86,30 +88,25 @@ class LockClockTest : public ::testing::TestWithParam<Kind> {
   std::unique_ptr<TestServer> server_;
 };
 
-TEST_P(LockClockTest, AClientCannotCasOrWriteTheClockWord) {
-  for (WrOpcode op : {WrOpcode::kCompareSwap, WrOpcode::kWrite}) {
-    RawConnection r;
-    ASSERT_TRUE(r.Connect(env_, server_->port()).ok());
-    const RemoteRegion& clock = r.desc().clock;
-    ASSERT_GE(clock.length, r.desc().clock_offset + 8u);
-    ASSERT_EQ(r.Op(WrOpcode::kRead, clock.addr + r.desc().clock_offset, clock.rkey).status, WcStatus::kSuccess);
-    const uint64_t now = r.Word();
-    ASSERT_GT(now, 0u);
-    // Push the clock 2^30 ms ahead: every lease would look expired.
-    Completion c = r.Op(op, clock.addr + r.desc().clock_offset, clock.rkey, now, now + (uint64_t{1} << 30));
-    EXPECT_EQ(c.status, WcStatus::kRemoteAccessError) << WcStatusName(c.status);
-  }
-  // The clock still reads as the server's.
-  RawConnection r;
-  ASSERT_TRUE(r.Connect(env_, server_->port()).ok());
-  ASSERT_EQ(r.Op(WrOpcode::kRead, r.desc().clock.addr, r.desc().clock.rkey).status, WcStatus::kSuccess);
-  EXPECT_LT(r.Word(), uint64_t{1} << 30);
-  // And a lease another client holds is still respected.
+// Since protocol 6 a client asks for the lease clock (a CLOCK request) and
+// the server reads its clock when it answers: there is no clock word in
+// client-visible memory to push, and the lease a client installs starts at
+// the server's time of the answer, not at a tick up to 10 ms old.
+TEST_P(LockClockTest, ALeaseStartsAtTheServersClockWhenItAnswered) {
+  const server::LockView locks = server_->server().lock_view();
   auto holder = server_->Connect(PutMode::kSend);
   auto other = server_->Connect(PutMode::kSend);
   ASSERT_TRUE(holder.ok() && other.ok());
-  ASSERT_TRUE((*holder)->TryLock("k", std::chrono::seconds(10)).ok());
-  EXPECT_EQ((*other)->TryLock("k", std::chrono::seconds(10)).code(), Status::Code::kLocked);
+  const auto lease = std::chrono::seconds(10);
+  const uint64_t before = locks.clock->NowMs();
+  ASSERT_TRUE((*holder)->TryLock("k", lease).ok());
+  const uint64_t after = locks.clock->NowMs();
+  const uint64_t word = __atomic_load_n(&locks.words[LockPlaceOf("k", locks.seed, locks.slots).index], __ATOMIC_ACQUIRE);
+  const uint64_t lease_ms = static_cast<uint64_t>(std::chrono::milliseconds(lease).count());
+  EXPECT_GE(LockExpiry(word), before + lease_ms);
+  EXPECT_LT(LockExpiry(word), after + lease_ms + kLockExpiryUnitMs);  // rounded up to a unit at most
+  // And a lease another client holds is respected.
+  EXPECT_EQ((*other)->TryLock("k", lease).code(), Status::Code::kLocked);
 }
 
 TEST_P(LockClockTest, TwoConnectionsNeverShareAnOwnerId) {
@@ -129,11 +126,8 @@ TEST_P(LockClockTest, TwoConnectionsNeverShareAnOwnerId) {
     RawConnection holder;
     ASSERT_TRUE(holder.Connect(env_, server_->port()).ok());
     gone_id = holder.desc().conn_id;
-    const RemoteRegion& clock = holder.desc().clock;
-    ASSERT_EQ(holder.Op(WrOpcode::kRead, clock.addr + holder.desc().clock_offset, clock.rkey).status,
-              WcStatus::kSuccess);
     const LockPlace place = LockPlaceOf("held", holder.desc().hash_seed, holder.desc().lock_slots);
-    const uint64_t lease = PackLock(gone_id, place.key, holder.Word() + 60000);
+    const uint64_t lease = PackLock(gone_id, place.key, server_->server().lock_view().clock->NowMs() + 60000);
     const uint64_t word = place.index;
     ASSERT_EQ(holder.Op(WrOpcode::kCompareSwap, holder.desc().locks.addr + word * 8, holder.desc().locks.rkey, 0,
                         lease).status,

@@ -1,12 +1,15 @@
 // Stateful fuzzer for the client's handling of replies: a hostile server (on
-// the loopback transport) answers the real client's PUT/DELETE/STATS
-// messages as the input says: correctly, with another request id, status or
-// flags, with garbage, twice, or not at all. The client must never crash, hang
+// the loopback transport) answers the real client's PUT/DELETE/STATS/CLOCK
+// messages (a TryLock asks for the CLOCK, then CASes a lock word) as the
+// input says: correctly, with another request id, status or flags, with
+// garbage, twice, or not at all. The client must never crash, hang
 // past its operation timeout or trip a sanitizer; an operation either
 // succeeds or fails with a Status.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -141,7 +144,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool write_imm = in.ConsumeBool();
   const int ops = in.ConsumeIntegralInRange<int>(1, 6);
   std::vector<int> op_kinds;
-  for (int i = 0; i < ops; ++i) op_kinds.push_back(in.ConsumeIntegralInRange<int>(0, 3));
+  for (int i = 0; i < ops; ++i) op_kinds.push_back(in.ConsumeIntegralInRange<int>(0, 4));
   std::vector<Answer> answers;
   while (in.remaining_bytes() > 0 && answers.size() < 32) {
     Answer a;
@@ -165,14 +168,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     o.op_timeout_ms = 50;
     o.connect_timeout_ms = 1000;
     auto c = ClientFactory::ConnectWith(f.client, o);
-    if (c.ok()) {
-      for (int k : op_kinds) {
-        switch (k) {
-          case 0: (void)(*c)->Put("key", "small value"); break;
-          case 1: (void)(*c)->Put("big", std::string(1500, 'v')); break;  // fragments
-          case 2: (void)(*c)->Delete("key"); break;
-          case 3: (void)(*c)->Stats(); break;
-        }
+    // The hostile part is the replies: the connect must succeed, or this
+    // target tests nothing (from the clock region of protocol 2 until
+    // protocol 6 its descriptor named no clock region, every connect was
+    // refused, and no input ever reached a reply).
+    if (!c.ok()) {
+      std::fprintf(stderr, "fuzz_client_replies: connect failed: %s\n", c.status().ToString().c_str());
+      std::abort();
+    }
+    for (int k : op_kinds) {
+      switch (k) {
+        case 0: (void)(*c)->Put("key", "small value"); break;
+        case 1: (void)(*c)->Put("big", std::string(1500, 'v')); break;  // fragments
+        case 2: (void)(*c)->Delete("key"); break;
+        case 3: (void)(*c)->Stats(); break;
+        case 4: (void)(*c)->TryLock("key", std::chrono::milliseconds(1000)); break;
       }
     }
   }

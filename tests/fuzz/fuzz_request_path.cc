@@ -151,6 +151,7 @@ struct Expect {
   Status::Code code = Status::Code::kOk;
   bool ack = false;
   std::optional<std::pair<std::string, std::optional<std::string>>> effect;  // key -> value (nullopt: delete)
+  std::optional<uint64_t> clock;  // a CLOCK reply's body
 };
 
 class Harness {
@@ -170,12 +171,12 @@ class Harness {
     for (const std::string& k : kKeyNames) keys_.push_back(prefix + k);
     budget_ = std::make_unique<server::AssemblyBudget>(cfg_.assembly_bytes);
     locks_.assign(1 + kLockSlots, 0);
-    clock_ = 1000;  // the server clock (its own word, as in kvserver)
+    clock_ = 1000;  // the lease clock (read through server_clock_)
     recv_mem_.assign(size_t{kRecvBuffers} * kSlotBytes, 0);
     recv_mr_ = std::make_unique<FakeRegion>(recv_mem_.data(), recv_mem_.size());
     backend_->memory.push_back(recv_mem_);
     server::ReceivePool pool{&srq_, recv_mr_.get(), kSlotBytes};
-    server::LockView lv{locks_.data(), &clock_, kLockSlots, backend_->regions().hash_seed};
+    server::LockView lv{locks_.data(), &server_clock_, kLockSlots, backend_->regions().hash_seed};
     worker_ = std::make_unique<server::Worker>(0, cfg_, *backend_, counters_, *budget_, pool, lv,
                                                std::make_unique<FakeCq>());
     for (uint32_t i = 0; i < kConns; ++i) Open(i);
@@ -196,7 +197,7 @@ class Harness {
       switch (in_.ConsumeIntegralInRange<int>(0, 12)) {
         case 0: Deliver(c, WholeWrite(c, Opcode::kPut)); break;
         case 1: Deliver(c, WholeWrite(c, Opcode::kDelete)); break;
-        case 2: Deliver(c, Stats(c)); break;
+        case 2: Deliver(c, Query(c, in_.ConsumeBool() ? Opcode::kStats : Opcode::kClock)); break;
         case 3: Deliver(c, First(c)); break;
         case 4: Deliver(c, Next(c)); break;
         case 5: Deliver(c, in_.ConsumeBytes<uint8_t>(in_.ConsumeIntegralInRange<size_t>(0, kSlotBytes))); break;
@@ -290,9 +291,9 @@ class Harness {
     h.value_len = h.frag_len = static_cast<uint32_t>(v.size());
     return Encode(h, key, v);
   }
-  std::vector<uint8_t> Stats(Conn& c) {
+  std::vector<uint8_t> Query(Conn& c, Opcode op) {
     RequestHeader h;
-    h.opcode = Opcode::kStats;
+    h.opcode = op;
     h.request_id = c.next_id++;
     return Encode(h, {}, {});
   }
@@ -394,6 +395,10 @@ class Harness {
     const bool first = h.flags & kFlagFirst, last = h.flags & kFlagLast;
     if (first && last) {
       if (h.opcode == Opcode::kStats) return e;
+      if (h.opcode == Opcode::kClock) {
+        e.clock = clock_;
+        return e;
+      }
       return Write(e, c, str(p->key), h.opcode == Opcode::kPut ? std::optional(str(p->value)) : std::nullopt,
                    h.lock_token);
     }
@@ -485,6 +490,13 @@ class Harness {
     CHECK(r->header.status == e.code, "status %d, model says %d (request %llu)", static_cast<int>(r->header.status),
           static_cast<int>(e.code), static_cast<unsigned long long>(e.id));
     CHECK((r->header.flags == kReplyFragmentAck) == e.ack, "fragment ack flag %u", r->header.flags);
+    if (e.clock) {
+      uint64_t now = 0;
+      CHECK(r->body.size() == kClockReplyBytes, "a CLOCK reply of %zu bytes", r->body.size());
+      for (size_t i = 0; i < kClockReplyBytes; ++i) now |= uint64_t{r->body[i]} << (8 * i);
+      CHECK(now == *e.clock, "CLOCK answered %llu, the clock is %llu", static_cast<unsigned long long>(now),
+            static_cast<unsigned long long>(*e.clock));
+    }
     if (e.effect && e.code == Status::Code::kOk) {
       if (e.effect->second) {
         model_[e.effect->first] = *e.effect->second;
@@ -588,7 +600,8 @@ class Harness {
   std::unique_ptr<server::AssemblyBudget> budget_;
   server::ServerCounters counters_;
   std::vector<uint64_t> locks_;
-  uint64_t clock_ = 1;  // the server clock word (LockView::clock)
+  uint64_t clock_ = 1;                  // the lease clock's time, set by the input
+  server::ServerClock server_clock_{&clock_};  // what the worker reads
   std::vector<uint8_t> recv_mem_;
   std::unique_ptr<FakeRegion> recv_mr_;
   FakeSrq srq_;

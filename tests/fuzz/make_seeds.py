@@ -28,7 +28,7 @@ def stats(pairs):
     return out
 
 
-PROTOCOL_MAJOR = 5  # common/protocol/handshake.h kProtocolMajor
+PROTOCOL_MAJOR = 6  # common/protocol/handshake.h kProtocolMajor
 
 
 def preamble(body, major=PROTOCOL_MAJOR, minor=0):
@@ -41,7 +41,7 @@ def region(addr, length, rkey):
 
 def descriptor():
     body = struct.pack('<I', 5) + region(0x7f0000000000, 1 << 20, 11) + struct.pack('<QHQ', 1 << 16, 128, 99)
-    body += region(0x7f0001000000, 64 << 20, 12) + region(0x7f0010000000, 8 * 1032, 13) + struct.pack('<I', 0)
+    body += region(0x7f0001000000, 64 << 20, 12) + region(0x7f0010000000, 8 * 1032, 13)
     body += region(0x7f0020000000, 8 * 4096, 14) + struct.pack('<IHHIII', 4096, 8, 1023, 1 << 20, 50000, 1024)
     return preamble(body)
 
