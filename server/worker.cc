@@ -56,6 +56,7 @@ void Worker::Start() {
 
 void Worker::Stop() {
   stop_.store(true);
+  cq_->Wake();
   if (thread_.joinable()) thread_.join();
   {
     std::lock_guard<std::mutex> g(control_mu_);
@@ -68,6 +69,7 @@ void Worker::Add(ConnState* c) {
   std::lock_guard<std::mutex> g(control_mu_);
   control_.push_back({true, c});
   control_pending_.store(true, std::memory_order_release);
+  cq_->Wake();
 }
 
 void Worker::Remove(ConnState* c) {
@@ -79,7 +81,11 @@ void Worker::Remove(ConnState* c) {
     now = !running_.load();
   }
   // No worker thread (stopped, or driven by a test): nobody else applies it.
-  if (now) ApplyControl();
+  if (now) {
+    ApplyControl();
+  } else {
+    cq_->Wake();
+  }
 }
 
 void Worker::ApplyControl() {
@@ -137,10 +143,12 @@ void Worker::Run() {
     if (stop_.load(std::memory_order_relaxed)) break;  // nothing left in flight
     // After work, poll briefly (the next request is likely close); then
     // sleep on the completion channel until a completion arrives: a GET-only
-    // load sends no messages and must leave kvserver's CPU idle. A wait that
-    // times out (to notice stop_ and control requests) goes back to sleep.
+    // load sends no messages and must leave kvserver's CPU idle. Stop() and
+    // control requests Wake() the wait; it has a timeout only while a
+    // fragmented PUT is being reassembled (somewhere), so that an abandoned
+    // one expires.
     if (now < busy_until) continue;
-    (void)cq_->Wait(kExpiryCheckMs);
+    (void)cq_->Wait(assembly_budget_.used() > 0 ? kExpiryCheckMs : -1);
   }
 }
 

@@ -57,19 +57,28 @@ class LoopCq final : public CompletionQueue {
   }
   Status Wait(int timeout_ms) override {
     std::unique_lock<std::mutex> l(mu_);
-    auto ready = [&] { return !q_.empty(); };
+    auto ready = [&] { return !q_.empty() || woken_; };
     if (timeout_ms < 0) {
       cv_.wait(l, ready);
     } else if (!cv_.wait_for(l, std::chrono::milliseconds(timeout_ms), ready)) {
       return Status::Timeout("no completion");
     }
+    woken_ = false;
     return Status::OK();
+  }
+  void Wake() override {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      woken_ = true;
+    }
+    cv_.notify_all();
   }
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Completion> q_;
+  bool woken_ = false;
 };
 
 struct Region {

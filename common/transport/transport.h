@@ -203,10 +203,15 @@ class CompletionQueue {
   // Takes up to out.size() completions; returns how many (0 if none), or -1
   // if the CQ itself failed.
   virtual int Poll(std::span<Completion> out) = 0;
-  // Blocks until a completion may be there or timeout_ms passes (Timeout).
+  // Blocks until a completion may be there, Wake() is called, or timeout_ms
+  // passes (Timeout; timeout_ms < 0: no limit).
   // Pattern: Poll -> empty -> Wait -> Poll. Wait arms the notification and
   // re-checks, so no completion that arrives in between is missed.
   virtual Status Wait(int timeout_ms) = 0;
+  // Makes the Wait in progress, or else the next one, return OK at once.
+  // Safe from any thread (a worker sleeps with no timeout; whoever gives it
+  // work that is not a completion wakes it).
+  virtual void Wake() = 0;
 
  protected:
   CompletionQueue() = default;

@@ -1,6 +1,8 @@
 // Verbs device, memory regions, completion queues and shared receive queues.
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -199,6 +201,8 @@ Result<std::unique_ptr<VerbsCq>> VerbsCq::Create(std::shared_ptr<VerbsDevice> de
   int d = static_cast<int>(std::min(depth, dev->info().max_cqe));
   cq->cq_.reset(ibv_create_cq(dev->context(), d, nullptr, cq->channel_.get(), 0));
   if (!cq->cq_) return Status::FromErrno("ibv_create_cq", errno);
+  cq->wake_ = UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (cq->wake_.get() < 0) return Status::FromErrno("eventfd", errno);
   return cq;
 }
 
@@ -251,10 +255,15 @@ Status VerbsCq::Wait(int timeout_ms) {
       return Status::OK();
     }
   }
-  pollfd p{channel_->fd, POLLIN, 0};
-  int r = ::poll(&p, 1, timeout_ms);
+  pollfd p[2] = {{channel_->fd, POLLIN, 0}, {wake_.get(), POLLIN, 0}};
+  int r = ::poll(p, 2, timeout_ms);
   if (r < 0) return errno == EINTR ? Status::Timeout("interrupted") : Status::FromErrno("poll", errno);
   if (r == 0) return Status::Timeout("no completion");
+  if (p[1].revents & POLLIN) {
+    uint64_t n;
+    (void)!::read(wake_.get(), &n, sizeof n);  // drained: the next Wait sleeps again
+  }
+  if (!(p[0].revents & POLLIN)) return Status::OK();
   void* ctx = nullptr;
   ibv_cq* ev_cq = nullptr;
   if (ibv_get_cq_event(channel_.get(), &ev_cq, &ctx) == 0) {
@@ -262,6 +271,11 @@ Status VerbsCq::Wait(int timeout_ms) {
     armed_ = false;
   }
   return Status::OK();
+}
+
+void VerbsCq::Wake() {
+  const uint64_t one = 1;
+  (void)!::write(wake_.get(), &one, sizeof one);
 }
 
 // --------------------------------------------------------------------- SRQ

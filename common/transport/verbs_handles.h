@@ -10,9 +10,35 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include <unistd.h>
+
 #include <utility>
 
 namespace kvrdma::verbs {
+
+// A file descriptor of our own (an eventfd), closed exactly once.
+class UniqueFd {
+ public:
+  UniqueFd() noexcept = default;
+  explicit UniqueFd(int fd) noexcept : fd_(fd) {}
+  ~UniqueFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept {
+    if (this != &o) {
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  int get() const noexcept { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
 
 // Logs "destroy <what> failed: <strerror(err)>".
 void LogDestroyFailure(const char* what, int err) noexcept;

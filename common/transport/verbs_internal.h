@@ -51,6 +51,7 @@ class VerbsCq final : public kvrdma::CompletionQueue {
   ~VerbsCq() override;
   int Poll(std::span<Completion> out) override;
   Status Wait(int timeout_ms) override;
+  void Wake() override;
   ibv_cq* cq() const noexcept { return cq_.get(); }
 
  private:
@@ -60,6 +61,7 @@ class VerbsCq final : public kvrdma::CompletionQueue {
   std::shared_ptr<VerbsDevice> dev_;
   IbvCompChannel channel_;
   IbvCq cq_;
+  UniqueFd wake_;  // eventfd: Wake() makes it readable, Wait() polls it with the channel
   static constexpr int kStash = 16;
   Completion stash_[kStash];
   int stash_head_ = 0;

@@ -21,6 +21,7 @@ class FakeCq final : public CompletionQueue {
  public:
   int Poll(std::span<Completion>) override { return 0; }
   Status Wait(int) override { return Status::Timeout("fake"); }
+  void Wake() override {}
 };
 
 class FakeSrq final : public SharedReceiveQueue {
