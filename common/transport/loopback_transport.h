@@ -54,6 +54,7 @@ struct LoopbackStats {
   uint64_t atomics = 0;
   uint64_t errors = 0;  // WRs completed with an error (not counting flushes)
   uint64_t flushed = 0;
+  uint64_t qps = 0;  // QPs alive on the fabric now (both sides)
 };
 
 class LoopbackFabric {

@@ -107,6 +107,33 @@ TEST_P(StopUnderLoadTest, NoAcknowledgedPutIsLost) {
   EXPECT_EQ(lost, uint64_t{kClients});  // every client noticed, none hung
 }
 
+// A worker sleeps on its completion channel with no timeout while nothing
+// arrives (an idle kvserver must not wake up for nothing). So whatever it must
+// do that is not a completion has to wake it: the connection manager's Remove
+// of a closed connection, which the worker acknowledges before the manager
+// frees the connection and destroys its QP. With the Wake in Remove taken
+// out, the closed connection's QP lives on until some other completion
+// arrives: this test fails (2 QPs left over).
+TEST(IdleServerTest, AClosedConnectionIsFreedWhileTheServerIsIdle) {
+  TransportEnv env = TransportEnv::Make(Kind::kLoopback);
+  TestServer server(env);
+  const uint64_t before = env.fabric->stats().qps;
+  {
+    ClientOptions o;
+    o.host = env.addr;
+    o.port = server.port();
+    auto c = ClientFactory::ConnectWith(env.client, o);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_TRUE((*c)->Put("k", "v").ok());
+    EXPECT_EQ(env.fabric->stats().qps, before + 2);  // the client's QP and the server's
+  }  // the client disconnects; then nothing more arrives
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (env.fabric->stats().qps != before && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(env.fabric->stats().qps, before) << "the closed connection's QPs are still alive 5 s later";
+}
+
 INSTANTIATE_TEST_SUITE_P(Loopback, StopUnderLoadTest, ::testing::Values(Kind::kLoopback), KindName);
 INSTANTIATE_TEST_SUITE_P(Verbs, StopUnderLoadTest, ::testing::Values(Kind::kVerbs), KindName);
 
