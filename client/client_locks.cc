@@ -90,7 +90,7 @@ Status Client::Impl::TryLockOnce(std::string_view key, uint64_t lease_ms, bool* 
 Status Client::Impl::Lock(std::string_view key, uint64_t lease_ms, bool wait) {
   if (Status st = CheckKey(key); !st.ok()) return st;
   if (lease_ms == 0 || lease_ms > (uint64_t{1} << 32)) return Status::InvalidArgument("lease must be 1 ms .. 49 days");
-  if (desc_.lock_slots == 0) return Status::Unavailable("the server has no lock table");
+  if (desc_.lock_slots == 0) return Status::Unavailable("the server offers no locks (kvserver --lock-slots 0)");
   auto deadline = Clock::now() + std::chrono::milliseconds(opts_.op_timeout_ms);
   std::minstd_rand jitter(static_cast<uint32_t>(reinterpret_cast<uintptr_t>(this)));
   auto backoff = std::chrono::microseconds(50);
@@ -108,7 +108,7 @@ Status Client::Impl::Lock(std::string_view key, uint64_t lease_ms, bool wait) {
 }
 
 Status Client::Impl::Unlock(std::string_view key) {
-  auto it = held_.find(key);
+  auto it = held_.find(key);  // nothing is held without a lock table (Lock answers Unavailable)
   if (it == held_.end()) return Status::NotFound("this client does not hold that lock");
   uint64_t token = it->second;
   held_.erase(it);

@@ -75,8 +75,10 @@ int main(int argc, char** argv) {
   app.add_option("--srq-depth", cfg.srq_depth, "Receive buffers in the shared receive queue")
       ->capture_default_str()->check(CLI::Range(16, 1 << 20));
   app.add_option("--lock-slots", cfg.lock_slots,
-                 "Lock words in the lock table (two keys hashing to the same word cannot be locked at the same time)")
-      ->capture_default_str()->check(CLI::Range(1, 1 << 26));
+                 "Lock words in the lock table (two keys hashing to the same word cannot be locked at the same "
+                 "time); 0: no locks (Lock/TryLock answer Unavailable, no write is refused for a lock), for "
+                 "clients you do not trust with locks")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 26));
   app.add_option("--grace-ms", cfg.grace_period_ms,
                  "A freed log segment is reused only after this long; clients must finish a GET in half")
       ->capture_default_str()->check(CLI::Range(2, 60000));

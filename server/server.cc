@@ -82,7 +82,7 @@ Status Server::Start() {
   for (uint32_t w = 0; w < std::max(1u, cfg_.workers); ++w) {
     auto cq = device_->CreateCompletionQueue(depth + 4096);
     if (!cq.ok()) return cq.status();
-    LockView lv{locks_.get(), &clock_, cfg_.lock_slots, r.hash_seed};
+    LockView lv = lock_view();
     workers_.push_back(std::make_unique<Worker>(w, cfg_, backend_, counters_, *assembly_budget_, pool, lv,
                                                 std::move(cq).value()));
     workers_.back()->Start();

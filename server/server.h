@@ -43,7 +43,9 @@ class Server {
   // The lock table as workers see it (the metrics port counts held locks).
   // Valid between Start() and the end of Run().
   LockView lock_view() const {
-    return LockView{locks_.get(), &clock_, cfg_.lock_slots, backend_.regions().hash_seed};
+    // No lock table (--lock-slots 0): no words, so no write is refused.
+    return LockView{cfg_.lock_slots != 0 ? locks_.get() : nullptr, &clock_, cfg_.lock_slots,
+                    backend_.regions().hash_seed};
   }
 
  private:

@@ -157,7 +157,7 @@ Result<ServerDescriptor> DecodeServerDescriptor(std::span<const uint8_t> in) {
   if (Status st = CheckMessageLimits(d.slot_size, d.max_key_bytes); !st.ok()) {
     return Status::Protocol("server descriptor: limits that cannot work together: " + st.message());
   }
-  if (d.lock_slots == 0 || (uint64_t{d.lock_slots} + 1) * 8 > d.locks.length) {
+  if (d.lock_slots != 0 && (uint64_t{d.lock_slots} + 1) * 8 > d.locks.length) {
     return Status::Protocol("server descriptor: lock words outside the lock table");
   }
   return d;

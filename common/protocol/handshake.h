@@ -78,7 +78,7 @@ struct ServerDescriptor {
   uint16_t max_key_bytes = 0;
   uint32_t max_value_bytes = 0;
   uint32_t get_deadline_us = 0;   // a GET older than this restarts (reclamation)
-  uint32_t lock_slots = 0;        // lock words after word 0 (common/protocol/locks.h)
+  uint32_t lock_slots = 0;        // lock words after word 0 (common/protocol/locks.h); 0: no locks
   bool operator==(const ServerDescriptor&) const = default;
 };
 

@@ -175,6 +175,26 @@ TEST_P(LockTest, ALockRefusesWritesOfItsKeyNotOfTheOtherKeysOfItsWord) {
   EXPECT_EQ(v, "b writes k1");
 }
 
+// kvserver --lock-slots 0: no locks, for deployments whose clients are not
+// trusted with them (SECURITY.md). Lock and TryLock answer Unavailable, and
+// no write is ever refused for a lock.
+TEST_P(LockTest, AServerWithoutLocksAnswersUnavailableAndRefusesNoWrite) {
+  server::ServerConfig cfg = TestServer::Defaults();
+  cfg.lock_slots = 0;
+  server_.reset();
+  server_ = std::make_unique<TestServer>(env_, cfg);
+  auto a = NewClient(), b = NewClient();
+  Status st = a->TryLock("k", milliseconds(1000));
+  EXPECT_EQ(st.code(), Status::Code::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find("--lock-slots 0"), std::string::npos) << st.ToString();
+  EXPECT_EQ(a->Lock("k", milliseconds(1000)).code(), Status::Code::kUnavailable);
+  EXPECT_TRUE(a->Unlock("k").IsNotFound());
+  EXPECT_TRUE(b->Put("k", "b writes").ok());
+  std::string v;
+  ASSERT_TRUE(a->Get("k", &v).ok());
+  EXPECT_EQ(v, "b writes");
+}
+
 INSTANTIATE_TEST_SUITE_P(Loopback, LockTest, ::testing::Values(Kind::kLoopback), KindName);
 INSTANTIATE_TEST_SUITE_P(Verbs, LockTest, ::testing::Values(Kind::kVerbs), KindName);
 
