@@ -94,6 +94,9 @@ void Serve(Listener& l, const std::vector<Answer>& answers, std::atomic<bool>& s
   size_t next = 0;
   Completion wc[8];
   while (!stop.load()) {
+    // One connection per input: the client's reconnects are refused at once
+    // (left unanswered, each waited out the client's connect timeout).
+    if (auto ev = l.NextEvent(0); ev.ok() && ev->type == CmEvent::Type::kConnectRequest) ev->request->Reject({});
     int got = conn->recv_cq().Poll(wc);
     if (got <= 0) {
       Completion s[8];
@@ -165,7 +168,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     o.host = "loopback";
     o.port = (*l)->port();
     o.put_mode = write_imm ? PutMode::kWriteImm : PutMode::kSend;
-    o.op_timeout_ms = 50;
+    o.op_timeout_ms = 20;
     o.connect_timeout_ms = 1000;
     auto c = ClientFactory::ConnectWith(f.client, o);
     // The hostile part is the replies: the connect must succeed, or this
