@@ -4,6 +4,10 @@
 #include <bit>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace kvrdma {
 
 Status ValidateIndexParams(const IndexParams& p) {
@@ -36,31 +40,98 @@ uint64_t WordAt(std::span<const std::byte> window, int word) noexcept {
 }
 }  // namespace
 
-Status ProbeWindow(std::span<const std::byte> window, const KeyHash& kh, const IndexParams& p,
-                   WindowProbe* out) noexcept {
+namespace {
+
+// A word whose fingerprint matched: a candidate if its slot is plausible.
+void AddCandidate(uint64_t word, int i, const IndexParams& p, WindowProbe* out) noexcept {
+  const uint64_t slot = WordSlot(word);
+  if (slot == kEmptySlot) return;
+  if (!SlotLooksValid(slot) || SlotLogOffset(slot) + kEntryHeaderBytes > p.log_bytes) {
+    ++out->rejected;
+    return;
+  }
+  out->candidates[static_cast<size_t>(i) / 64] |= uint64_t{1} << (i % 64);
+  ++out->count;
+}
+
+// Words [from, n) one at a time: a bit test for a tag, a shift-compare for
+// the fingerprint; both are rarely true, so the branches predict well.
+void ProbeWords(std::span<const std::byte> window, int from, int n, const KeyHash& kh, const IndexParams& p,
+                WindowProbe* out) noexcept {
+  const uint64_t fp = kh.fingerprint & kSlotFingerprintMask;
+  constexpr uint64_t kTagSetWordBit = kTagSetBit << kWordTagShift;
+  for (int i = from; i < n; ++i) {
+    const uint64_t word = WordAt(window, i);
+    if ((word & kTagSetWordBit) != 0 && TagMatches(WordTag(word), kh.tag_nibble)) out->tag_matched = true;
+    if ((word >> kSlotFingerprintShift) == fp) AddCandidate(word, i, p, out);
+  }
+}
+
+}  // namespace
+
+namespace detail {
+Status ProbeWindowOneWordAtATime(std::span<const std::byte> window, const KeyHash& kh, const IndexParams& p,
+                                 WindowProbe* out) noexcept {
   *out = WindowProbe{};
   if (p.window_slots == 0 || p.window_slots > kMaxWindowSlots || window.size() != p.window_slots * kSlotBytes) {
     return Status::InvalidArgument("window bytes must be window_slots * 8");
   }
-  // The hot loop of an uncached GET (128 words): per word a bit test for a
-  // tag and a shift-compare for the fingerprint; both are rarely true, so the
-  // branches predict well (callgrind: bench/callgrind/run).
-  const uint64_t fp = kh.fingerprint & kSlotFingerprintMask;
-  constexpr uint64_t kTagSetWordBit = kTagSetBit << kWordTagShift;
-  for (int i = 0; i < static_cast<int>(p.window_slots); ++i) {
-    const uint64_t word = WordAt(window, i);
-    if ((word & kTagSetWordBit) != 0 && TagMatches(WordTag(word), kh.tag_nibble)) out->tag_matched = true;
-    if ((word >> kSlotFingerprintShift) != fp) continue;
-    const uint64_t slot = WordSlot(word);
-    if (slot == kEmptySlot) continue;
-    if (!SlotLooksValid(slot) || SlotLogOffset(slot) + kEntryHeaderBytes > p.log_bytes) {
-      ++out->rejected;
-      continue;
-    }
-    out->candidates[static_cast<size_t>(i) / 64] |= uint64_t{1} << (i % 64);
-    ++out->count;
-  }
+  ProbeWords(window, 0, static_cast<int>(p.window_slots), kh, p, out);
   return Status::OK();
+}
+}  // namespace detail
+
+Status ProbeWindow(std::span<const std::byte> window, const KeyHash& kh, const IndexParams& p,
+                   WindowProbe* out) noexcept {
+#if defined(__SSE2__)
+  // The hot loop of an uncached GET (128 words), four words at a time. The
+  // fingerprint (bits 52..63) and the tag (bits 36..40) both sit in a word's
+  // high 32 bits: gather the high halves of four words into one register,
+  // compare them with the key's fingerprint and with the two tags that match
+  // it, and keep a bit per word. Words whose fingerprint matched are checked
+  // one by one (rare). Equal to ProbeWindowOneWordAtATime on every window
+  // (ReadPathTest.TheFourWordScanAgreesWithTheOneWordScan); about half the
+  // instructions (bench/callgrind/run).
+  *out = WindowProbe{};
+  if (p.window_slots == 0 || p.window_slots > kMaxWindowSlots || window.size() != p.window_slots * kSlotBytes) {
+    return Status::InvalidArgument("window bytes must be window_slots * 8");
+  }
+  static_assert(kSlotFingerprintShift >= 32 && kWordTagShift >= 32, "fingerprint and tag in the high half");
+  const int n = static_cast<int>(p.window_slots);
+  const uint64_t fp = kh.fingerprint & kSlotFingerprintMask;
+  const __m128i fp_mask = _mm_set1_epi32(static_cast<int>(kSlotFingerprintMask << (kSlotFingerprintShift - 32)));
+  const __m128i fp_want = _mm_set1_epi32(static_cast<int>(fp << (kSlotFingerprintShift - 32)));
+  constexpr unsigned kTagShiftHi = kWordTagShift - 32;
+  const __m128i tag_mask = _mm_set1_epi32(static_cast<int>(((kTagSetBit << 1) - 1) << kTagShiftHi));
+  const __m128i tag_key =
+      _mm_set1_epi32(static_cast<int>((kTagSetBit | (kh.tag_nibble & kTagNibbleMask)) << kTagShiftHi));
+  const __m128i tag_any = _mm_set1_epi32(static_cast<int>((kTagSetBit | kTagAnyKey) << kTagShiftHi));
+  uint64_t fp_bits[kMaxWindowSlots / 64] = {};
+  int tag_bits = 0;
+  int i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const auto* src = reinterpret_cast<const __m128i*>(window.data() + static_cast<size_t>(i) * kSlotBytes);
+    const __m128 a = _mm_castsi128_ps(_mm_loadu_si128(src));      // words i, i+1 as 32-bit lanes lo, hi, lo, hi
+    const __m128 b = _mm_castsi128_ps(_mm_loadu_si128(src + 1));  // words i+2, i+3
+    const __m128i hi = _mm_castps_si128(_mm_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+    const int fp_eq = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(_mm_and_si128(hi, fp_mask), fp_want)));
+    const __m128i tag = _mm_and_si128(hi, tag_mask);
+    tag_bits |= _mm_movemask_ps(
+        _mm_castsi128_ps(_mm_or_si128(_mm_cmpeq_epi32(tag, tag_key), _mm_cmpeq_epi32(tag, tag_any))));
+    fp_bits[static_cast<size_t>(i) / 64] |= static_cast<uint64_t>(fp_eq) << (i % 64);
+  }
+  out->tag_matched = tag_bits != 0;
+  for (size_t w = 0; w < kMaxWindowSlots / 64; ++w) {
+    for (uint64_t bits = fp_bits[w]; bits != 0; bits &= bits - 1) {
+      const int word = static_cast<int>(w * 64) + std::countr_zero(bits);
+      AddCandidate(WordAt(window, word), word, p, out);
+    }
+  }
+  ProbeWords(window, i, n, kh, p, out);  // the last 0..3 words
+  return Status::OK();
+#else
+  return detail::ProbeWindowOneWordAtATime(window, kh, p, out);
+#endif
 }
 
 int NextCandidate(const WindowProbe& probe, int from) noexcept {

@@ -77,6 +77,13 @@ struct WindowProbe {
 Status ProbeWindow(std::span<const std::byte> window, const KeyHash& kh, const IndexParams& p,
                    WindowProbe* out) noexcept;
 
+namespace detail {
+// ProbeWindow one word at a time: what ProbeWindow does where SSE2 is not
+// available, and the reference its four-word scan is tested against.
+Status ProbeWindowOneWordAtATime(std::span<const std::byte> window, const KeyHash& kh, const IndexParams& p,
+                                 WindowProbe* out) noexcept;
+}  // namespace detail
+
 // The first candidate word at or after `from`, or -1.
 int NextCandidate(const WindowProbe& probe, int from) noexcept;
 
