@@ -70,9 +70,14 @@ Status Client::Impl::TryLockOnce(std::string_view key, uint64_t lease_ms, bool* 
                                       : "another key of its lock word is held by another client for ") +
                             std::to_string(LockExpiry(seen) - *now) + " ms more");
     }
-    // Our keys already on the word keep their cover: the word then covers
+    // Our other keys on the word (they carry `seen` as their token) keep
+    // their cover: if one may have another key byte, the word then covers
     // every key of it.
-    if (LockOwner(seen) == me && LockKey(seen) != place.key) mine = PackLock(me, kLockAllKeys, *now + lease_ms);
+    if (LockKey(seen) != place.key) {
+      for (const auto& [k, token] : held_) {
+        if (token == seen && k != key) mine = PackLock(me, kLockAllKeys, *now + lease_ms);
+      }
+    }
     auto again = CasLockWord(place.index, seen, mine);
     if (!again.ok()) return again.status();
     if (*again != seen) {

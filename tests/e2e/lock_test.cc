@@ -167,6 +167,10 @@ TEST_P(LockTest, ALockRefusesWritesOfItsKeyNotOfTheOtherKeysOfItsWord) {
   EXPECT_EQ(b->Put(k1, "b writes k1").code(), Status::Code::kLocked);
   ASSERT_TRUE(a->Unlock(k1).ok());
   EXPECT_EQ(b->Put(k2, "b writes k2").code(), Status::Code::kLocked);  // k2 is still held
+  // Renewing k2, the only key a still holds there, narrows the word to k2.
+  ASSERT_TRUE(a->Lock(k2, milliseconds(60000)).ok());
+  EXPECT_EQ(LockKey(__atomic_load_n(&locks.words[1], __ATOMIC_ACQUIRE)), place(k2).key);
+  EXPECT_TRUE(b->Put(k1, "b writes k1 again").ok());
   ASSERT_TRUE(a->Unlock(k2).ok());
   EXPECT_EQ(__atomic_load_n(&locks.words[1], __ATOMIC_ACQUIRE), 0u);
   EXPECT_TRUE(b->Put(k1, "b writes k1").ok());
