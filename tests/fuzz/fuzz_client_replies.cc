@@ -4,13 +4,18 @@
 // input says: correctly, with another request id, status or flags, with
 // garbage, twice, or not at all. The client must never crash, hang
 // past its operation timeout or trip a sanitizer; an operation either
-// succeeds or fails with a Status.
+// succeeds or fails with a Status. And once the server has broken the
+// protocol in a way the client must notice (a second reply to one request,
+// a reply to a request already answered, bytes that are no reply, or no reply
+// at all), no operation started afterwards may succeed: the client fails the
+// connection, and the server refuses its reconnects.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -57,7 +62,7 @@ struct Answer {
   std::vector<uint8_t> bytes;
 };
 
-void Serve(Listener& l, const std::vector<Answer>& answers, std::atomic<bool>& stop) {
+void Serve(Listener& l, const std::vector<Answer>& answers, std::atomic<bool>& stop, std::atomic<bool>& broken) {
   Fabric& f = F();
   std::unique_ptr<Connection> conn;
   for (int i = 0; i < 50 && !conn && !stop.load(); ++i) {
@@ -92,6 +97,7 @@ void Serve(Listener& l, const std::vector<Answer>& answers, std::atomic<bool>& s
     (void)conn->PostRecv({&r, 1});
   }
   size_t next = 0;
+  std::map<uint64_t, int64_t> balance;  // per request id: replies sent - messages received
   Completion wc[8];
   while (!stop.load()) {
     // One connection per input: the client's reconnects are refused at once
@@ -99,8 +105,6 @@ void Serve(Listener& l, const std::vector<Answer>& answers, std::atomic<bool>& s
     if (auto ev = l.NextEvent(0); ev.ok() && ev->type == CmEvent::Type::kConnectRequest) ev->request->Reject({});
     int got = conn->recv_cq().Poll(wc);
     if (got <= 0) {
-      Completion s[8];
-      (void)conn->PollSend(s);
       (void)conn->recv_cq().Wait(5);
       continue;
     }
@@ -113,7 +117,9 @@ void Serve(Listener& l, const std::vector<Answer>& answers, std::atomic<bool>& s
       RecvWr r{wc[i].wr_id, f.mr->Slice(32768 + wc[i].wr_id * kSlot, kSlot)};
       (void)conn->PostRecv({&r, 1});
       const Answer a = answers.empty() ? Answer{0, 0, 0, 0, {}} : answers[next++ % answers.size()];
-      if (wc[i].status != WcStatus::kSuccess || a.kind == 6) continue;
+      if (wc[i].status != WcStatus::kSuccess) continue;
+      const bool last = (m[1] & kFlagLast) != 0;
+      --balance[id];  // a message of request `id`: it is owed one reply
       ReplyHeader h;
       h.request_id = a.kind == 1 ? a.id : id;
       h.status = a.kind == 2 ? static_cast<Status::Code>(a.status % 16) : Status::Code::kOk;
@@ -121,13 +127,36 @@ void Serve(Listener& l, const std::vector<Answer>& answers, std::atomic<bool>& s
       size_t len = a.kind == 4 ? std::min<size_t>(a.bytes.size(), kMaxReplySize)
                                : EncodeReply(h, a.bytes, {send, kMaxReplySize});
       if (a.kind == 4 && len > 0) std::memcpy(send, a.bytes.data(), len);
-      for (int k = 0; k < (a.kind == 5 ? 2 : 1); ++k) {
+      // Each SEND completes before the buffer is written again (the fabric
+      // copies when it executes the SEND, not when it is posted: a reused
+      // buffer would send the next reply twice and this one never).
+      for (int k = 0; k < (a.kind == 5 ? 2 : a.kind == 6 ? 0 : 1); ++k) {
         SendWr w;
         w.opcode = WrOpcode::kSend;
         w.local = f.mr->Slice(49152, static_cast<uint32_t>(len));
-        w.signaled = false;
-        (void)conn->PostSend({&w, 1});
+        w.signaled = true;
+        if (!conn->PostSend({&w, 1}).ok()) continue;
+        Completion done[1];
+        for (int t = 0; t < 100000 && conn->PollSend(done) == 0; ++t) std::this_thread::yield();
       }
+      // What the client must take as a broken protocol: a reply to a request
+      // already answered, bytes that are no reply, or, once the request's
+      // last message is answered, more or fewer replies with its id than it
+      // sent messages (the fragments of a request share its id, so a missing
+      // reply and a second one to another fragment cancel out: the client
+      // cannot tell, and neither does this). A reply with a later request's
+      // id is counted for that request.
+      uint64_t reply_id = a.kind == 1 ? a.id : id;
+      bool breaks = false;
+      if (a.kind == 4) {
+        auto r = ParseReply({send, len});
+        breaks = !r.ok();
+        if (r.ok()) reply_id = r->header.request_id;
+      }
+      if (reply_id < id) breaks = true;
+      if (a.kind != 6 && !breaks) balance[reply_id] += a.kind == 5 ? 2 : 1;
+      if (last && balance[id] != 0) breaks = true;
+      if (breaks) broken.store(true);
     }
   }
 }
@@ -161,8 +190,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Fabric& f = F();
   auto l = f.server->Listen("", 0, 4);
   if (!l.ok()) return 0;
-  std::atomic<bool> stop{false};
-  std::thread srv([&] { Serve(**l, answers, stop); });
+  std::atomic<bool> stop{false}, broken{false};
+  std::thread srv([&] { Serve(**l, answers, stop, broken); });
   {
     ClientOptions o;
     o.host = "loopback";
@@ -180,12 +209,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::abort();
     }
     for (int k : op_kinds) {
+      const bool after_break = broken.load();
+      Status st;
       switch (k) {
-        case 0: (void)(*c)->Put("key", "small value"); break;
-        case 1: (void)(*c)->Put("big", std::string(1500, 'v')); break;  // fragments
-        case 2: (void)(*c)->Delete("key"); break;
-        case 3: (void)(*c)->Stats(); break;
-        case 4: (void)(*c)->TryLock("key", std::chrono::milliseconds(1000)); break;
+        case 0: st = (*c)->Put("key", "small value"); break;
+        case 1: st = (*c)->Put("big", std::string(1500, 'v')); break;  // fragments
+        case 2: st = (*c)->Delete("key"); break;
+        case 3: st = (*c)->Stats().status(); break;
+        case 4: st = (*c)->TryLock("key", std::chrono::milliseconds(1000)); break;
+      }
+      if (after_break && st.ok()) {
+        std::fprintf(stderr, "fuzz_client_replies: operation %d succeeded after the server broke the protocol\n", k);
+        std::abort();
       }
     }
   }
