@@ -16,9 +16,10 @@
 #include <array>
 #include <chrono>
 #include <cstdlib>
+#include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
-#include <memory>
 #include <vector>
 
 #include "client/client_internal.h"
@@ -90,9 +91,8 @@ class Client::Impl {
   size_t Poll(std::span<Op*> done);
   size_t Wait(std::span<Op*> done, int timeout_ms);
   // Runs one operation to completion (the synchronous API).
-  // A request of the server's that is not a key's (no key, no value).
-  enum class Query : uint8_t { kNone, kStats, kClock };
-  void RunSync(Op* op, Query query = Query::kNone);
+  // `query`: a STATS or CLOCK request (IsQuery) instead of op->type's.
+  void RunSync(Op* op, std::optional<Opcode> query = std::nullopt);
   Result<std::vector<std::pair<std::string, uint64_t>>> Stats();
   // The lease clock, read by the server when it answers (a CLOCK request).
   Result<uint64_t> ServerClockMs();
@@ -170,7 +170,7 @@ class Client::Impl {
 
   Status CheckKey(std::string_view key) const;
   // Takes a free slot for op (a query, or an operation of op->type).
-  void Start(Op* op, Query query);
+  void Start(Op* op, std::optional<Opcode> query);
   void ResetEngine();
   void Finish(Slot& s, Status st);
   void FailAll(const Status& st);

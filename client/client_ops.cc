@@ -25,8 +25,8 @@ void Client::Impl::NoticeDisconnectWhileIdle(Clock::time_point now) {
   if (conn_->broken()) FailAll(Status::ConnectionLost("the server closed the connection"));
 }
 
-void Client::Impl::Start(Op* op, Query query) {
-  const bool keyless = query != Query::kNone;  // a STATS or CLOCK request: no key
+void Client::Impl::Start(Op* op, std::optional<Opcode> query) {
+  const bool keyless = query.has_value();  // a STATS or CLOCK request: no key
   // A failed connection is rebuilt when nothing is in flight on it any more.
   auto now = Clock::now();  // one clock read per operation start
   NoticeDisconnectWhileIdle(now);
@@ -66,10 +66,7 @@ void Client::Impl::Start(Op* op, Query query) {
     s.kw = *kw;
     return StartGet(s, now);  // client_get.cc
   }
-  s.opcode = query == Query::kStats   ? Opcode::kStats
-             : query == Query::kClock ? Opcode::kClock
-             : op->type == Op::Type::kPut ? Opcode::kPut
-                                          : Opcode::kDelete;
+  s.opcode = query ? *query : op->type == Op::Type::kPut ? Opcode::kPut : Opcode::kDelete;
   std::string_view value = s.opcode == Opcode::kPut ? op->value : std::string_view{};
   if (value.size() > desc_.max_value_bytes) {
     return Finish(s, Status::TooLarge("value of " + std::to_string(value.size()) + " bytes (server limit " +
@@ -131,7 +128,7 @@ size_t Client::Impl::Submit(std::span<Op* const> ops) {
   size_t n = 0;
   for (Op* op : ops) {
     if (free_.empty()) break;
-    Start(op, Query::kNone);
+    Start(op, std::nullopt);
     ++n;
   }
   Progress();
@@ -160,7 +157,7 @@ size_t Client::Impl::Wait(std::span<Op*> done, int timeout_ms) {
   }
 }
 
-void Client::Impl::RunSync(Op* op, Query query) {
+void Client::Impl::RunSync(Op* op, std::optional<Opcode> query) {
   while (free_.empty()) {  // async operations hold every slot
     Progress();
     if (free_.empty()) IdleWait(Clock::time_point::max());
@@ -179,7 +176,7 @@ Result<std::vector<std::pair<std::string, uint64_t>>> Client::Impl::Stats() {
   Op op;
   std::string body;
   op.result = &body;
-  RunSync(&op, Query::kStats);
+  RunSync(&op, Opcode::kStats);
   if (!op.status.ok()) return op.status;
   return DecodeStats({reinterpret_cast<const uint8_t*>(body.data()), body.size()});
 }
@@ -188,15 +185,9 @@ Result<uint64_t> Client::Impl::ServerClockMs() {
   Op op;
   std::string body;
   op.result = &body;
-  RunSync(&op, Query::kClock);
+  RunSync(&op, Opcode::kClock);
   if (!op.status.ok()) return op.status;
-  if (body.size() != kClockReplyBytes) {
-    return Status::Protocol("a CLOCK reply of " + std::to_string(body.size()) + " bytes (expected " +
-                            std::to_string(kClockReplyBytes) + ")");
-  }
-  uint64_t now = 0;
-  for (size_t i = 0; i < kClockReplyBytes; ++i) now |= uint64_t{static_cast<uint8_t>(body[i])} << (8 * i);
-  return now;
+  return DecodeClock({reinterpret_cast<const uint8_t*>(body.data()), body.size()});
 }
 
 // --------------------------------------------------------------- progress
@@ -346,7 +337,7 @@ void Client::Impl::PumpMessages() {
 bool Client::Impl::SendNextMessage(Slot& s) {
   if (msgs_in_flight_ >= desc_.credits) return false;
   uint32_t idx = SlotOf(s);
-  std::string_view key = s.opcode == Opcode::kStats || s.opcode == Opcode::kClock ? std::string_view{} : s.op->key;
+  std::string_view key = IsQuery(s.opcode) ? std::string_view{} : s.op->key;
   std::string_view value = s.opcode == Opcode::kPut ? s.op->value : std::string_view{};
   size_t room = desc_.slot_size - kRequestHeaderSize - (s.first ? key.size() : 0);
   size_t chunk = std::min(room, value.size() - s.sent);
@@ -420,7 +411,7 @@ void Client::Impl::OnReply(const Completion& c) {
   }
   if (!(p->header.flags & kReplyFragmentAck)) {
     s.op->version = p->header.version;
-    if ((s.opcode == Opcode::kStats || s.opcode == Opcode::kClock) && s.op->result != nullptr) {
+    if (IsQuery(s.opcode) && s.op->result != nullptr) {
       s.op->result->assign(reinterpret_cast<const char*>(p->body.data()), p->body.size());
     }
   }

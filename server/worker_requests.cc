@@ -70,12 +70,11 @@ void Worker::HandleStats(ConnState& cs, const RequestHeader& h) {
 
 // The lease clock, read now: a client takes a lock with it (now + lease).
 void Worker::HandleClock(ConnState& cs, const RequestHeader& h) {
-  const uint64_t now = locks_.clock->NowMs();
   uint8_t body[kClockReplyBytes];
-  for (size_t i = 0; i < kClockReplyBytes; ++i) body[i] = static_cast<uint8_t>(now >> (8 * i));
+  const size_t n = EncodeClock(locks_.clock->NowMs(), body);
   ReplyHeader rh;
   rh.request_id = h.request_id;
-  Reply(cs, rh, {body, sizeof body});
+  Reply(cs, rh, {body, n});
 }
 
 void Worker::HandleWrite(ConnState& cs, const ParsedRequest& r) {

@@ -43,7 +43,7 @@ Result<ParsedRequest> ParseRequest(std::span<const uint8_t> msg, uint32_t max_ke
       return Status::InvalidArgument("only PUT carries a value or fragments");
     }
   }
-  if (h.opcode == Opcode::kStats || h.opcode == Opcode::kClock) {
+  if (IsQuery(h.opcode)) {
     if (h.key_len != 0) {
       return Status::InvalidArgument(h.opcode == Opcode::kStats ? "STATS takes no key" : "CLOCK takes no key");
     }
@@ -126,6 +126,21 @@ Result<std::vector<std::pair<std::string, uint64_t>>> DecodeStats(std::span<cons
   }
   if (!r.ok()) return Status::Protocol("malformed STATS reply");
   return out;
+}
+
+size_t EncodeClock(uint64_t now_ms, std::span<uint8_t> out) noexcept {
+  wire::Writer w(out);
+  w.U64(now_ms);
+  return w.ok() ? w.size() : 0;
+}
+
+Result<uint64_t> DecodeClock(std::span<const uint8_t> body) {
+  if (body.size() != kClockReplyBytes) {
+    return Status::Protocol("a CLOCK reply of " + std::to_string(body.size()) + " bytes (expected " +
+                            std::to_string(kClockReplyBytes) + ")");
+  }
+  wire::Reader r(body);
+  return r.U64();
 }
 
 }  // namespace kvrdma

@@ -41,9 +41,10 @@
 
 namespace kvrdma {
 
-// kStats and kClock take no key and no value. kClock's reply body is the
-// server clock leases are measured on (u64 LE, ms; server/server_clock.h).
+// kStats and kClock are queries: no key, no value. kClock's reply body is the
+// server clock leases are measured on (EncodeClock; server/server_clock.h).
 enum class Opcode : uint8_t { kPut = 1, kDelete = 2, kStats = 3, kClock = 4 };
+constexpr bool IsQuery(Opcode op) noexcept { return op == Opcode::kStats || op == Opcode::kClock; }
 inline constexpr size_t kClockReplyBytes = 8;
 
 inline constexpr uint8_t kFlagFirst = 1;
@@ -98,5 +99,10 @@ Result<ParsedReply> ParseReply(std::span<const uint8_t> msg) noexcept;
 // STATS body: u16 count, then per entry u8 name_len, name, u64 value.
 size_t EncodeStats(std::span<const std::pair<std::string_view, uint64_t>> stats, std::span<uint8_t> out) noexcept;
 Result<std::vector<std::pair<std::string, uint64_t>>> DecodeStats(std::span<const uint8_t> body);
+
+// CLOCK body: u64 server clock in ms (kClockReplyBytes). Decode: Protocol
+// unless the body is exactly that.
+size_t EncodeClock(uint64_t now_ms, std::span<uint8_t> out) noexcept;
+Result<uint64_t> DecodeClock(std::span<const uint8_t> body);
 
 }  // namespace kvrdma

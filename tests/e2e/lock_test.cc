@@ -21,6 +21,12 @@ class LockTest : public ::testing::TestWithParam<Kind> {
     server_ = std::make_unique<TestServer>(env_);
   }
   void TearDown() override { server_.reset(); }
+  void RestartWithLockSlots(uint32_t slots) {
+    server::ServerConfig cfg = TestServer::Defaults();
+    cfg.lock_slots = slots;
+    server_.reset();
+    server_ = std::make_unique<TestServer>(env_, cfg);
+  }
   std::unique_ptr<Client> NewClient(int timeout_ms = 20000) {
     ClientOptions o;
     o.host = env_.addr;
@@ -133,10 +139,7 @@ TEST_P(LockTest, ADeadHoldersLockIsTakenOverAfterTheLeaseNotBefore) {
 // (Before protocol 5 a lock covered its whole word: a bystander's PUT of an
 // unrelated key failed with Locked, which clients_sigkilled_mid_put caught.)
 TEST_P(LockTest, ALockRefusesWritesOfItsKeyNotOfTheOtherKeysOfItsWord) {
-  server::ServerConfig cfg = TestServer::Defaults();
-  cfg.lock_slots = 1;
-  server_.reset();
-  server_ = std::make_unique<TestServer>(env_, cfg);
+  RestartWithLockSlots(1);
   const server::LockView locks = server_->server().lock_view();
   auto place = [&](const std::string& k) { return LockPlaceOf(k, locks.seed, locks.slots); };
   // k1, and k2 with another key byte; k1b with k1's byte (1 key in 255 of a
@@ -183,10 +186,7 @@ TEST_P(LockTest, ALockRefusesWritesOfItsKeyNotOfTheOtherKeysOfItsWord) {
 // trusted with them (SECURITY.md). Lock and TryLock answer Unavailable, and
 // no write is ever refused for a lock.
 TEST_P(LockTest, AServerWithoutLocksAnswersUnavailableAndRefusesNoWrite) {
-  server::ServerConfig cfg = TestServer::Defaults();
-  cfg.lock_slots = 0;
-  server_.reset();
-  server_ = std::make_unique<TestServer>(env_, cfg);
+  RestartWithLockSlots(0);
   auto a = NewClient(), b = NewClient();
   Status st = a->TryLock("k", milliseconds(1000));
   EXPECT_EQ(st.code(), Status::Code::kUnavailable) << st.ToString();

@@ -491,10 +491,9 @@ class Harness {
           static_cast<int>(e.code), static_cast<unsigned long long>(e.id));
     CHECK((r->header.flags == kReplyFragmentAck) == e.ack, "fragment ack flag %u", r->header.flags);
     if (e.clock) {
-      uint64_t now = 0;
-      CHECK(r->body.size() == kClockReplyBytes, "a CLOCK reply of %zu bytes", r->body.size());
-      for (size_t i = 0; i < kClockReplyBytes; ++i) now |= uint64_t{r->body[i]} << (8 * i);
-      CHECK(now == *e.clock, "CLOCK answered %llu, the clock is %llu", static_cast<unsigned long long>(now),
+      auto now = DecodeClock(r->body);
+      CHECK(now.ok(), "a CLOCK reply of %zu bytes", r->body.size());
+      CHECK(*now == *e.clock, "CLOCK answered %llu, the clock is %llu", static_cast<unsigned long long>(*now),
             static_cast<unsigned long long>(*e.clock));
     }
     if (e.effect && e.code == Status::Code::kOk) {
