@@ -93,6 +93,8 @@ class Client::Impl {
   // Runs one operation to completion (the synchronous API).
   // `query`: a STATS or CLOCK request (IsQuery) instead of op->type's.
   void RunSync(Op* op, std::optional<Opcode> query = std::nullopt);
+  // Runs a STATS or CLOCK request; its reply body.
+  Result<std::string> Query(Opcode query);
   Result<std::vector<std::pair<std::string, uint64_t>>> Stats();
   // The lease clock, read by the server when it answers (a CLOCK request).
   Result<uint64_t> ServerClockMs();

@@ -172,22 +172,25 @@ void Client::Impl::RunSync(Op* op, std::optional<Opcode> query) {
   if (op->status.ok() && op->type != Op::Type::kGet) last_version_ = op->version;
 }
 
-Result<std::vector<std::pair<std::string, uint64_t>>> Client::Impl::Stats() {
+Result<std::string> Client::Impl::Query(Opcode query) {
   Op op;
   std::string body;
   op.result = &body;
-  RunSync(&op, Opcode::kStats);
+  RunSync(&op, query);
   if (!op.status.ok()) return op.status;
-  return DecodeStats({reinterpret_cast<const uint8_t*>(body.data()), body.size()});
+  return body;
+}
+
+Result<std::vector<std::pair<std::string, uint64_t>>> Client::Impl::Stats() {
+  auto body = Query(Opcode::kStats);
+  if (!body.ok()) return body.status();
+  return DecodeStats({reinterpret_cast<const uint8_t*>(body->data()), body->size()});
 }
 
 Result<uint64_t> Client::Impl::ServerClockMs() {
-  Op op;
-  std::string body;
-  op.result = &body;
-  RunSync(&op, Opcode::kClock);
-  if (!op.status.ok()) return op.status;
-  return DecodeClock({reinterpret_cast<const uint8_t*>(body.data()), body.size()});
+  auto body = Query(Opcode::kClock);
+  if (!body.ok()) return body.status();
+  return DecodeClock({reinterpret_cast<const uint8_t*>(body->data()), body->size()});
 }
 
 // --------------------------------------------------------------- progress
