@@ -64,11 +64,11 @@ class Client::Impl {
   using Clock = std::chrono::steady_clock;
   static constexpr uint32_t kMaxInFlight = 64;
   // Each in-flight GET's own entry buffer (registered, x kMaxInFlight): 16 KiB
-  // holds every exact size class (up to 8184 bytes) and the first 32 coarse
+  // holds every exact size class (up to 4092 bytes) and the first 64 coarse
   // ones, so only entries over 16 KiB use the shared large buffer; 64 slots
   // take 1 MiB of registered memory.
   static constexpr size_t kSlotEntryBytes = 16 << 10;
-  static_assert(kSlotEntryBytes == SizeClassBytes(kFirstCoarseSizeClass + kSizeClassSteps));
+  static_assert(kSlotEntryBytes == SizeClassBytes(kFirstCoarseSizeClass + 2 * kSizeClassSteps));
   static_assert(kSlotEntryBytes >= kMaxExactEntryBytes);
 
   Impl(const ClientOptions& o, std::shared_ptr<Device> dev)

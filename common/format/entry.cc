@@ -12,27 +12,30 @@ uint64_t HashKeyBytes(std::string_view key, uint64_t seed) noexcept {
   return XXH3_64bits_withSeed(key.data(), key.size(), seed);
 }
 
-uint64_t EntryChecksum(const std::byte* from_version, size_t n, uint64_t seed) noexcept {
-  return XXH3_64bits_withSeed(from_version, n, seed) & kGuardChecksumMask;
+uint64_t EntryChecksum(uint32_t lengths, const std::byte* key_and_value, size_t n, uint64_t seed) noexcept {
+  // The lengths enter through the seed (multiplied by an odd constant so
+  // that every bit of them moves the seed's high bits too): the key and
+  // value are contiguous in both layouts, the lengths are not next to them.
+  const uint64_t mixed = seed ^ (uint64_t{lengths} * 0x9E3779B97F4A7C15ull);
+  return XXH3_64bits_withSeed(key_and_value, n, mixed) & kGuardChecksumMask;
 }
 
-size_t EncodeEntry(std::span<std::byte> out, std::string_view key, std::string_view value,
-                   uint32_t version, bool tombstone, uint64_t seed) noexcept {
+size_t EncodeEntry(std::span<std::byte> out, uint64_t entry_off, std::string_view key, std::string_view value,
+                   bool tombstone, uint64_t seed) noexcept {
   if (key.empty() || key.size() > kMaxKeyBytes || value.size() > kMaxValueBytes) return 0;
   if (tombstone && !value.empty()) return 0;
+  if (entry_off % kEntryAlign != 0) return 0;
   const size_t total = EntryBytes(key.size(), value.size());
   if (out.size() < total) return 0;
   std::byte* p = out.data();
-  EntryHeader h{};
-  h.version = version;
-  h.lengths = PackLengths(key.size(), value.size(), tombstone);
-  std::memcpy(p + kEntryHeaderBytes, key.data(), key.size());
-  if (!value.empty()) std::memcpy(p + kEntryHeaderBytes + key.size(), value.data(), value.size());
-  const size_t used = kEntryHeaderBytes + key.size() + value.size();
+  const uint32_t lengths = PackLengths(key.size(), value.size(), tombstone);
+  std::memcpy(p + kEntryKeyOffset, key.data(), key.size());
+  if (!value.empty()) std::memcpy(p + kEntryKeyOffset + key.size(), value.data(), value.size());
+  const size_t used = kEntryKeyOffset + key.size() + value.size();
   std::memset(p + used, 0, total - used);
-  std::memcpy(p + kEntryChecksumOffset, &h.version, 8);
-  h.guard = EntryChecksum(p + kEntryChecksumOffset, used - kEntryChecksumOffset, seed);
-  std::memcpy(p, &h.guard, 8);
+  std::memcpy(p + LengthsAt(entry_off), &lengths, sizeof(lengths));
+  const uint64_t guard = EntryChecksum(lengths, p + kEntryKeyOffset, key.size() + value.size(), seed);
+  std::memcpy(p + GuardAt(entry_off), &guard, sizeof(guard));
   return total;
 }
 

@@ -1,33 +1,37 @@
 // Value-log entry: what a client READs at the location an index slot gives.
+// Entries start 4-aligned. The 12-byte header is two words, the guard (8
+// bytes) and the lengths (4), placed so that the guard is 8-aligned: which
+// way round depends on the entry's offset `off` in the log (GuardAt,
+// LengthsAt below):
 //
-//   offset  size  field
-//        0     8  guard     bit 63: NOT-CURRENT; bits 0..62: checksum.
-//                           The server writes every entry with the bit SET
-//                           (unpublished), clears it with one 8-byte release
-//                           store only AFTER an index slot of the key points
-//                           at the entry (publication), and sets it again
-//                           (one release store) BEFORE the slot moves away
-//                           (update, delete, cleaner relocation, eviction).
-//                           So while the bit reads clear, the key's slot
-//                           names this entry: it is the key's current
-//                           entry. An entry that is never published (the
-//                           tombstone of an absent key, a PUT answered
-//                           ServerFull, a cleaner copy that lost to an
-//                           update) keeps the bit set for as long as its
-//                           segment is in use. The checksum is the low 63
-//                           bits of XXH3-64(seed) over bytes
-//                           [8, 16 + key_len + value_len): the header fields
-//                           below, the key and the value. The guard word is
-//                           therefore outside the checksum by construction.
-//        8     4  version   per-key version: 1 at first insert, +1 per
-//                           update/delete (wraps modulo 2^32).
-//       12     4  lengths   bits 0..9 key length (1..1023), bits 10..30 value
-//                           length (0..2 MiB-1), bit 31 TOMBSTONE (the key is
-//                           deleted; value length 0).
-//       16     k  key
-//     16+k     v  value
-//   16+k+v     p  padding to the next multiple of 8 (zero), so the next
-//                 entry's guard word is 8-aligned.
+//   off % 8 == 0:  +0 guard (8)    +8 lengths (4)   +12 key, value, padding
+//   off % 8 == 4:  +0 lengths (4)  +4 guard (8)     +12 key, value, padding
+//
+//   guard     bit 63: NOT-CURRENT; bits 0..62: checksum.
+//             The server writes every entry with the bit SET (unpublished),
+//             clears it with one 8-byte release store only AFTER an index
+//             slot of the key points at the entry (publication), and sets it
+//             again (one release store) BEFORE the slot moves away (update,
+//             delete, cleaner relocation, eviction). So while the bit reads
+//             clear, the key's slot names this entry: it is the key's current
+//             entry. An entry that is never published (the tombstone of an
+//             absent key, a PUT answered ServerFull, a cleaner copy that lost
+//             to an update) keeps the bit set for as long as its segment is in
+//             use. The checksum is the low 63 bits of XXH3-64 over the key and
+//             the value, seeded with the seed mixed with the lengths word
+//             (EntryChecksum): it covers the lengths, the key and the value,
+//             and nothing that depends on where the entry is, so a cleaner
+//             copy at another offset keeps it. The guard is outside it by
+//             construction, and is read in one 8-byte load: its bit and its
+//             checksum are always of the same entry.
+//   lengths   bits 0..9 key length (1..1023), bits 10..30 value length
+//             (0..2 MiB-1), bit 31 TOMBSTONE (the key is deleted; value length
+//             0).
+//   key, value, then zero padding to the next multiple of 4.
+//
+// There is no per-key version in the entry (format 4 had 4 bytes of it): the
+// version a PUT or DELETE reports is the server's write sequence number
+// (server/store/store.h), which grows with every write of every key.
 //
 // A reader accepts an entry only if the lengths are plausible and agree with
 // the slot's size class, the checksum matches and the key is its key: a torn
@@ -41,29 +45,32 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
-#include <type_traits>
 
 #include "common/format/format_constants.h"
 
 namespace kvrdma {
 
+// The header's two words as read (not a memory layout: where they sit
+// depends on the entry's offset, GuardAt / LengthsAt).
 struct EntryHeader {
-  uint64_t guard;    // not-current bit | checksum, see above
-  uint32_t version;  // per-key version
-  uint32_t lengths;  // key length | value length | tombstone, see above
+  uint64_t guard = 0;    // not-current bit | checksum, see above
+  uint32_t lengths = 0;  // key length | value length | tombstone, see above
 };
 
-static_assert(sizeof(EntryHeader) == kEntryHeaderBytes);
-static_assert(alignof(EntryHeader) == 8);
-static_assert(offsetof(EntryHeader, guard) == 0);
-static_assert(offsetof(EntryHeader, version) == 8);
-static_assert(offsetof(EntryHeader, lengths) == 12);
-static_assert(std::is_trivially_copyable_v<EntryHeader>);
-static_assert(std::is_standard_layout_v<EntryHeader>);
+// Byte offsets of the guard and the lengths inside an entry that starts at
+// log offset `entry_off` (a multiple of kEntryAlign): the guard is the
+// 8-aligned word of the header's first 12 bytes.
+constexpr size_t GuardAt(uint64_t entry_off) noexcept { return (entry_off & 4) != 0 ? 4 : 0; }
+constexpr size_t LengthsAt(uint64_t entry_off) noexcept { return (entry_off & 4) != 0 ? 0 : 8; }
+inline constexpr size_t kEntryKeyOffset = kEntryHeaderBytes;  // the key starts right after the header
+static_assert(kEntryAlign == 4 && kEntryHeaderBytes == 12);
+static_assert((0 + GuardAt(0)) % 8 == 0 && (4 + GuardAt(4)) % 8 == 0, "the guard is 8-aligned");
+static_assert(GuardAt(0) + 8 <= kEntryHeaderBytes && LengthsAt(0) + 4 <= kEntryHeaderBytes);
+static_assert(GuardAt(4) + 8 <= kEntryHeaderBytes && LengthsAt(4) + 4 <= kEntryHeaderBytes);
+static_assert(LengthsAt(0) >= GuardAt(0) + 8 && GuardAt(4) >= LengthsAt(4) + 4, "the words do not overlap");
 
 inline constexpr uint64_t kGuardNotCurrentBit = uint64_t{1} << 63;
 inline constexpr uint64_t kGuardChecksumMask = kGuardNotCurrentBit - 1;
-inline constexpr size_t kEntryChecksumOffset = offsetof(EntryHeader, version);  // checksum starts here
 
 inline constexpr unsigned kKeyLenBits = 10;
 inline constexpr unsigned kValueLenBits = 21;
@@ -85,16 +92,18 @@ constexpr size_t LengthsEntryBytes(uint32_t lengths) noexcept {
   return EntryBytes(LengthsKey(lengths), LengthsValue(lengths));
 }
 
-// The checksum stored in the guard: low 63 bits of XXH3-64 over `n` bytes
-// starting at the entry's version field.
-uint64_t EntryChecksum(const std::byte* from_version, size_t n, uint64_t seed) noexcept;
+// The checksum stored in the guard: low 63 bits of XXH3-64 over the `n`
+// bytes of key and value that start at the entry's key, seeded with `seed`
+// mixed with the lengths word (so the lengths are covered too).
+uint64_t EntryChecksum(uint32_t lengths, const std::byte* key_and_value, size_t n, uint64_t seed) noexcept;
 
-// Encodes a complete entry into plain (non-shared) memory: tests, fuzzers,
-// benchmarks and the client's own buffers. The server writes entries into
-// RDMA-visible memory itself (server/store/log.cc) with the same fields.
-// Returns the entry's size, or 0 if `out` is too small or a length is out of
-// range.
-size_t EncodeEntry(std::span<std::byte> out, std::string_view key, std::string_view value,
-                   uint32_t version, bool tombstone, uint64_t seed) noexcept;
+// Encodes a complete entry into plain (non-shared) memory, laid out as for
+// log offset `entry_off` (only whether it is 8-aligned matters): tests,
+// fuzzers, benchmarks. The server writes entries into RDMA-visible memory
+// itself (Store::WriteEntry) with the same fields. The guard's not-current
+// bit is clear. Returns the entry's size, or 0 if `out` is too small, a
+// length is out of range or `entry_off` is not a multiple of kEntryAlign.
+size_t EncodeEntry(std::span<std::byte> out, uint64_t entry_off, std::string_view key, std::string_view value,
+                   bool tombstone, uint64_t seed) noexcept;
 
 }  // namespace kvrdma

@@ -22,7 +22,10 @@ static_assert(std::endian::native == std::endian::little,
 // 3: the slot's 12-bit size hint became a size class (slot.h): one READ fetches any entry.
 // 4: the index is an array of words and a key's window of them, read in one
 //    READ; the word carries a move tag beside its slot (window.h).
-inline constexpr uint32_t kFormatVersion = 4;
+// 5: the entry header is 12 bytes (guard + lengths; no per-key version) and
+//    entries are 4-aligned: the guard sits at whichever of the first two
+//    4-byte offsets is 8-aligned (entry.h). Locations are in 4-byte units.
+inline constexpr uint32_t kFormatVersion = 5;
 
 // ---- index (see window.h): words of 8 bytes; a key's window of them
 inline constexpr size_t kSlotBytes = 8;            // one 8-byte-atomic word
@@ -39,12 +42,12 @@ inline constexpr unsigned kSlotFingerprintBits = 12;
 static_assert(kSlotLocationBits + kWordTagBits + kSlotSizeClassBits + kSlotFingerprintBits == 64);
 
 // ---- value log
-inline constexpr size_t kEntryAlign = 8;        // entries start 8-aligned (the guard word)
-inline constexpr size_t kEntryHeaderBytes = 16;
+inline constexpr size_t kEntryAlign = 4;        // entries start 4-aligned (entry.h: where the guard sits)
+inline constexpr size_t kEntryHeaderBytes = 12; // guard (8) + lengths (4); the key follows
 // Largest key / value the layout can express (the server may configure less).
 inline constexpr size_t kMaxKeyBytes = (size_t{1} << 10) - 1;    // 1023
 inline constexpr size_t kMaxValueBytes = (size_t{1} << 21) - 1;  // 2 MiB - 1
-// Largest log the slot can address: 2^36 units of kEntryAlign bytes = 512 GiB.
+// Largest log the slot can address: 2^36 units of kEntryAlign bytes = 256 GiB.
 inline constexpr uint64_t kMaxLogBytes = (uint64_t{1} << kSlotLocationBits) * kEntryAlign;
 
 // Bytes of an entry with these lengths, padding included.

@@ -18,7 +18,7 @@ Status ValidateIndexParams(const IndexParams& p) {
     return Status::InvalidArgument("window_slots must be in [1, 128]");
   }
   if (p.log_bytes == 0 || p.log_bytes > kMaxLogBytes || p.log_bytes % kEntryAlign != 0) {
-    return Status::InvalidArgument("log_bytes must be a non-zero multiple of 8 up to 512 GiB");
+    return Status::InvalidArgument("log_bytes must be a non-zero multiple of 4 up to 256 GiB");
   }
   return Status::OK();
 }
@@ -159,8 +159,10 @@ EntryView DecodeEntry(std::span<const std::byte> bytes, std::string_view key, ui
                       uint64_t seed, bool require_current) noexcept {
   EntryView v;
   if (bytes.size() < kEntryHeaderBytes) return v;  // kMalformed
+  const uint64_t off = SlotLogOffset(slot);
   EntryHeader h;
-  std::memcpy(&h, bytes.data(), sizeof(h));
+  std::memcpy(&h.guard, bytes.data() + GuardAt(off), sizeof(h.guard));
+  std::memcpy(&h.lengths, bytes.data() + LengthsAt(off), sizeof(h.lengths));
   const uint32_t klen = LengthsKey(h.lengths);
   const uint32_t vlen = LengthsValue(h.lengths);
   const bool tomb = LengthsTombstone(h.lengths);
@@ -173,14 +175,13 @@ EntryView DecodeEntry(std::span<const std::byte> bytes, std::string_view key, ui
   // too; an entry shorter than the READ uses only its `total` bytes.
   if (SizeClassFor(total) != SlotSizeClass(slot) || bytes.size() < total) return v;
   v.total_bytes = static_cast<uint32_t>(total);
-  const size_t covered = kEntryHeaderBytes + klen + vlen - kEntryChecksumOffset;
-  if (EntryChecksum(bytes.data() + kEntryChecksumOffset, covered, seed) != (h.guard & kGuardChecksumMask)) {
+  if (EntryChecksum(h.lengths, bytes.data() + kEntryKeyOffset, size_t{klen} + vlen, seed) !=
+      (h.guard & kGuardChecksumMask)) {
     v.verdict = EntryVerdict::kTorn;
     return v;
   }
-  v.version = h.version;
   v.superseded = (h.guard & kGuardNotCurrentBit) != 0;
-  if (klen != key.size() || std::memcmp(bytes.data() + kEntryHeaderBytes, key.data(), klen) != 0) {
+  if (klen != key.size() || std::memcmp(bytes.data() + kEntryKeyOffset, key.data(), klen) != 0) {
     v.verdict = EntryVerdict::kWrongKey;
     return v;
   }
@@ -193,7 +194,7 @@ EntryView DecodeEntry(std::span<const std::byte> bytes, std::string_view key, ui
     return v;
   }
   v.verdict = EntryVerdict::kValue;
-  v.value = bytes.subspan(kEntryHeaderBytes + klen, vlen);
+  v.value = bytes.subspan(kEntryKeyOffset + klen, vlen);
   return v;
 }
 

@@ -119,7 +119,6 @@ const char* EntryVerdictName(EntryVerdict v) noexcept;
 struct EntryView {
   EntryVerdict verdict = EntryVerdict::kMalformed;
   bool superseded = false;      // the guard's superseded bit as read
-  uint32_t version = 0;         // valid for kValue / kTombstone / kSuperseded / kWrongKey
   uint32_t total_bytes = 0;     // entry length (<= the bytes given) unless kMalformed
   std::span<const std::byte> value;  // kValue: points into the caller's bytes
 };
@@ -128,7 +127,8 @@ struct EntryView {
 // Never returns kValue unless the checksum matched and the key is equal.
 // `require_current`: reject a superseded entry (the one-READ cached-location
 // GET; the index path does not need it, see DESIGN.md). `slot` without tag
-// bits (SlotCandidate::slot).
+// bits (SlotCandidate::slot); its location says where the header's words
+// sit (entry.h) and its size class how long the entry is.
 EntryView DecodeEntry(std::span<const std::byte> bytes, std::string_view key, uint64_t slot,
                       uint64_t seed, bool require_current) noexcept;
 

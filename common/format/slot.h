@@ -8,21 +8,21 @@
 //                only fetches entries whose fingerprint matches.
 //   size class   how many bytes to READ at `location` to get the whole entry
 //                (header + key + value + padding) in one READ:
-//                  0, 1, 2        never a real entry (the smallest is 3 units);
+//                  0 .. 3         never a real entry (the smallest is 4 units);
 //                                 SlotLooksValid rejects them
-//                  3 .. 1023      the exact length in 8-byte units (<= 8184 B)
+//                  4 .. 1023      the exact length in 4-byte units (<= 4092 B)
 //                  1024 + 32*e + m  (e >= 0, 0 <= m < 32): the entry is at most
-//                                 (32 + m) << (e + 8) bytes and longer than the
-//                                 previous code's bytes; e <= 8 covers the
+//                                 (32 + m) << (e + 7) bytes and longer than the
+//                                 previous code's bytes; e <= 9 covers the
 //                                 largest entry (kMaxSizeClass)
 //                The writer stores the smallest code whose bytes cover the
 //                entry (SizeClassFor), so a READ of SizeClassBytes(code) is at
 //                most (1 + 1/32) x the entry's length; the header has the exact
 //                length, and a reader checks that it maps to the same code.
-//   location     the entry's offset in the value log in 8-byte units
-//                (entries are 8-aligned): a log of up to 512 GiB.
+//   location     the entry's offset in the value log in 4-byte units
+//                (entries are 4-aligned): a log of up to 256 GiB.
 //
-// A slot of 0 is empty. A used slot is never 0: its size class is >= 3.
+// A slot of 0 is empty. A used slot is never 0: its size class is >= 4.
 // A slot never has tag bits (bits 40..36); the word holding it may.
 #pragma once
 
@@ -43,15 +43,15 @@ static_assert(kSlotFingerprintShift + kSlotFingerprintBits == 64);
 // ---- size classes
 // Codes below kFirstCoarseSizeClass are exact lengths in kEntryAlign units.
 inline constexpr uint64_t kFirstCoarseSizeClass = uint64_t{1} << (kSlotSizeClassBits - 1);  // 1024
-inline constexpr uint64_t kMaxExactEntryBytes = (kFirstCoarseSizeClass - 1) * kEntryAlign;  // 8184
+inline constexpr uint64_t kMaxExactEntryBytes = (kFirstCoarseSizeClass - 1) * kEntryAlign;  // 4092
 // A coarse code steps by 1/32 of its exponent's base: a READ is at most
 // (1 + 1/kSizeClassSteps) x the entry.
 inline constexpr uint64_t kSizeClassSteps = 32;
-inline constexpr unsigned kSizeClassBaseShift = 8;  // (32 + 0) << 8 = 8192: right after 8184
+inline constexpr unsigned kSizeClassBaseShift = 7;  // (32 + 0) << 7 = 4096: right after 4092
 static_assert((kSizeClassSteps << kSizeClassBaseShift) == kMaxExactEntryBytes + kEntryAlign);
 // Smallest size class of a real entry (header + 1-byte key, rounded).
 inline constexpr uint64_t kMinSizeClass = EntryBytes(1, 0) / kEntryAlign;
-static_assert(kMinSizeClass == 3);
+static_assert(kMinSizeClass == 4);
 
 // Bytes a reader READs for `code` (REQUIRES code <= kSlotSizeClassMask): the
 // exact length for exact codes, else the most the code's entries can be.
@@ -68,7 +68,7 @@ constexpr uint64_t SizeClassBytes(uint64_t code) noexcept {
 // the code the writer stores and the one a reader expects for the header's length.
 constexpr uint64_t SizeClassFor(uint64_t entry_bytes) noexcept {
   if (entry_bytes <= kMaxExactEntryBytes) return (entry_bytes + kEntryAlign - 1) / kEntryAlign;
-  // In units of 256 bytes, exponent e spans (32..63) << e.
+  // In units of 128 bytes, exponent e spans (32..63) << e.
   const uint64_t q = (entry_bytes + (uint64_t{1} << kSizeClassBaseShift) - 1) >> kSizeClassBaseShift;
   uint64_t e = 0;
   while (e < 40 && ((2 * kSizeClassSteps - 1) << e) < q) ++e;  // bounded on any input
@@ -82,26 +82,27 @@ constexpr uint64_t SizeClassFor(uint64_t entry_bytes) noexcept {
 inline constexpr uint64_t kMaxEntryBytes = EntryBytes(kMaxKeyBytes, kMaxValueBytes);
 inline constexpr uint64_t kMaxSizeClass = SizeClassFor(kMaxEntryBytes);
 static_assert(kMaxSizeClass <= kSlotSizeClassMask, "every entry size needs a code that fits 11 bits");
-static_assert((kMaxSizeClass - kFirstCoarseSizeClass) / kSizeClassSteps <= 8, "the largest entry needs e <= 8");
+static_assert((kMaxSizeClass - kFirstCoarseSizeClass) / kSizeClassSteps <= 9, "the largest entry needs e <= 9");
 static_assert(SizeClassBytes(kMaxSizeClass) >= kMaxEntryBytes);
 static_assert(SizeClassBytes(kMaxSizeClass - 1) < kMaxEntryBytes);
 static_assert(SizeClassBytes(kMaxSizeClass) <= UINT32_MAX, "a READ length is 32 bits");
-// The boundaries: exact up to 8184, then 8192 = (32 + 0) << 8, each code
+// The boundaries: exact up to 4092, then 4096 = (32 + 0) << 7, each code
 // covering up to its bytes; the READ is at most 1/32 longer than the entry.
-static_assert(SizeClassFor(24) == 3 && SizeClassBytes(3) == 24);
+static_assert(SizeClassFor(16) == 4 && SizeClassBytes(4) == 16);
+static_assert(SizeClassFor(60) == 15 && SizeClassBytes(15) == 60);
 static_assert(SizeClassFor(kMaxExactEntryBytes) == kFirstCoarseSizeClass - 1);
 static_assert(SizeClassBytes(kFirstCoarseSizeClass - 1) == kMaxExactEntryBytes);
-static_assert(SizeClassFor(kMaxExactEntryBytes + 8) == kFirstCoarseSizeClass);
-static_assert(SizeClassBytes(kFirstCoarseSizeClass) == 8192);
-static_assert(SizeClassFor(8200) == kFirstCoarseSizeClass + 1 && SizeClassBytes(kFirstCoarseSizeClass + 1) == 8448);
-static_assert(SizeClassBytes(kFirstCoarseSizeClass + 31) == 63 * 256);
-static_assert(SizeClassFor(63 * 256) == kFirstCoarseSizeClass + 31);
-static_assert(SizeClassFor(63 * 256 + 8) == kFirstCoarseSizeClass + 32 && SizeClassBytes(kFirstCoarseSizeClass + 32) == 16384);
-static_assert(SizeClassFor(16384 + 8) == kFirstCoarseSizeClass + 33 && SizeClassBytes(kFirstCoarseSizeClass + 33) == 16896);
-static_assert(SizeClassFor(2097152) == kFirstCoarseSizeClass + 8 * 32 && SizeClassBytes(kFirstCoarseSizeClass + 8 * 32) == 2097152);
-static_assert(kMaxSizeClass == kFirstCoarseSizeClass + 8 * 32 + 1 && SizeClassBytes(kMaxSizeClass) == 33 << 16);
+static_assert(SizeClassFor(kMaxExactEntryBytes + 4) == kFirstCoarseSizeClass);
+static_assert(SizeClassBytes(kFirstCoarseSizeClass) == 4096);
+static_assert(SizeClassFor(4100) == kFirstCoarseSizeClass + 1 && SizeClassBytes(kFirstCoarseSizeClass + 1) == 4224);
+static_assert(SizeClassBytes(kFirstCoarseSizeClass + 31) == 63 * 128);
+static_assert(SizeClassFor(63 * 128) == kFirstCoarseSizeClass + 31);
+static_assert(SizeClassFor(63 * 128 + 4) == kFirstCoarseSizeClass + 32 && SizeClassBytes(kFirstCoarseSizeClass + 32) == 8192);
+static_assert(SizeClassFor(8192 + 4) == kFirstCoarseSizeClass + 33 && SizeClassBytes(kFirstCoarseSizeClass + 33) == 8448);
+static_assert(SizeClassFor(2097152) == kFirstCoarseSizeClass + 9 * 32 && SizeClassBytes(kFirstCoarseSizeClass + 9 * 32) == 2097152);
+static_assert(kMaxSizeClass == kFirstCoarseSizeClass + 9 * 32 + 1 && SizeClassBytes(kMaxSizeClass) == 33 << 16);
 // The worst READ/entry ratio is at the step from m = 0 to m = 1: 33/32.
-static_assert(SizeClassBytes(kFirstCoarseSizeClass + 8 * 32 + 1) * kSizeClassSteps <= (2097152 + 8) * (kSizeClassSteps + 1));
+static_assert(SizeClassBytes(kFirstCoarseSizeClass + 9 * 32 + 1) * kSizeClassSteps <= (2097152 + 4) * (kSizeClassSteps + 1));
 
 // REQUIRES: log_offset % kEntryAlign == 0, log_offset < kMaxLogBytes,
 // kMinSizeClass <= size_class <= kMaxSizeClass.
@@ -118,15 +119,15 @@ constexpr uint64_t SlotLogOffset(uint64_t slot) noexcept {
   return (slot & kSlotLocationMask) * kEntryAlign;
 }
 // A slot a reader may follow: not empty and with the size class of a
-// possible entry (codes 0..2 are never entries; codes above kMaxSizeClass
+// possible entry (codes 0..3 are never entries; codes above kMaxSizeClass
 // would describe an entry larger than the format allows).
 constexpr bool SlotLooksValid(uint64_t slot) noexcept {
   return slot != kEmptySlot && SlotSizeClass(slot) >= kMinSizeClass && SlotSizeClass(slot) <= kMaxSizeClass;
 }
 
-static_assert(SlotLogOffset(PackSlot(0xabc, 77, 8 * 12345)) == 8 * 12345);
-static_assert(SlotSizeClass(PackSlot(0xabc, 77, 8 * 12345)) == 77);
-static_assert(SlotFingerprint(PackSlot(0xabc, 77, 8 * 12345)) == 0xabc);
+static_assert(SlotLogOffset(PackSlot(0xabc, 77, 4 * 12345)) == 4 * 12345);
+static_assert(SlotSizeClass(PackSlot(0xabc, 77, 4 * 12345)) == 77);
+static_assert(SlotFingerprint(PackSlot(0xabc, 77, 4 * 12345)) == 0xabc);
 static_assert(PackSlot(0, kMinSizeClass, 0) != kEmptySlot);
 static_assert(((PackSlot(0xfff, kSlotSizeClassMask, kMaxLogBytes - 8) >> kSlotLocationBits) &
                ((uint64_t{1} << kWordTagBits) - 1)) == 0,

@@ -32,7 +32,10 @@ inline constexpr uint32_t kWireMagic = 0x4452564b;  // bytes "KVRD"
 //    the other keys of its word.
 // 6: the lease clock is asked for with a CLOCK request (the server reads its
 //    clock when it answers); the descriptor no longer names a clock region.
-inline constexpr uint16_t kProtocolMajor = 6;
+// 7: format 5 (common/format/format_constants.h): a 12-byte entry header
+//    without a per-key version, entries 4-aligned, locations in 4-byte units;
+//    a write's version is the server's write sequence number.
+inline constexpr uint16_t kProtocolMajor = 7;
 inline constexpr uint16_t kProtocolMinor = 0;
 
 inline constexpr size_t kMaxRequestData = 56;

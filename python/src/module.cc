@@ -251,7 +251,7 @@ void DefineCommon(Cls& cls) {
   cls.def("get", &B::Get, py::arg("key"),
           "The value of key (bytes), or None if it is absent. One-sided RDMA READs; linearizable.")
       .def("put", &B::Put, py::arg("key"), py::arg("value"),
-           "Stores value (bytes-like) under key; returns the key's new version. ServerFull, Locked, TooLarge.")
+           "Stores value (bytes-like) under key; returns the write's version (it grows with each write of the key). ServerFull, Locked, TooLarge.")
       .def("delete", &B::Delete, py::arg("key"), "Deletes key: True if it was there, False if absent.")
       .def("get_many", &B::GetMany, py::arg("keys"),
            "Values of keys (None where absent), in order, pipelined: one doorbell per window of up to\n"

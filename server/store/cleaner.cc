@@ -80,14 +80,15 @@ bool Store::CompactSegment(uint32_t seg) {
       return false;
     }
     Index::WindowGuard g = index_->LockWindow(kh.home);
-    // The copy is byte-identical except for the guard's not-current bit,
-    // which starts SET (unpublished): the checksum covers nothing that
-    // depends on the location. A copy that loses the race below stays
-    // unpublished forever, so it never validates as current.
+    // The copy has the same lengths, key, value and checksum (which covers
+    // nothing that depends on the location); only the header's two words may
+    // swap places (entry.h: GuardAt), and the guard's not-current bit starts
+    // SET (unpublished). A copy that loses the race below stays unpublished
+    // forever, so it never validates as current.
     std::byte* d = log_->data() + *dst;
-    RacyStore(d + kEntryChecksumOffset, log_->data() + off + kEntryChecksumOffset, size - kEntryChecksumOffset);
-    std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(d))
-        .store(h.guard | kGuardNotCurrentBit, std::memory_order_relaxed);
+    RacyStore(d + LengthsAt(*dst), &h.lengths, sizeof(h.lengths));
+    RacyStore(d + kEntryKeyOffset, log_->data() + off + kEntryKeyOffset, size - kEntryKeyOffset);
+    GuardWord(*dst).store(h.guard | kGuardNotCurrentBit, std::memory_order_relaxed);
     const SlotRef r = FindLocation(kh, off);
     if (!r.found()) continue;  // updated meanwhile: the copy is dead
     log_->AddLive(*dst, static_cast<int64_t>(size));

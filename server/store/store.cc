@@ -53,7 +53,7 @@ Status Store::CheckKey(std::string_view key) const {
   return Status::OK();
 }
 
-Result<uint32_t> Store::Put(uint32_t worker, std::string_view key, std::string_view value,
+Result<uint64_t> Store::Put(uint32_t worker, std::string_view key, std::string_view value,
                             const CommitCheck& check) {
   if (worker >= cfg_.workers) return Status::InvalidArgument("bad worker id");
   KVRDMA_RETURN_IF_ERROR(CheckKey(key));
@@ -61,7 +61,7 @@ Result<uint32_t> Store::Put(uint32_t worker, std::string_view key, std::string_v
   return Write(worker, key, value, /*tombstone=*/false, check);
 }
 
-Result<uint32_t> Store::Delete(uint32_t worker, std::string_view key, const CommitCheck& check) {
+Result<uint64_t> Store::Delete(uint32_t worker, std::string_view key, const CommitCheck& check) {
   if (worker >= cfg_.workers) return Status::InvalidArgument("bad worker id");
   KVRDMA_RETURN_IF_ERROR(CheckKey(key));
   return Write(worker, key, {}, /*tombstone=*/true, check);
@@ -96,44 +96,45 @@ Result<uint64_t> Store::ReserveSpace(uint32_t head, uint64_t bytes) {
   }
 }
 
-void Store::WriteEntry(uint64_t off, std::string_view key, std::string_view value, uint32_t version,
-                       bool tombstone) noexcept {
+void Store::WriteEntry(uint64_t off, std::string_view key, std::string_view value, bool tombstone) noexcept {
   std::byte* p = log_->data() + off;
-  const uint32_t fields[2] = {version, PackLengths(key.size(), value.size(), tombstone)};
-  RacyStore(p + kEntryChecksumOffset, fields, sizeof(fields));
-  RacyStore(p + kEntryHeaderBytes, key.data(), key.size());
-  if (!value.empty()) RacyStore(p + kEntryHeaderBytes + key.size(), value.data(), value.size());
-  const size_t used = kEntryHeaderBytes + key.size() + value.size();
-  static constexpr uint64_t kZero = 0;
-  RacyStore(p + used, &kZero, EntryBytes(key.size(), value.size()) - used);
+  const uint32_t lengths = PackLengths(key.size(), value.size(), tombstone);
+  RacyStore(p + LengthsAt(off), &lengths, sizeof(lengths));
+  RacyStore(p + kEntryKeyOffset, key.data(), key.size());
+  if (!value.empty()) RacyStore(p + kEntryKeyOffset + key.size(), value.data(), value.size());
+  const size_t used = kEntryKeyOffset + key.size() + value.size();
+  static constexpr uint32_t kZero = 0;
+  RacyStore(p + used, &kZero, EntryBytes(key.size(), value.size()) - used);  // 0..3 bytes
   // Checksum over what we just wrote (our own stores: no race), then the
   // guard with the not-current bit SET: the entry is unpublished. Only
   // Publish, after the caller's slot store, clears it (DESIGN.md, "The
   // not-current bit"); an entry that is never published (a tombstone of an
   // absent key, a ServerFull leftover) never validates as current.
-  const uint64_t guard = EntryChecksum(p + kEntryChecksumOffset, used - kEntryChecksumOffset, cfg_.seed);
-  std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p))
-      .store(guard | kGuardNotCurrentBit, std::memory_order_relaxed);
+  const uint64_t guard = EntryChecksum(lengths, p + kEntryKeyOffset, key.size() + value.size(), cfg_.seed);
+  GuardWord(off).store(guard | kGuardNotCurrentBit, std::memory_order_relaxed);
+}
+
+std::atomic_ref<uint64_t> Store::GuardWord(uint64_t off) const noexcept {
+  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(log_->data() + off + GuardAt(off)));
 }
 
 void Store::Publish(uint64_t off) noexcept {
-  std::atomic_ref<uint64_t> g(*reinterpret_cast<uint64_t*>(log_->data() + off));
+  std::atomic_ref<uint64_t> g = GuardWord(off);
   g.store(g.load(std::memory_order_relaxed) & kGuardChecksumMask, std::memory_order_release);
 }
 
 EntryHeader Store::ReadHeader(uint64_t off) const noexcept {
   EntryHeader h;
-  std::byte* p = log_->data() + off;
   // The guard may be superseded concurrently (under the key's window lock,
-  // which the cleaner's walk does not hold): load it atomically. The other
-  // fields never change while the segment is in use.
-  h.guard = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p)).load(std::memory_order_relaxed);
-  std::memcpy(&h.version, p + offsetof(EntryHeader, version), 8);
+  // which the cleaner's walk does not hold): load it atomically. The lengths
+  // never change while the segment is in use.
+  h.guard = GuardWord(off).load(std::memory_order_relaxed);
+  std::memcpy(&h.lengths, log_->data() + off + LengthsAt(off), sizeof(h.lengths));
   return h;
 }
 
 std::string_view Store::EntryKey(uint64_t off, const EntryHeader& h) const noexcept {
-  return {reinterpret_cast<const char*>(log_->data() + off + kEntryHeaderBytes), LengthsKey(h.lengths)};
+  return {reinterpret_cast<const char*>(log_->data() + off + kEntryKeyOffset), LengthsKey(h.lengths)};
 }
 
 Store::SlotRef Store::FindKey(const KeyHash& kh, std::string_view key, uint64_t* first_empty) const {
@@ -175,16 +176,16 @@ uint64_t Store::HashOfSlot(uint64_t slot) const noexcept {
   // the lock): the entry may be recycled and rewritten meanwhile, so every
   // byte is copied with RacyCopy, and garbage only gives a wrong hash.
   uint32_t lengths;
-  RacyCopy(&lengths, log_->data() + off + offsetof(EntryHeader, lengths), sizeof(lengths));
+  RacyCopy(&lengths, log_->data() + off + LengthsAt(off), sizeof(lengths));
   const uint32_t klen = LengthsKey(lengths);
-  if (klen == 0 || off + kEntryHeaderBytes + klen > log_->bytes()) return 0;
+  if (klen == 0 || off + kEntryKeyOffset + klen > log_->bytes()) return 0;
   char key[kMaxKeyBytes];
-  RacyCopy(reinterpret_cast<std::byte*>(key), log_->data() + off + kEntryHeaderBytes, klen);
+  RacyCopy(reinterpret_cast<std::byte*>(key), log_->data() + off + kEntryKeyOffset, klen);
   return HashKeyBytes(std::string_view(key, klen), cfg_.seed);
 }
 
 void Store::Supersede(uint64_t off) noexcept {
-  std::atomic_ref<uint64_t> g(*reinterpret_cast<uint64_t*>(log_->data() + off));
+  std::atomic_ref<uint64_t> g = GuardWord(off);
   g.store(g.load(std::memory_order_relaxed) | kGuardNotCurrentBit, std::memory_order_release);
 }
 
@@ -222,7 +223,7 @@ bool Store::EvictOldestCandidate(uint32_t head, const KeyHash& kh) {
   return true;
 }
 
-Result<uint32_t> Store::Write(uint32_t head, std::string_view key, std::string_view value, bool tombstone,
+Result<uint64_t> Store::Write(uint32_t head, std::string_view key, std::string_view value, bool tombstone,
                              const CommitCheck& check) {
   const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->slot_count());
   const uint64_t bytes = EntryBytes(key.size(), value.size());
@@ -236,14 +237,14 @@ Result<uint32_t> Store::Write(uint32_t head, std::string_view key, std::string_v
     Index::WindowGuard guard = index_->LockWindow(kh.home);
     // The commit point: nothing from here to the slot's store can block.
     if (Status ok = check(key); !ok.ok()) {
-      WriteEntry(off, key, value, 0, tombstone);  // dead (version 0): keeps the segment walkable
+      WriteEntry(off, key, value, tombstone);  // never published: keeps the segment walkable
       return ok;
     }
     uint64_t empty;
     const SlotRef cur = FindKey(kh, key, &empty);
     const bool had_value = cur.found() && !LengthsTombstone(cur.header.lengths);
     if (tombstone && !had_value) {
-      WriteEntry(off, key, {}, 0, true);  // never published: keeps the segment walkable
+      WriteEntry(off, key, {}, true);  // never published: keeps the segment walkable
       return Status::NotFound();
     }
     uint64_t word = cur.found() ? cur.word : empty;
@@ -266,12 +267,12 @@ Result<uint32_t> Store::Write(uint32_t head, std::string_view key, std::string_v
         EvictOldestCandidate(head, kh);
         continue;
       }
-      WriteEntry(off, key, value, 0, tombstone);  // never published (see WriteEntry)
+      WriteEntry(off, key, value, tombstone);  // never published (see WriteEntry)
       return Status::ServerFull("index full");
     }
-    const uint32_t version = cur.found() ? cur.header.version + 1 : 1;
+    const uint64_t version = write_seq_.fetch_add(1, std::memory_order_relaxed) + 1;
     // 1. the new entry, complete and checksummed, not yet current;
-    WriteEntry(off, key, value, version, tombstone);
+    WriteEntry(off, key, value, tombstone);
     log_->AddLive(off, static_cast<int64_t>(bytes));
     if (cur.found()) {
       // 2. the old entry is marked superseded before the slot leaves it;
@@ -289,15 +290,14 @@ Result<uint32_t> Store::Write(uint32_t head, std::string_view key, std::string_v
   }
 }
 
-Status Store::Get(std::string_view key, std::string* value, uint32_t* version) {
+Status Store::Get(std::string_view key, std::string* value) {
   KVRDMA_RETURN_IF_ERROR(CheckKey(key));
   const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->slot_count());
   Index::WindowGuard guard = index_->LockWindow(kh.home);
   const SlotRef r = FindKey(kh, key);
   if (!r.found() || LengthsTombstone(r.header.lengths)) return Status::NotFound();
-  const std::byte* p = log_->data() + SlotLogOffset(r.slot) + kEntryHeaderBytes + key.size();
+  const std::byte* p = log_->data() + SlotLogOffset(r.slot) + kEntryKeyOffset + key.size();
   value->assign(reinterpret_cast<const char*>(p), LengthsValue(r.header.lengths));
-  if (version != nullptr) *version = r.header.version;
   return Status::OK();
 }
 

@@ -58,16 +58,18 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  // Inserts or updates; returns the entry's new version (1 for a new key).
+  // Inserts or updates; returns the write's version: the store's write
+  // sequence number (1 for the first write since Open, +1 per write of any
+  // key), so a key's versions grow with each write of it.
   // InvalidArgument (bad worker id, empty key), TooLarge, ServerFull, or
   // what `check` returns (evaluated at the commit point, commit_check.h).
-  Result<uint32_t> Put(uint32_t worker, std::string_view key, std::string_view value,
+  Result<uint64_t> Put(uint32_t worker, std::string_view key, std::string_view value,
                        const CommitCheck& check = {});
-  // Replaces the value with a tombstone; returns the tombstone's version.
+  // Replaces the value with a tombstone; returns the write's version (as Put).
   // NotFound if the key has no value; or what `check` returns.
-  Result<uint32_t> Delete(uint32_t worker, std::string_view key, const CommitCheck& check = {});
+  Result<uint64_t> Delete(uint32_t worker, std::string_view key, const CommitCheck& check = {});
   // Server-side lookup (copies the value). NotFound if absent or deleted.
-  Status Get(std::string_view key, std::string* value, uint32_t* version = nullptr);
+  Status Get(std::string_view key, std::string* value);
 
   // One cleaner pass: compacts sealed segments below the live-ratio threshold
   // (and more when free segments run low; in cache mode evicts the oldest).
@@ -104,14 +106,15 @@ class Store {
 
   Store(const StoreConfig& cfg, std::unique_ptr<Index> index, std::unique_ptr<ValueLog> log);
   Status CheckKey(std::string_view key) const;
-  Result<uint32_t> Write(uint32_t head, std::string_view key, std::string_view value, bool tombstone,
+  Result<uint64_t> Write(uint32_t head, std::string_view key, std::string_view value, bool tombstone,
                          const CommitCheck& check);
   Result<uint64_t> ReserveSpace(uint32_t head, uint64_t bytes);
   // Writes an entry into reserved log space (RacyStore; checksum last), not
   // current (unpublished) until Publish.
-  void WriteEntry(uint64_t off, std::string_view key, std::string_view value, uint32_t version,
-                  bool tombstone) noexcept;
+  void WriteEntry(uint64_t off, std::string_view key, std::string_view value, bool tombstone) noexcept;
   EntryHeader ReadHeader(uint64_t off) const noexcept;
+  // The guard word of the entry at `off` (entry.h: GuardAt).
+  std::atomic_ref<uint64_t> GuardWord(uint64_t off) const noexcept;
   std::string_view EntryKey(uint64_t off, const EntryHeader& h) const noexcept;
   // REQUIRES: kh's window lock. The slot of `key` (found() false: none).
   // `first_empty` (if given): the first word of the window whose slot is
@@ -144,6 +147,9 @@ class Store {
   std::unique_ptr<Index> index_;
   std::unique_ptr<ValueLog> log_;
   std::unique_ptr<HeadStats[]> head_stats_;
+  // The last write's version (Write takes the next one under the key's
+  // window lock, so a key's versions grow with each write of it).
+  std::atomic<uint64_t> write_seq_{0};
 
   std::mutex evict_mu_;  // one segment eviction at a time (cache mode, workers)
   std::mutex cleaner_mu_;

@@ -9,7 +9,7 @@ Result<std::unique_ptr<ValueLog>> ValueLog::Create(const StoreConfig& cfg, uint3
     return Status::InvalidArgument("segment_bytes must be a multiple of 8 and >= 4096");
   }
   if (cfg.log_bytes % cfg.segment_bytes != 0 || cfg.log_bytes > kMaxLogBytes) {
-    return Status::InvalidArgument("log_bytes must be a multiple of segment_bytes, <= 512 GiB");
+    return Status::InvalidArgument("log_bytes must be a multiple of segment_bytes, <= 256 GiB");
   }
   const uint64_t count = cfg.log_bytes / cfg.segment_bytes;
   if (count < heads + kCleanerReserveSegments + 1 || count > UINT32_MAX) {

@@ -54,28 +54,28 @@ TEST(HandshakeTest, DescriptorFromAnotherMajorVersionIsRefusedWithBothVersions) 
       << back.status().ToString();
 }
 
-// Protocol 6 (the lease clock from a CLOCK request, no clock region in the
-// descriptor) and 5 would misread each other's descriptors, so each side
-// refuses the other, naming both.
+// Protocol 7 (format 5: 12-byte entry headers, 4-byte locations) and 6 would
+// misread each other's slots and entries, so each side refuses the other,
+// naming both.
 TEST(HandshakeTest, PeersOfAnOlderFormatAreRefusedBothWays) {
-  static_assert(kProtocolMajor == 6);
+  static_assert(kProtocolMajor == 7);
   std::array<uint8_t, kMaxAcceptData> buf{};
   ServerDescriptor d = SampleDescriptor();
-  d.major = 5;
+  d.major = 6;
   EncodeServerDescriptor(d, buf);
   auto back = DecodeServerDescriptor(buf);
   ASSERT_FALSE(back.ok());
   EXPECT_EQ(back.status().code(), Status::Code::kProtocol);
-  EXPECT_NE(back.status().message().find("protocol 5.0, this build speaks 6.0"), std::string::npos)
+  EXPECT_NE(back.status().message().find("protocol 6.0, this build speaks 7.0"), std::string::npos)
       << back.status().ToString();
   std::array<uint8_t, kMaxRequestData> req{};
   ConnectRequestMsg m;
-  m.major = 5;
+  m.major = 6;
   ASSERT_GT(EncodeConnectRequest(m, req), 0u);
   auto r = DecodeConnectRequest(req);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kProtocol);
-  EXPECT_NE(r.status().message().find("protocol 5.0, this build speaks 6.0"), std::string::npos)
+  EXPECT_NE(r.status().message().find("protocol 6.0, this build speaks 7.0"), std::string::npos)
       << r.status().ToString();
 }
 

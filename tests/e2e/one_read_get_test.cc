@@ -3,7 +3,7 @@
 // an uncached GET costs one window READ + 1 entry READ, from
 // an empty value to a 2 MiB - 1 one; before size classes, an entry over
 // 32760 bytes needed a second READ. Values at the edge of the exact classes
-// (entries of 8184 bytes, the largest exact class, and 8192, the first
+// (entries of 4092 bytes, the largest exact class, and 4096, the first
 // coarse one), at the edge of the client's per-GET entry buffer (16 KiB) and
 // just past it (the shared large buffer) are included.
 #include <gtest/gtest.h>
@@ -23,18 +23,18 @@ constexpr uint64_t kUncachedGetReads = 2;
 
 constexpr size_t kKeyBytes = 8;  // "size-NNN"
 
-// Value sizes: the entry is 16 + kKeyBytes + value, rounded up to 8.
+// Value sizes: the entry is 12 + kKeyBytes + value, rounded up to 4.
 std::vector<size_t> Sizes() {
-  const size_t exact_max = kMaxExactEntryBytes - kEntryHeaderBytes - kKeyBytes;  // entry 8184
+  const size_t exact_max = kMaxExactEntryBytes - kEntryHeaderBytes - kKeyBytes;  // entry 4092
   const size_t buffer_max = (16 << 10) - kEntryHeaderBytes - kKeyBytes;           // entry 16384
   return {0,
           1,
-          exact_max - 1,   // entry 8184
-          exact_max,       // entry 8184: the largest exact class
-          exact_max + 1,   // entry 8192: the first coarse class
-          exact_max + 9,   // entry 8200: the second coarse class
+          exact_max - 1,   // entry 4092
+          exact_max,       // entry 4092: the largest exact class
+          exact_max + 1,   // entry 4096: the first coarse class
+          exact_max + 5,   // entry 4100: the second coarse class
           buffer_max,      // entry 16384: the last class that fits the slot's buffer
-          buffer_max + 1,  // entry 16392: the large buffer
+          buffer_max + 1,  // entry 16388: the large buffer
           (32 << 10) + 1,  // 32 KiB + 1
           100 << 10,       // 100 KiB
           kMaxValueBytes};  // the server's maximum (configured to the layout's)

@@ -15,7 +15,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 4) return 0;
-  // Layout of the input: [slot count exponent][window words - 1][key length][key][window][entry bytes].
+  // Layout of the input: [slot count exponent][window words - 1][key length | 0x80: entry at 4 mod 8][key]
+  // [window][entry bytes].
   kvrdma::IndexParams p;
   p.slot_count = uint64_t{1} << (data[0] % 41);
   p.window_slots = 1 + data[1] % kvrdma::kMaxWindowSlots;
@@ -39,14 +40,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   int candidates = 0;
   // No candidate: a slot whose size class agrees with the header's lengths
   // (exact or coarse), so the fuzzer reaches the checksum and key checks.
+  // The entry's offset decides where its header's words sit (entry.h).
+  const uint64_t entry_off = (data[2] & 0x80) != 0 ? 4 : 0;
   uint64_t code = kvrdma::kMinSizeClass;
   if (entry.size() >= kvrdma::kEntryHeaderBytes) {
-    kvrdma::EntryHeader h;
-    std::memcpy(&h, entry.data(), sizeof(h));
-    code = kvrdma::SizeClassFor(kvrdma::EntryBytes(kvrdma::LengthsKey(h.lengths), kvrdma::LengthsValue(h.lengths)));
+    uint32_t lengths;
+    std::memcpy(&lengths, entry.data() + kvrdma::LengthsAt(entry_off), sizeof(lengths));
+    code = kvrdma::SizeClassFor(kvrdma::EntryBytes(kvrdma::LengthsKey(lengths), kvrdma::LengthsValue(lengths)));
     code = std::clamp(code, kvrdma::kMinSizeClass, kvrdma::kMaxSizeClass);
   }
-  uint64_t slot = kvrdma::PackSlot(kw->hash.fingerprint, code, 0);
+  uint64_t slot = kvrdma::PackSlot(kw->hash.fingerprint, code, entry_off);
   for (int w = kvrdma::NextCandidate(probe, 0); w >= 0; w = kvrdma::NextCandidate(probe, w + 1), ++candidates) {
     if (w >= static_cast<int>(p.window_slots)) std::abort();
     const kvrdma::SlotCandidate c = kvrdma::CandidateAt(window, w, p);

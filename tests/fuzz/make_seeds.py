@@ -28,7 +28,7 @@ def stats(pairs):
     return out
 
 
-PROTOCOL_MAJOR = 6  # common/protocol/handshake.h kProtocolMajor
+PROTOCOL_MAJOR = 7  # common/protocol/handshake.h kProtocolMajor
 
 
 def preamble(body, major=PROTOCOL_MAJOR, minor=0):
@@ -64,5 +64,10 @@ write('fuzz_request', 'reply_error', reply(2, 0, b'request lengths do not add up
 write('fuzz_handshake', 'descriptor', descriptor() + b'\0' * 40)
 write('fuzz_handshake', 'connect_request', preamble(struct.pack('<BB', 1, 5) + b'token'))
 write('fuzz_handshake', 'reject', preamble(struct.pack('<HH', 12, 20) + b'protocol 2.0 refused'))
+# Format 5 entries (common/format/entry.h): a 12-byte header, guard and lengths
+# in the order the entry's offset gives (byte 2's top bit: at 4 mod 8).
+LENGTHS = 3 | (5 << 10)  # key 3, value 5
 write('fuzz_read_path', 'window_and_entry',
-      bytes([10, 15, 2]) + b'key' + bytes(16 * 8) + struct.pack('<QQ', 0, 0) + b'key' + b'value' + bytes(3))
+      bytes([10, 15, 2]) + b'key' + bytes(16 * 8) + struct.pack('<QI', 0, LENGTHS) + b'key' + b'value')
+write('fuzz_read_path', 'window_and_entry_at_4_mod_8',
+      bytes([10, 15, 0x82]) + b'key' + bytes(16 * 8) + struct.pack('<IQ', LENGTHS, 0) + b'key' + b'value')

@@ -45,13 +45,15 @@ TEST(Layout, MoveTagsBelongToTheWord) {
 }
 
 TEST(Layout, EntryHeader) {
-  EXPECT_EQ(sizeof(EntryHeader), 16u);
-  EXPECT_EQ(offsetof(EntryHeader, guard), 0u);
-  EXPECT_EQ(offsetof(EntryHeader, version), 8u);
-  EXPECT_EQ(offsetof(EntryHeader, lengths), 12u);
-  EXPECT_EQ(EntryBytes(1, 0), 24u);
-  EXPECT_EQ(EntryBytes(8, 8), 32u);
-  EXPECT_EQ(EntryBytes(3, 6), 32u);  // 25 -> 32
+  EXPECT_EQ(kEntryHeaderBytes, 12u);
+  EXPECT_EQ(GuardAt(0), 0u);  // an 8-aligned entry: guard, then lengths
+  EXPECT_EQ(LengthsAt(0), 8u);
+  EXPECT_EQ(GuardAt(4), 4u);  // an entry at 4 mod 8: lengths, then the guard
+  EXPECT_EQ(LengthsAt(4), 0u);
+  EXPECT_EQ(EntryBytes(1, 0), 16u);   // 13 -> 16
+  EXPECT_EQ(EntryBytes(8, 8), 28u);
+  EXPECT_EQ(EntryBytes(3, 6), 24u);   // 21 -> 24
+  EXPECT_EQ(EntryBytes(16, 32), 60u);  // no padding: 12 + 48
   const uint32_t l = PackLengths(1023, kMaxValueBytes, false);
   EXPECT_EQ(LengthsKey(l), 1023u);
   EXPECT_EQ(LengthsValue(l), kMaxValueBytes);
@@ -60,7 +62,7 @@ TEST(Layout, EntryHeader) {
 }
 
 TEST(Layout, SlotPacking) {
-  const uint64_t off = (kMaxLogBytes - 8);
+  const uint64_t off = (kMaxLogBytes - 4);
   const uint64_t s = PackSlot(0xfff, kMaxSizeClass, off);
   EXPECT_EQ(SlotFingerprint(s), 0xfff);
   EXPECT_EQ(WordTag(s), 0u);
@@ -69,32 +71,41 @@ TEST(Layout, SlotPacking) {
   EXPECT_TRUE(SlotLooksValid(s));
   // All 11 bits round-trip (code 2047 is packable though never valid).
   EXPECT_EQ(SlotSizeClass(PackSlot(0, kSlotSizeClassMask, 0)), 2047u);
-  EXPECT_EQ(SizeClassFor(24), 3u);
-  EXPECT_EQ(SizeClassFor(8184), 1023u);
-  EXPECT_EQ(SizeClassFor(8192), 1024u);
+  EXPECT_EQ(SizeClassFor(16), 4u);
+  EXPECT_EQ(SizeClassFor(20), 5u);
+  EXPECT_EQ(SizeClassFor(4092), 1023u);
+  EXPECT_EQ(SizeClassFor(4096), 1024u);
   EXPECT_EQ(SizeClassFor(EntryBytes(kMaxKeyBytes, kMaxValueBytes)), kMaxSizeClass);
-  EXPECT_EQ(kMaxSizeClass, 1024u + 8 * 32 + 1);
+  EXPECT_EQ(kMaxSizeClass, 1024u + 9 * 32 + 1);
   EXPECT_NE(PackSlot(0, kMinSizeClass, 0), kEmptySlot);
-  // Codes 0..2 are never entries.
+  EXPECT_EQ(SlotLogOffset(PackSlot(0, kMinSizeClass, 4)), 4u);  // locations in 4-byte units
+  // Codes 0..3 are never entries.
   for (uint64_t code = 0; code < kMinSizeClass; ++code) EXPECT_FALSE(SlotLooksValid(PackSlot(0x123, code, 64)));
   EXPECT_FALSE(SlotLooksValid(PackSlot(0x123, kMaxSizeClass + 1, 64)));
-  EXPECT_EQ(kMaxLogBytes, uint64_t{512} << 30);
+  EXPECT_EQ(kMaxLogBytes, uint64_t{256} << 30);
 }
 
 TEST(Layout, EncodedEntryBytes) {
+  for (uint64_t off : {0, 4}) {
+    std::byte buf[64];
+    ASSERT_EQ(EncodeEntry(buf, off, "abc", "value!", false, 42), 24u);  // 12 + 9 -> 24
+    EntryHeader h;
+    std::memcpy(&h.guard, buf + GuardAt(off), 8);
+    std::memcpy(&h.lengths, buf + LengthsAt(off), 4);
+    EXPECT_EQ(LengthsKey(h.lengths), 3u);
+    EXPECT_EQ(LengthsValue(h.lengths), 6u);
+    EXPECT_EQ(h.guard & kGuardNotCurrentBit, 0u);
+    EXPECT_EQ(h.guard, EntryChecksum(h.lengths, buf + 12, 3 + 6, 42));
+    EXPECT_EQ(std::memcmp(buf + 12, "abcvalue!", 9), 0);
+    EXPECT_EQ(buf[21], std::byte{0});  // padding is zero
+    EXPECT_EQ(EncodeEntry(std::span<std::byte>(buf, 23), off, "abc", "value!", false, 42), 0u);
+    EXPECT_EQ(EncodeEntry(buf, off, "", "x", false, 42), 0u);
+  }
   std::byte buf[64];
-  ASSERT_EQ(EncodeEntry(buf, "abc", "value!", 7, false, 42), 32u);
-  EntryHeader h;
-  std::memcpy(&h, buf, sizeof(h));
-  EXPECT_EQ(h.version, 7u);
-  EXPECT_EQ(LengthsKey(h.lengths), 3u);
-  EXPECT_EQ(LengthsValue(h.lengths), 6u);
-  EXPECT_EQ(h.guard & kGuardNotCurrentBit, 0u);
-  EXPECT_EQ(h.guard, EntryChecksum(buf + 8, 8 + 3 + 6, 42));
-  EXPECT_EQ(std::memcmp(buf + 16, "abcvalue!", 9), 0);
-  EXPECT_EQ(buf[25], std::byte{0});  // padding is zero
-  EXPECT_EQ(EncodeEntry(std::span<std::byte>(buf, 31), "abc", "value!", 7, false, 42), 0u);
-  EXPECT_EQ(EncodeEntry(buf, "", "x", 1, false, 42), 0u);
+  EXPECT_EQ(EncodeEntry(buf, 2, "abc", "v", false, 42), 0u);  // not a multiple of 4
+  // The checksum covers the lengths: the same bytes with other lengths differ.
+  const auto* kv = reinterpret_cast<const std::byte*>("abcvalue!");
+  EXPECT_NE(EntryChecksum(PackLengths(3, 6, false), kv, 9, 42), EntryChecksum(PackLengths(4, 5, false), kv, 9, 42));
 }
 
 TEST(Hash, HomeFingerprintAndTagNibbleUseDisjointBits) {

@@ -33,7 +33,6 @@ struct ReadCounters {
 
 struct NativeGetResult {
   std::span<const std::byte> value;  // into the caller's buffer
-  uint32_t version = 0;
   uint64_t log_offset = 0;
   uint64_t slot = 0;
 };
@@ -92,7 +91,6 @@ inline Status NativeGet(const IndexParams& p, const std::byte* index, const std:
               continue;
             }
             out->value = v.value;
-            out->version = v.version;
             out->log_offset = cand.entry.offset;
             out->slot = cand.slot;
             return v.verdict == EntryVerdict::kValue ? Status::OK() : Status::NotFound();

@@ -89,7 +89,7 @@ struct Op {
   void* user = nullptr;           // the caller's tag, untouched
   // Set when the operation completes:
   Status status;                  // as the synchronous call of the same name would return
-  uint64_t version = 0;           // kPut/kDelete: the key's version after the write
+  uint64_t version = 0;           // kPut/kDelete: the write's version (see Client::last_version)
 };
 
 // Counters of what this client did since Connect (for tests and
@@ -231,8 +231,9 @@ class Client {
   size_t max_in_flight() const;
 
   // The version the server reported for the last successful synchronous
-  // Put/Delete (asynchronous ones report theirs in Op::version). Versions of
-  // a key grow with each write of it.
+  // Put/Delete (asynchronous ones report theirs in Op::version): the server's
+  // write sequence number, so versions of a key grow with each write of it
+  // (they are not consecutive: other keys' writes take numbers in between).
   uint64_t last_version() const;
   // This client's counters. The reference stays valid for the Client's life.
   const ClientStats& stats() const;
