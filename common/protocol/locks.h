@@ -1,7 +1,7 @@
 // The lock table: 8-byte words clients change with RDMA compare-and-swap.
 //
-//   word 0           unused (the server clock lives in its own region,
-//                    registered REMOTE_READ only: ServerDescriptor::clock)
+//   word 0           unused (a client asks for the server's clock with a
+//                    CLOCK request, protocol 6)
 //   words 1..slots   lock words; a key's word is LockPlaceOf(key).index.
 //
 // A lock word is 0 (free) or | owner:20 | key:8 | expiry:36 |:

@@ -277,6 +277,18 @@ class Harness {
       default: return in_.ConsumeIntegral<uint64_t>();
     }
   }
+  // Whether a write may change a key, as docs/DESIGN.md ("Locks with leases")
+  // states it, read off the word's documented layout (owner:20 | key byte:8 |
+  // expiry:36 in 16 ms units) without locks.h's helpers: the worker decides
+  // with LockAllows, so a bug there or in the field accessors shows as a
+  // reply the model did not predict.
+  static bool ModelLockAllows(uint64_t word, uint8_t key, uint64_t token, uint32_t requester, uint64_t now_ms) {
+    if (word == 0) return true;                                               // free
+    if ((word & ((uint64_t{1} << 36) - 1)) * 16 <= now_ms) return true;       // the lease has ended
+    const auto covers = static_cast<uint8_t>(word >> 36);
+    if (covers != 0 && covers != key) return true;                            // other keys of the word
+    return word == token && (word >> 44) == requester;                        // its holder, with the lease
+  }
   LockPlace Place(const std::string& key) const { return LockPlaceOf(key, backend_->regions().hash_seed, kLockSlots); }
   const std::string& Key() { return keys_[in_.ConsumeIntegralInRange<size_t>(0, keys_.size() - 1)]; }
   std::vector<uint8_t> WholeWrite(Conn& c, Opcode op) {
@@ -430,7 +442,7 @@ class Harness {
     return Write(e, c, done.key, done.value, done.token);
   }
   Expect& Write(Expect& e, const Conn& c, const std::string& key, std::optional<std::string> value, uint64_t token) {
-    if (!LockAllows(locks_[Place(key).index], Place(key).key, token, c.cs->id, clock_)) {
+    if (!ModelLockAllows(locks_[Place(key).index], Place(key).key, token, c.cs->id, clock_)) {
       e.code = Status::Code::kLocked;
       return e;
     }
