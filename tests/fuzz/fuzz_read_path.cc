@@ -1,8 +1,10 @@
 // libFuzzer target: the client read path over arbitrary window and entry
 // bytes (what a torn, recycled or hostile READ could return). It must never
 // crash, and must never answer a value unless the entry's checksum holds and
-// its key is the key asked for, nor read past the bytes it was given; a
-// candidate's READ is never longer than the largest size class's bytes.
+// its key is the key asked for (checked against the documented layout by
+// CheckIsTheEntry, not with DecodeEntry's own helpers), nor read past the
+// bytes it was given; a candidate's READ is never longer than the largest
+// size class's bytes.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -11,7 +13,34 @@
 #include <span>
 #include <string_view>
 
+#include <xxhash.h>
+
 #include "common/format/read_path.h"
+
+namespace {
+
+// What a valid entry is, written out from docs/DESIGN.md ("Log entry")
+// without entry.h's helpers: at log offset `off`, the guard is the 8-aligned
+// word of the first 12 bytes and the lengths the other 4; the guard's low 63
+// bits are XXH3-64 of key and value seeded with seed ^ lengths * 0x9E3779B97F4A7C15.
+// Aborts unless `bytes` hold such an entry of `key` whose value is `value`.
+void CheckIsTheEntry(std::span<const std::byte> bytes, uint64_t off, std::string_view key, uint64_t seed,
+                     bool tombstone, std::span<const std::byte> value) {
+  if (bytes.size() < 12) std::abort();
+  uint64_t guard;
+  uint32_t lengths;
+  std::memcpy(&guard, bytes.data() + (off % 8 == 0 ? 0 : 4), 8);
+  std::memcpy(&lengths, bytes.data() + (off % 8 == 0 ? 8 : 0), 4);
+  const size_t klen = lengths & 1023, vlen = (lengths >> 10) & ((1u << 21) - 1);
+  if (((lengths >> 31) != 0) != tombstone) std::abort();
+  if (klen != key.size() || 12 + klen + vlen > bytes.size()) std::abort();
+  if (std::memcmp(bytes.data() + 12, key.data(), klen) != 0) std::abort();
+  const uint64_t sum = XXH3_64bits_withSeed(bytes.data() + 12, klen + vlen, seed ^ (uint64_t{lengths} * 0x9E3779B97F4A7C15ull));
+  if (((sum ^ guard) & ((uint64_t{1} << 63) - 1)) != 0) std::abort();
+  if (!tombstone && (value.data() != bytes.data() + 12 + klen || value.size() != vlen)) std::abort();
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 4) return 0;
@@ -60,6 +89,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (candidates != probe.count) std::abort();
   for (bool current : {false, true}) {
     kvrdma::EntryView v = kvrdma::DecodeEntry(entry, key, slot, p.seed, current);
+    if (v.verdict == kvrdma::EntryVerdict::kValue || v.verdict == kvrdma::EntryVerdict::kTombstone) {
+      CheckIsTheEntry(entry, kvrdma::SlotLogOffset(slot), key, p.seed, v.verdict == kvrdma::EntryVerdict::kTombstone,
+                      v.value);
+    }
     if (v.verdict == kvrdma::EntryVerdict::kValue) {
       if (!v.value.empty() && (v.value.data() < entry.data() || v.value.data() + v.value.size() > entry.data() + entry.size())) {
         std::abort();
