@@ -71,3 +71,22 @@ write('fuzz_read_path', 'window_and_entry',
       bytes([10, 15, 2]) + b'key' + bytes(16 * 8) + struct.pack('<QI', 0, LENGTHS) + b'key' + b'value')
 write('fuzz_read_path', 'window_and_entry_at_4_mod_8',
       bytes([10, 15, 0x82]) + b'key' + bytes(16 * 8) + struct.pack('<IQ', LENGTHS, 0) + b'key' + b'value')
+
+
+def entry_checksum(lengths, key_and_value, seed):
+    """EntryChecksum (common/format/entry.cc), through the system's libxxhash."""
+    import ctypes
+    lib = ctypes.CDLL('libxxhash.so.0')
+    lib.XXH3_64bits_withSeed.restype = ctypes.c_uint64
+    lib.XXH3_64bits_withSeed.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64]
+    mixed = (seed ^ (lengths * 0x9E3779B97F4A7C15)) & (2**64 - 1)
+    return lib.XXH3_64bits_withSeed(key_and_value, len(key_and_value), mixed) & (2**63 - 1)
+
+
+# Valid entries (seed 0x1234, as the target uses), so that the fuzzer starts
+# from inputs DecodeEntry accepts as values, at both parities.
+GUARD = entry_checksum(LENGTHS, b'keyvalue', 0x1234)
+write('fuzz_read_path', 'valid_entry',
+      bytes([10, 15, 2]) + b'key' + bytes(16 * 8) + struct.pack('<QI', GUARD, LENGTHS) + b'key' + b'value')
+write('fuzz_read_path', 'valid_entry_at_4_mod_8',
+      bytes([10, 15, 0x82]) + b'key' + bytes(16 * 8) + struct.pack('<IQ', LENGTHS, GUARD) + b'key' + b'value')
