@@ -264,7 +264,12 @@ TEST(Store, LogFullCacheModeEvictsOldestSegment) {
   auto s = OpenOrDie(c);
   ASSERT_TRUE(s);
   const int total = 5000;  // ~ 1.2 MB of entries into a 256 KiB log
-  for (int i = 0; i < total; ++i) ASSERT_TRUE(s->Put(0, Key(i), Value(i, 1, 200)).ok()) << i;
+  uint64_t first_version = 0;
+  for (int i = 0; i < total; ++i) {
+    auto r = s->Put(0, Key(i), Value(i, 1, 200));
+    ASSERT_TRUE(r.ok()) << i;
+    if (i == 0) first_version = *r;
+  }
   StoreStats st = s->Stats();
   EXPECT_GT(st.evictions, 3000u);
   EXPECT_EQ(st.items + st.evictions, static_cast<uint64_t>(total));
@@ -283,6 +288,13 @@ TEST(Store, LogFullCacheModeEvictsOldestSegment) {
     }
   }
   EXPECT_EQ(static_cast<uint64_t>(present), st.items);
+  // A key written again after its eviction gets a larger version than its
+  // first write (format 4's per-key versions restarted at 1): a key's
+  // versions grow with each write of it, evictions included.
+  ASSERT_TRUE(ReadNative(*s, Key(0), &v).IsNotFound());
+  auto again = s->Put(0, Key(0), "again");
+  ASSERT_TRUE(again.ok());
+  EXPECT_GT(*again, first_version);
 }
 
 TEST(Store, ConcurrentWorkersDistinctKeys) {
