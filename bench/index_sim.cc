@@ -8,7 +8,7 @@
 // READs per lookup, the entry READs a hit and a miss make (fingerprint
 // collisions read a wrong entry first), the index bytes per item, and the
 // overhead per item as bench/store_bench.cc's BM_BytesPerItem defines it
-// (index bytes / items + entry header + padding; here 16-byte header, key +
+// (index bytes / items + entry header + padding; here format 4's 16-byte header, key +
 // value a multiple of 8). See docs/DESIGN.md "Why one window per key (issue 15): the study".
 #include <algorithm>
 #include <cstdint>
