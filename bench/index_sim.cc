@@ -29,11 +29,11 @@ uint64_t Mix(uint64_t x) {  // splitmix64 finalizer
 }
 uint16_t Fp(uint64_t h) { return static_cast<uint16_t>(h >> 48); }
 
-// A layout of `lines` lines (a line: `per_line` 8-byte slots). A key may sit
+// A layout of `lines` lines (a line: `per_line` 8-byte words). A key may sit
 // in any line of its candidate list; a lookup READs `reads` contiguous ranges.
 struct Layout {
   std::string name;
-  uint32_t per_line = 8;      // slots per line
+  uint32_t per_line = 8;      // words per line
   uint32_t line_bytes = 64;   // including any version word
   uint32_t index_reads = 1;   // READs per lookup round (all in one round)
   uint32_t read_bytes = 64;   // bytes per lookup (sum over its READs)
@@ -45,7 +45,7 @@ struct Layout {
   uint32_t bfs_depth = 6;     // moves per displacement path
 };
 
-// Today: 2-choice partial-key cuckoo, 64-byte buckets (version + 7 slots).
+// Today: 2-choice partial-key cuckoo, 64-byte buckets (version + 7 words).
 uint32_t Cuckoo2(uint64_t h, uint64_t lines, uint32_t, uint64_t* out) {
   uint64_t b0 = h & (lines - 1);
   uint64_t alt = ((uint64_t{Fp(h)} + 1) * 0x9E3779B97F4A7C15ull >> 29) & (lines - 1);
@@ -79,17 +79,17 @@ uint32_t Race(uint64_t h, uint64_t lines, uint32_t choices, uint64_t* out) {
 struct Table {
   const Layout& L;
   uint64_t lines;
-  std::vector<uint64_t> slot;      // key hash, 0 = empty
+  std::vector<uint64_t> words;      // key hash, 0 = empty
   std::vector<uint32_t> used;      // per line
   std::vector<uint32_t> seen;      // per line: the search that visited it last
   uint32_t search = 0;
   uint64_t items = 0, moves = 0;
 
-  Table(const Layout& l, uint64_t n) : L(l), lines(n), slot(n * l.per_line, 0), used(n, 0), seen(n, 0) {}
+  Table(const Layout& l, uint64_t n) : L(l), lines(n), words(n * l.per_line, 0), used(n, 0), seen(n, 0) {}
 
   void Place(uint64_t line, uint64_t h) {
     for (uint32_t i = 0; i < L.per_line; ++i) {
-      uint64_t& s = slot[line * L.per_line + i];
+      uint64_t& s = words[line * L.per_line + i];
       if (s == 0) {
         s = h;
         ++used[line];
@@ -100,7 +100,7 @@ struct Table {
   }
   void Remove(uint64_t line, uint64_t h) {
     for (uint32_t i = 0; i < L.per_line; ++i) {
-      uint64_t& s = slot[line * L.per_line + i];
+      uint64_t& s = words[line * L.per_line + i];
       if (s == h) {
         s = 0;
         --used[line];
@@ -110,7 +110,7 @@ struct Table {
     std::abort();
   }
 
-  // Insert as the format-2 server did: a free slot among the candidates (the
+  // Insert as the format-2 server did: a free word among the candidates (the
   // least used line), else a breadth-first search over lines (each line
   // visited once; format 2: at most 1024 lines and paths of at most 6 moves) for
   // a chain of moves ending in a line with room; the moves run from the free
@@ -143,7 +143,7 @@ struct Table {
       if (q[qi].depth >= static_cast<int>(L.bfs_depth)) continue;
       const uint64_t line = q[qi].line;
       for (uint32_t s = 0; s < L.per_line; ++s) {
-        const uint64_t k = slot[line * L.per_line + s];
+        const uint64_t k = words[line * L.per_line + s];
         uint64_t kc[16];
         uint32_t kn = L.cands(k, lines, L.param, kc);
         for (uint32_t j = 0; j < kn; ++j) {
@@ -165,7 +165,7 @@ struct Table {
     return false;
   }
 
-  // Entry READs a lookup of h makes: slots of the READ with h's fingerprint,
+  // Entry READs a lookup of h makes: words of the READ with h's fingerprint,
   // in lookup order, up to and including h itself (all of them for a miss).
   uint32_t EntryReads(uint64_t h, bool present) const {
     uint64_t c[16];
@@ -173,7 +173,7 @@ struct Table {
     uint32_t reads = 0;
     for (uint32_t i = 0; i < n; ++i) {
       for (uint32_t s = 0; s < L.per_line; ++s) {
-        const uint64_t k = slot[c[i] * L.per_line + s];
+        const uint64_t k = words[c[i] * L.per_line + s];
         if (k == 0 || Fp(k) != Fp(h)) continue;
         ++reads;
         if (present && k == h) return reads;
@@ -183,26 +183,26 @@ struct Table {
   }
 };
 
-// Hopscotch over single slots: home slot h, the key within [h, h+H); one
-// READ of H slots (8 B each, no version words). Insert: the nearest free
-// slot at or after h (probing at most 4096), then hop it back towards h.
+// Hopscotch over single words: home word h, the key within [h, h+H); one
+// READ of H words (8 B each, no version words). Insert: the nearest free
+// word at or after h (probing at most 4096), then hop it back towards h.
 struct Hopscotch {
   uint32_t H;
   uint64_t n;
-  std::vector<uint64_t> slot;
+  std::vector<uint64_t> words;
   uint64_t items = 0, moves = 0;
   // Inserts that needed a chain of hops, and the longest chain (up to 90 %
   // load: Run reads them there). A marker rule that holds a vacated word for
   // a TTL makes such an insert wait one TTL per hop (DESIGN.md).
   uint64_t chained = 0, longest_chain = 0, chained90 = 0, longest90 = 0;
-  Hopscotch(uint32_t h, uint64_t slots) : H(h), n(slots), slot(slots, 0) {}
+  Hopscotch(uint32_t h, uint64_t words) : H(h), n(words), words(words, 0) {}
   uint64_t Home(uint64_t k) const { return k & (n - 1); }
   uint64_t Dist(uint64_t from, uint64_t to) const { return (to - from) & (n - 1); }
   bool Insert(uint64_t k) {
     const uint64_t home = Home(k);
     uint64_t f = home;
     uint32_t probe = 0;
-    while (slot[f] != 0) {
+    while (words[f] != 0) {
       if (++probe >= 4096) return false;
       f = (f + 1) & (n - 1);
     }
@@ -212,9 +212,9 @@ struct Hopscotch {
       bool hopped = false;
       for (uint64_t d = H - 1; d > 0; --d) {
         const uint64_t j = (f - d) & (n - 1);
-        if (slot[j] != 0 && Dist(Home(slot[j]), f) < H) {
-          slot[f] = slot[j];
-          slot[j] = 0;
+        if (words[j] != 0 && Dist(Home(words[j]), f) < H) {
+          words[f] = words[j];
+          words[j] = 0;
           f = j;
           ++moves;
           hopped = true;
@@ -223,7 +223,7 @@ struct Hopscotch {
       }
       if (!hopped) return false;
     }
-    slot[f] = k;
+    words[f] = k;
     ++items;
     if (chain > 0) {
       ++chained;
@@ -238,7 +238,7 @@ struct Hopscotch {
   uint32_t EntryReads(uint64_t k, bool present) const {
     uint32_t reads = 0;
     for (uint32_t d = 0; d < H; ++d) {
-      const uint64_t s = slot[(Home(k) + d) & (n - 1)];
+      const uint64_t s = words[(Home(k) + d) & (n - 1)];
       if (s == 0 || Fp(s) != Fp(k)) continue;
       ++reads;
       if (present && s == k) return reads;
@@ -247,8 +247,8 @@ struct Hopscotch {
   }
 };
 
-// A window of H slots from the home slot h and, for a key that finds it
-// full, up to D - 1 overflow windows of H slots at other homes (other hash
+// A window of H words from the home word h and, for a key that finds it
+// full, up to D - 1 overflow windows of H words at other homes (other hash
 // bits), tried in order; nothing ever moves. Word h carries the depth of its
 // home: how many overflow windows a key of this home may be in (0..D-1,
 // the largest used by a key of this home). A lookup READs window(h); if the
@@ -258,16 +258,16 @@ struct Hopscotch {
 struct WindowOverflow {
   uint32_t H, D;
   uint64_t n;
-  std::vector<uint64_t> slot;
+  std::vector<uint64_t> words;
   std::vector<uint8_t> depth;  // per home
   uint64_t items = 0, moves = 0, overflowed = 0;
-  WindowOverflow(uint32_t h, uint32_t d, uint64_t slots) : H(h), D(d), n(slots), slot(slots, 0), depth(slots, 0) {}
+  WindowOverflow(uint32_t h, uint32_t d, uint64_t words) : H(h), D(d), n(words), words(words, 0), depth(words, 0) {}
   uint64_t HomeN(uint64_t k, uint32_t i) const { return (i == 0 ? k : Mix(k + i)) & (n - 1); }
   // The word whose depth a key's lookup reads: its home word.
   uint64_t DepthWord(uint64_t k) const { return HomeN(k, 0); }
   bool Put(uint64_t home, uint64_t k) {
     for (uint32_t d = 0; d < H; ++d) {
-      uint64_t& s = slot[(home + d) & (n - 1)];
+      uint64_t& s = words[(home + d) & (n - 1)];
       if (s == 0) {
         s = k;
         return true;
@@ -295,7 +295,7 @@ struct WindowOverflow {
       if (i == 1) reads += dep;  // the overflow windows, one round
       const uint64_t home = HomeN(k, i);
       for (uint32_t d = 0; d < H; ++d) {
-        const uint64_t s = slot[(home + d) & (n - 1)];
+        const uint64_t s = words[(home + d) & (n - 1)];
         if (s == 0 || Fp(s) != Fp(k)) continue;
         ++reads;
         if (present && s == k) return reads;
@@ -314,19 +314,19 @@ struct Result {
 };
 
 template <typename T, typename Make>
-Result Run(Make make, uint64_t slots, uint32_t seeds) {
+Result Run(Make make, uint64_t words, uint32_t seeds) {
   Result r;
   for (uint32_t seed = 1; seed <= seeds; ++seed) {
     T t = make();
     std::mt19937_64 rng(seed);
     std::vector<uint64_t> keys;
-    const uint64_t at90 = slots * 9 / 10;
+    const uint64_t at90 = words * 9 / 10;
     bool failed = false;
     uint64_t moves90 = 0;
     double hit = 0, miss = 0, extra_rounds = 0;
     while (!failed) {
       uint64_t k = rng();
-      if (k == 0) continue;  // 0 marks an empty slot
+      if (k == 0) continue;  // 0 marks an empty word
       if (!t.Insert(k)) {
         failed = true;
         break;
@@ -347,7 +347,7 @@ Result Run(Make make, uint64_t slots, uint32_t seeds) {
         }
       }
     }
-    const double load = static_cast<double>(t.items) / static_cast<double>(slots);
+    const double load = static_cast<double>(t.items) / static_cast<double>(words);
     if (t.items < at90) {
       r.reached90 = false;
       moves90 = t.moves;
@@ -362,9 +362,9 @@ Result Run(Make make, uint64_t slots, uint32_t seeds) {
   return r;
 }
 
-void Print(const std::string& name, uint32_t reads, uint32_t read_bytes, uint32_t miss_rounds, double index_b_per_slot,
+void Print(const std::string& name, uint32_t reads, uint32_t read_bytes, uint32_t miss_rounds, double index_b_per_home,
            const Result& r) {
-  const double idx90 = index_b_per_slot / 0.9;
+  const double idx90 = index_b_per_home / 0.9;
   if (!r.reached90) {
     std::printf("| %s | %u x %u B | %.3f / %.3f | - | - | %u | - | - | - |\n", name.c_str(), reads, read_bytes,
                 r.fail_load_mean, r.fail_load_min, miss_rounds);
@@ -409,17 +409,17 @@ int main(int argc, char** argv) {
           static_cast<double>(L.line_bytes) / L.per_line, r);
   };
   // Today.
-  table(Layout{"cuckoo, 2 buckets of 7 slots + version (format 2)", 7, 64, 2, 128, 3, Cuckoo2, 0}, lines);
-  // One window of W lines of 8 slots (no version word); the displacement
+  table(Layout{"cuckoo, 2 buckets of 7 words + version (format 2)", 7, 64, 2, 128, 3, Cuckoo2, 0}, lines);
+  // One window of W lines of 8 words (no version word); the displacement
   // search may visit 4096 lines and make 64 moves (moves inside windows are
-  // short, so a free slot far away needs many).
+  // short, so a free word far away needs many).
   for (uint32_t w : {1u, 2u, 3u, 4u, 8u}) {
-    table(Layout{"window of " + std::to_string(w) + " lines x 8 slots", 8, 64, 1, 64 * w, 1, Window, w, 4096, 64},
+    table(Layout{"window of " + std::to_string(w) + " lines x 8 words", 8, 64, 1, 64 * w, 1, Window, w, 4096, 64},
           lines);
   }
-  // The same windows with a version word per line (7 slots per line).
+  // The same windows with a version word per line (7 words per line).
   for (uint32_t w : {2u, 4u}) {
-    table(Layout{"window of " + std::to_string(w) + " lines x (version + 7 slots)", 7, 64, 1, 64 * w, 1, Window, w,
+    table(Layout{"window of " + std::to_string(w) + " lines x (version + 7 words)", 7, 64, 1, 64 * w, 1, Window, w,
                  4096, 64},
           lines);
   }
@@ -427,11 +427,11 @@ int main(int argc, char** argv) {
   const uint64_t race_lines = (lines / 3) * 3;
   table(Layout{"RACE combined bucket, 1 choice (main + shared overflow)", 8, 64, 1, 128, 1, Race, 1}, race_lines);
   table(Layout{"RACE combined buckets, 2 choices", 8, 64, 2, 256, 1, Race, 2}, race_lines);
-  // Hopscotch over slots.
+  // Hopscotch over words.
   for (uint32_t h : {8u, 16u, 32u, 48u, 64u, 128u}) {
-    const uint64_t slots = lines * 8;
-    Result r = Run<Hopscotch>([&] { return Hopscotch(h, slots); }, slots, seeds);
-    Print("hopscotch, neighbourhood H = " + std::to_string(h) + " slots", 1, 8 * h, 1, 8.0, r);
+    const uint64_t words = lines * 8;
+    Result r = Run<Hopscotch>([&] { return Hopscotch(h, words); }, words, seeds);
+    Print("hopscotch, neighbourhood H = " + std::to_string(h) + " words", 1, 8 * h, 1, 8.0, r);
     if (r.reached90) {
       std::printf("  (H = %u: up to 90 %% load, %.4f of the inserts needed a chain of hops, the longest %llu hops)\n", h,
                   r.chained, static_cast<unsigned long long>(r.longest_chain));
@@ -440,9 +440,9 @@ int main(int argc, char** argv) {
   // A window with an overflow window and a flag, nothing ever moves (the choice).
   for (uint32_t h : {64u, 128u}) {
     for (uint32_t d : {2u, 3u, 4u}) {
-      const uint64_t slots = lines * 8;
-      Result r = Run<WindowOverflow>([&] { return WindowOverflow(h, d, slots); }, slots, seeds);
-      Print("window of H = " + std::to_string(h) + " slots + " + std::to_string(d - 1) +
+      const uint64_t words = lines * 8;
+      Result r = Run<WindowOverflow>([&] { return WindowOverflow(h, d, words); }, words, seeds);
+      Print("window of H = " + std::to_string(h) + " words + " + std::to_string(d - 1) +
                 " overflow windows (depth on the home word), no moves",
             1, 8 * h, 1, 8.0, r);
     }

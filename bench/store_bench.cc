@@ -38,7 +38,7 @@ std::unique_ptr<Store> OpenStore(StoreConfig c) {
 void BM_LookupDecode(benchmark::State& state) {
   const size_t vlen = static_cast<size_t>(state.range(0));
   StoreConfig c;
-  c.index_slots = 1 << 19;
+  c.index_homes = 1 << 19;
   c.log_bytes = 64 << 20;
   c.cleaner_thread = false;
   auto s = OpenStore(c);
@@ -48,7 +48,7 @@ void BM_LookupDecode(benchmark::State& state) {
   std::vector<std::string> keys;
   for (int i = 0; i < n; ++i) keys.push_back(BenchKey(i));
   const IndexParams p = s->index_params();
-  alignas(64) std::byte window[kMaxWindowSlots * kSlotBytes];
+  alignas(64) std::byte window[kMaxWindowWords * kWordBytes];
   std::vector<std::byte> entry(EntryBytes(32, vlen) + 64);
   uint64_t i = 0, hits = 0;
   for (auto _ : state) {
@@ -59,9 +59,9 @@ void BM_LookupDecode(benchmark::State& state) {
     const std::span<const std::byte> wspan(window, kw->read.length);
     (void)ProbeWindow(wspan, kw->hash, p, &probe);
     for (int w = NextCandidate(probe, 0); w >= 0; w = NextCandidate(probe, w + 1)) {
-      const SlotCandidate cand = CandidateAt(wspan, w, p);
+      const Candidate cand = CandidateAt(wspan, w, p);
       std::memcpy(entry.data(), s->log_base() + cand.entry.offset, cand.entry.length);
-      EntryView v = DecodeEntry(std::span(entry).first(cand.entry.length), key, cand.slot, p.seed, false);
+      EntryView v = DecodeEntry(std::span(entry).first(cand.entry.length), key, cand.ref, p.seed, false);
       if (v.verdict == EntryVerdict::kValue) {
         ++hits;
         benchmark::DoNotOptimize(v.value.data());
@@ -77,10 +77,10 @@ BENCHMARK(BM_LookupDecode)->Arg(16)->Arg(128)->Arg(1024);
 // New keys into an empty store (up to 70% index load, then a fresh store).
 void BM_Insert(benchmark::State& state) {
   StoreConfig c;
-  c.index_slots = 1 << 20;
+  c.index_homes = 1 << 20;
   c.log_bytes = 256 << 20;
   c.cleaner_thread = false;
-  const uint64_t limit = c.index_slots * 7 / 10;
+  const uint64_t limit = c.index_homes * 7 / 10;
   auto s = OpenStore(c);
   const std::string value(64, 'v');
   uint64_t i = 0, total = 0;
@@ -103,7 +103,7 @@ BENCHMARK(BM_Insert);
 // Updates of existing keys, the cleaner thread reclaiming behind them.
 void BM_Update(benchmark::State& state) {
   StoreConfig c;
-  c.index_slots = 1 << 19;
+  c.index_homes = 1 << 19;
   c.log_bytes = 512 << 20;
   c.segment_bytes = 1 << 20;
   c.max_value_bytes = 64 << 10;
@@ -166,7 +166,7 @@ BENCHMARK(BM_LogAppend)->Arg(64)->Arg(1024);
 // Cleaner: segments below 50% live compacted per second (bytes = segment bytes reclaimed).
 void BM_CleanerThroughput(benchmark::State& state) {
   StoreConfig c;
-  c.index_slots = 1 << 18;
+  c.index_homes = 1 << 18;
   c.segment_bytes = 256 << 10;
   c.log_bytes = 256 * c.segment_bytes;
   c.cleaner_thread = false;
@@ -208,14 +208,14 @@ void BM_BytesPerItem(benchmark::State& state) {
   const size_t klen = static_cast<size_t>(state.range(0));
   const size_t vlen = static_cast<size_t>(state.range(1));
   StoreConfig c;
-  c.index_slots = 1 << 17;
+  c.index_homes = 1 << 17;
   c.log_bytes = 256 << 20;
   c.cleaner_thread = false;
   c.full_wait = std::chrono::milliseconds(0);
   double overhead = 0, load = 0, index_per_item = 0;
   for (auto _ : state) {
     auto s = OpenStore(c);
-    const uint64_t target = c.index_slots * 9 / 10;
+    const uint64_t target = c.index_homes * 9 / 10;
     std::mt19937_64 rng(1);
     uint64_t payload = 0;
     std::string key, value;
@@ -227,7 +227,7 @@ void BM_BytesPerItem(benchmark::State& state) {
       if (s->Put(0, key, value).ok()) payload += key.size() + value.size();
     }
     const StoreStats st = s->Stats();
-    load = static_cast<double>(st.items) / static_cast<double>(st.index_slots);
+    load = static_cast<double>(st.items) / static_cast<double>(st.index_homes);
     index_per_item = static_cast<double>(st.index_bytes) / static_cast<double>(st.items);
     overhead = index_per_item + static_cast<double>(st.log_bytes_live - payload) / static_cast<double>(st.items);
   }

@@ -46,8 +46,8 @@ Status Client::Impl::Connect() {
   auto d = DecodeServerDescriptor(conn_->peer_private_data());
   if (!d.ok()) return d.status();
   desc_ = *d;
-  params_.slot_count = desc_.index_slots;
-  params_.window_slots = desc_.index_window;
+  params_.home_count = desc_.index_homes;
+  params_.window_words = desc_.index_window;
   params_.seed = desc_.hash_seed;
   params_.log_bytes = desc_.log.length;
   KVRDMA_RETURN_IF_ERROR(ValidateIndexParams(params_));
@@ -55,13 +55,13 @@ Status Client::Impl::Connect() {
 
   auto align = [](size_t x) { return (x + 63) & ~size_t{63}; };
   stage_off_ = 0;
-  reply_off_ = align(size_t{desc_.credits} * desc_.slot_size);
+  reply_off_ = align(size_t{desc_.credits} * desc_.message_bytes);
   large_off_ = align(reply_off_ + size_t{desc_.credits} * kMaxReplySize);
   // One READ of the largest entry the server accepts: its size class's bytes.
   large_cap_ = SizeClassBytes(SizeClassFor(EntryBytes(desc_.max_key_bytes, desc_.max_value_bytes)));
   scratch_off_ = align(large_off_ + large_cap_);
-  slot_off_ = scratch_off_ + 64;
-  size_t total = (slot_off_ + size_t{max_in_flight_} * SlotBytes() + 4095) & ~size_t{4095};
+  op_buffers_off_ = scratch_off_ + 64;
+  size_t total = (op_buffers_off_ + size_t{max_in_flight_} * OpBufferBytes() + 4095) & ~size_t{4095};
   mem_.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, total)));
   if (!mem_) return Status::NoResource("out of memory for client buffers");
   auto mr = dev_->RegisterMemory(mem_.get(), total, kAccessLocalWrite);

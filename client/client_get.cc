@@ -2,9 +2,9 @@
 // READs (docs/DESIGN.md, "Client: GET path" and "Why a GET returns a value
 // the key had during the GET").
 //
-// A GET is always in one phase (Slot::phase) and one step: kGetPost (its
+// A GET is always in one phase (OpState::phase) and one step: kGetPost (its
 // READs wait to be posted: READ credits, or the large buffer) or kGetRead
-// (they are in flight; their completion carries WrKind::kGetRead and the slot).
+// (they are in flight; their completion carries WrKind::kGetRead and the ref).
 //
 //   StartGet ──cache hit──> kCachedEntry ──current──────────────> done
 //      │                        └─not current/torn/other──┐
@@ -13,37 +13,37 @@
 //                                   │ (MissIsProven: done, or another round)
 //                                   v
 //                               kEntry (candidate word `cand`: one READ of its
-//                                   │   size class's bytes, into the slot's buffer
+//                                   │   size class's bytes, into the op buffer
 //                                   │   if they fit, else the shared large buffer)
 //                                   v
 //                               done, the next candidate (kEntry), the miss
 //                               rule, or NewRound
 //
-// Every entry, up to the largest, comes in that one READ: the slot's size
-// class covers it (common/format/slot.h), so there is no second entry READ.
+// Every entry, up to the largest, comes in that one READ: the ref's size
+// class covers it (common/format/entry_ref.h), so there is no second entry READ.
 // Rules: an entry read after the window READ of the same round, within the
-// GET deadline, is trusted as the reuse rule allows; an entry read at a
-// cached location, or by a round that outlived the deadline, only if its
+// round limit, is trusted as the reuse rule allows; an entry read at a
+// cached location, or by a round that outlived the round limit, only if its
 // NOT-CURRENT bit was clear. Torn/malformed bytes start a new round.
 #include "client/client_impl.h"
 
 namespace kvrdma {
 
-void Client::Impl::StartGet(Slot& s, Clock::time_point now) {
+void Client::Impl::StartGet(OpState& s, Clock::time_point now) {
   s.round_start = now;
-  s.cached_slot = cache_.Lookup(s.kw.hash.hash);
-  s.phase = s.cached_slot != 0 ? GetPhase::kCachedEntry : GetPhase::kWindow;
+  s.cached_ref = cache_.Lookup(s.kw.hash.hash);
+  s.phase = s.cached_ref != 0 ? GetPhase::kCachedEntry : GetPhase::kWindow;
   s.step = Step::kGetPost;
   s.not_before = Clock::time_point{};
   s.tag_rounds = 0;
   ++stats_.gets;
-  ready_.push_back(SlotOf(s));
+  ready_.push_back(IndexOf(s));
 }
 
 // Posts the READs of the GET's phase into batch_. False: not now (READ
 // credits or the large buffer are taken); the GET stays in ready_.
-bool Client::Impl::StageGet(Slot& s) {
-  const uint32_t idx = SlotOf(s);
+bool Client::Impl::StageGet(OpState& s) {
+  const uint32_t idx = IndexOf(s);
   const auto now = Clock::now();
   if (now > s.deadline) {
     Finish(s, Status::Timeout(
@@ -55,11 +55,11 @@ bool Client::Impl::StageGet(Slot& s) {
     return true;
   }
   if (s.phase == GetPhase::kCachedEntry) {
-    const uint64_t len = SizeClassBytes(SlotSizeClass(s.cached_slot));
-    // The cached READ goes into the slot's buffer. OnEntry caches only slots
+    const uint64_t len = SizeClassBytes(RefSizeClass(s.cached_ref));
+    // The cached READ goes into the op buffer. OnEntry caches only refs
     // whose READ fits it; anything else cannot be: treat it as stale and take
     // the index path.
-    if (SlotLogOffset(s.cached_slot) + len > desc_.log.length || len > kSlotEntryBytes) {
+    if (RefLogOffset(s.cached_ref) + len > desc_.log.length || len > kOpEntryBytes) {
       cache_.Erase(s.kw.hash.hash);
       s.phase = GetPhase::kWindow;
     }
@@ -74,8 +74,8 @@ bool Client::Impl::StageGet(Slot& s) {
   switch (s.phase) {
     case GetPhase::kCachedEntry:
       s.round_start = now;
-      s.entry_len = static_cast<uint32_t>(SizeClassBytes(SlotSizeClass(s.cached_slot)));  // <= kSlotEntryBytes
-      PostGetRead(idx, desc_.log, SlotLogOffset(s.cached_slot), EntryOff(idx), s.entry_len, true);
+      s.entry_len = static_cast<uint32_t>(SizeClassBytes(RefSizeClass(s.cached_ref)));  // <= kOpEntryBytes
+      PostGetRead(idx, desc_.log, RefLogOffset(s.cached_ref), EntryOff(idx), s.entry_len, true);
       break;
     case GetPhase::kWindow:
       s.round_start = now;
@@ -84,7 +84,7 @@ bool Client::Impl::StageGet(Slot& s) {
       PostGetRead(idx, desc_.index, s.kw.read.offset, WindowOff(idx), s.kw.read.length, true);
       break;
     case GetPhase::kEntry:  // entry_len: set by NextCandidateOrMiss, <= the buffer it names
-      PostGetRead(idx, desc_.log, s.cand_slot.entry.offset, UsesLargeBuffer(s) ? large_off_ : EntryOff(idx),
+      PostGetRead(idx, desc_.log, s.candidate.entry.offset, UsesLargeBuffer(s) ? large_off_ : EntryOff(idx),
                   s.entry_len, true);
       break;
   }
@@ -107,7 +107,7 @@ void Client::Impl::PostGetRead(uint32_t idx, const RemoteRegion& region, uint64_
   w.rkey = region.rkey;
 }
 
-void Client::Impl::OnGetReadDone(Slot& s) {
+void Client::Impl::OnGetReadDone(OpState& s) {
   if (s.step != Step::kGetRead) return;
   --reads_in_flight_;
   switch (s.phase) {
@@ -118,13 +118,13 @@ void Client::Impl::OnGetReadDone(Slot& s) {
 }
 
 // Posts the GET's next phase (from a completion handler).
-void Client::Impl::NextPhase(Slot& s, GetPhase phase) {
+void Client::Impl::NextPhase(OpState& s, GetPhase phase) {
   s.phase = phase;
   s.step = Step::kGetPost;
-  ready_.push_back(SlotOf(s));
+  ready_.push_back(IndexOf(s));
 }
 
-void Client::Impl::NewRound(Slot& s, bool retry, const char* why) {
+void Client::Impl::NewRound(OpState& s, bool retry, const char* why) {
   if (retry) {
     ++stats_.get_retries;
     ++s.restarts;
@@ -133,15 +133,15 @@ void Client::Impl::NewRound(Slot& s, bool retry, const char* why) {
   NextPhase(s, GetPhase::kWindow);
 }
 
-void Client::Impl::OnCachedEntry(Slot& s) {
-  const auto* bytes = reinterpret_cast<const std::byte*>(Mem(EntryOff(SlotOf(s))));
+void Client::Impl::OnCachedEntry(OpState& s) {
+  const auto* bytes = reinterpret_cast<const std::byte*>(Mem(EntryOff(IndexOf(s))));
   // Accepted only when current: checksum, key, and the NOT-CURRENT bit clear.
-  // The server clears it only after a slot of the key names the entry and
-  // sets it before the slot moves away, so a clear bit proves the entry was
+  // The server clears it only after a ref of the key names the entry and
+  // sets it before the ref moves away, so a clear bit proves the entry was
   // the key's current one when the READ read it, however old the cached
   // location and whatever became of its segment since (DESIGN.md, "Location
-  // cache"). No deadline is needed.
-  EntryView v = DecodeEntry({bytes, s.entry_len}, s.op->key, s.cached_slot, params_.seed, /*require_current=*/true);
+  // cache"). No round limit is needed.
+  EntryView v = DecodeEntry({bytes, s.entry_len}, s.op->key, s.cached_ref, params_.seed, /*require_current=*/true);
   if (v.verdict == EntryVerdict::kValue) {
     ++stats_.cache_hits;
     s.op->result->assign(reinterpret_cast<const char*>(v.value.data()), v.value.size());
@@ -158,7 +158,7 @@ void Client::Impl::OnCachedEntry(Slot& s) {
   NewRound(s, /*retry=*/false);
 }
 
-void Client::Impl::OnWindow(Slot& s) {
+void Client::Impl::OnWindow(OpState& s) {
   if (Status st = ProbeWindow(WindowBytes(s), s.kw.hash, params_, &s.probe); !st.ok()) return Finish(s, st);
   // The miss rule needs the window READ's own round time (the entry READs of
   // fingerprint collisions that may follow do not count).
@@ -166,23 +166,23 @@ void Client::Impl::OnWindow(Slot& s) {
   NextCandidateOrMiss(s, 0);
 }
 
-void Client::Impl::NextCandidateOrMiss(Slot& s, int from) {
+void Client::Impl::NextCandidateOrMiss(OpState& s, int from) {
   s.cand = static_cast<int16_t>(NextCandidate(s.probe, from));
   if (s.cand >= 0) {
-    s.cand_slot = CandidateAt(WindowBytes(s), s.cand, params_);
+    s.candidate = CandidateAt(WindowBytes(s), s.cand, params_);
     // One READ of its size class's bytes (clamped to the log): the whole
-    // entry. Those that fit go into the slot's buffer, the others into the
+    // entry. Those that fit go into the op buffer, the others into the
     // large buffer, which holds the largest entry the server accepts; a
     // class beyond that is no entry of this server.
-    s.entry_len = s.cand_slot.entry.length;
-    if (s.entry_len > kSlotEntryBytes && s.entry_len > large_cap_) {
-      return NewRound(s, /*retry=*/true, "a slot whose size class exceeds the server's largest entry");
+    s.entry_len = s.candidate.entry.length;
+    if (s.entry_len > kOpEntryBytes && s.entry_len > large_cap_) {
+      return NewRound(s, /*retry=*/true, "a ref whose size class exceeds the server's largest entry");
     }
     return NextPhase(s, GetPhase::kEntry);
   }
-  // No slot of the key in its window. Real only if no move of the key can
+  // No ref of the key in its window. Real only if no move of the key can
   // have passed the READ: no tag matches the key and the round took less
-  // than the deadline (DESIGN.md, "Misses while slots move"); else read the
+  // than the round limit (DESIGN.md, "Misses while entry refs move"); else read the
   // window again.
   if (MissIsProven(s.probe, !s.window_late)) return Finish(s, Status::NotFound());
   if (s.probe.tag_matched) {
@@ -198,31 +198,31 @@ void Client::Impl::NextCandidateOrMiss(Slot& s, int from) {
   NewRound(s, /*retry=*/false);
 }
 
-bool Client::Impl::RoundIsLate(const Slot& s) const {
-  return Clock::now() - s.round_start > std::chrono::microseconds(desc_.get_deadline_us);
+bool Client::Impl::RoundIsLate(const OpState& s) const {
+  return Clock::now() - s.round_start > std::chrono::microseconds(desc_.round_limit_us);
 }
 
-void Client::Impl::OnEntry(Slot& s) {
-  const uint32_t idx = SlotOf(s);
+void Client::Impl::OnEntry(OpState& s) {
+  const uint32_t idx = IndexOf(s);
   const bool large = UsesLargeBuffer(s);
   // The large buffer is ours until we return: nothing posts before then.
   if (large) large_owner_ = -1;
-  const SlotCandidate& c = s.cand_slot;
+  const Candidate& c = s.candidate;
   const auto* bytes = reinterpret_cast<const std::byte*>(Mem(large ? large_off_ : EntryOff(idx)));
-  EntryView v = DecodeEntry({bytes, s.entry_len}, s.op->key, c.slot, params_.seed, /*require_current=*/false);
-  // Within the deadline the slot READ of this round vouches for the entry
+  EntryView v = DecodeEntry({bytes, s.entry_len}, s.op->key, c.ref, params_.seed, /*require_current=*/false);
+  // Within the round limit the ref READ of this round vouches for the entry
   // (the reuse rule). A round that outlived it (a large value on a busy
   // link) is still sound when the entry's NOT-CURRENT bit was clear: the
-  // entry was the key's current one when READ, whatever the slot said.
+  // entry was the key's current one when READ, whatever the ref said.
   if (RoundIsLate(s) && (v.superseded || v.verdict == EntryVerdict::kWrongKey)) {
-    return NewRound(s, /*retry=*/true, "the round outlived the GET deadline and its entry was no longer current");
+    return NewRound(s, /*retry=*/true, "the round outlived the round limit and its entry was no longer current");
   }
   switch (v.verdict) {
     case EntryVerdict::kValue:
       s.op->result->assign(reinterpret_cast<const char*>(v.value.data()), v.value.size());
-      // Cached only if the cached READ fits the slot's buffer.
+      // Cached only if the cached READ fits the op buffer.
       if (!large) {
-        cache_.Insert(s.kw.hash.hash, c.slot);
+        cache_.Insert(s.kw.hash.hash, c.ref);
       } else {
         cache_.Erase(s.kw.hash.hash);
       }

@@ -32,10 +32,10 @@
 namespace kvrdma {
 
 // Send work-request ids: the kind in the top 4 bits, a payload below (a GET's
-// slot, a message's sequence number). Kinds are disjoint by construction.
+// op state's index, a message's sequence number). Kinds are disjoint by construction.
 enum class WrKind : uint8_t {
   kMessage = 1,    // a request message (payload: sequence number)
-  kGetRead = 2,    // a GET's READ (payload: its slot)
+  kGetRead = 2,    // a GET's READ (payload: its op state's index)
   kLockTable = 3,  // the one lock-table READ/CAS of a Lock/Unlock step
   kReply = 4,      // a receive for a reply (payload: its reply buffer)
 };
@@ -65,11 +65,11 @@ class Client::Impl {
   static constexpr uint32_t kMaxInFlight = 64;
   // Each in-flight GET's own entry buffer (registered, x kMaxInFlight): 16 KiB
   // holds every exact size class (up to 4092 bytes) and the first 64 coarse
-  // ones, so only entries over 16 KiB use the shared large buffer; 64 slots
+  // ones, so only entries over 16 KiB use the shared large buffer; 64 op states
   // take 1 MiB of registered memory.
-  static constexpr size_t kSlotEntryBytes = 16 << 10;
-  static_assert(kSlotEntryBytes == SizeClassBytes(kFirstCoarseSizeClass + 2 * kSizeClassSteps));
-  static_assert(kSlotEntryBytes >= kMaxExactEntryBytes);
+  static constexpr size_t kOpEntryBytes = 16 << 10;
+  static_assert(kOpEntryBytes == SizeClassBytes(kFirstCoarseSizeClass + 2 * kSizeClassSteps));
+  static_assert(kOpEntryBytes >= kMaxExactEntryBytes);
 
   Impl(const ClientOptions& o, std::shared_ptr<Device> dev)
       : opts_(o),
@@ -122,27 +122,27 @@ class Client::Impl {
   };
   // What a GET reads (client_get.cc).
   enum class GetPhase : uint8_t {
-    kCachedEntry,  // the entry at the location cache's slot (one READ)
+    kCachedEntry,  // the entry the location cache's ref names (one READ)
     kWindow,       // the key's window of the index (one READ)
-    kEntry,        // candidate `cand`'s entry, its size class's bytes, into the slot's
+    kEntry,        // candidate `cand`'s entry, its size class's bytes, into the op's
                    // buffer if they fit, else the shared large buffer (UsesLargeBuffer)
   };
-  struct Slot {
+  struct OpState {
     Op* op = nullptr;
     Step step = Step::kFree;
     Opcode opcode = Opcode::kPut;  // message ops (kStats for Stats())
     Clock::time_point deadline;
     // GET
     KeyWindow kw;
-    WindowProbe probe;              // of the last window READ (its bytes stay in the slot's window buffer)
+    WindowProbe probe;              // of the last window READ (its bytes stay in the op buffer's window part)
     Clock::time_point round_start;  // of the round (or cached READ) in progress
     GetPhase phase = GetPhase::kWindow;
-    bool window_late = false;       // the last window READ took longer than the GET deadline
+    bool window_late = false;       // the last window READ took longer than the round limit
     Clock::time_point not_before;   // kWindow: not posted before (back-off after a matching move tag)
     uint32_t tag_rounds = 0;        // rounds that a matching move tag sent back (the back-off's exponent)
     int16_t cand = -1;              // kEntry: the window word of the candidate being read
-    SlotCandidate cand_slot;        // ... and its slot and entry READ
-    uint64_t cached_slot = 0;       // kCachedEntry: the location cache's slot
+    Candidate candidate;        // ... and its entry ref and entry READ
+    uint64_t cached_ref = 0;       // kCachedEntry: the location cache's entry ref
     uint32_t entry_len = 0;         // bytes of the entry READ
     uint32_t restarts = 0;           // rounds thrown away (NewRound with retry)
     uint32_t reads = 0;              // READs this GET posted
@@ -156,52 +156,52 @@ class Client::Impl {
     Status result;             // first error seen
   };
   struct PendingReply {
-    uint32_t slot;
+    uint32_t op;  // index into op_states_
     uint64_t request_id;
   };
 
-  uint32_t SlotOf(const Slot& s) const { return static_cast<uint32_t>(&s - slots_.data()); }
+  uint32_t IndexOf(const OpState& s) const { return static_cast<uint32_t>(&s - op_states_.data()); }
   uint8_t* Mem(size_t off) { return mem_.get() + off; }
-  size_t WindowOff(uint32_t i) const { return slot_off_ + size_t{i} * SlotBytes(); }
-  size_t EntryOff(uint32_t i) const { return WindowOff(i) + kMaxWindowSlots * kSlotBytes; }
+  size_t WindowOff(uint32_t i) const { return op_buffers_off_ + size_t{i} * OpBufferBytes(); }
+  size_t EntryOff(uint32_t i) const { return WindowOff(i) + kMaxWindowWords * kWordBytes; }
   // What the GET's last window READ returned (valid until its next one).
-  std::span<const std::byte> WindowBytes(const Slot& s) {
-    return {reinterpret_cast<const std::byte*>(Mem(WindowOff(SlotOf(s)))), s.kw.read.length};
+  std::span<const std::byte> WindowBytes(const OpState& s) {
+    return {reinterpret_cast<const std::byte*>(Mem(WindowOff(IndexOf(s)))), s.kw.read.length};
   }
-  static constexpr size_t SlotBytes() { return (kMaxWindowSlots * kSlotBytes + kSlotEntryBytes + 63) & ~size_t{63}; }
+  static constexpr size_t OpBufferBytes() { return (kMaxWindowWords * kWordBytes + kOpEntryBytes + 63) & ~size_t{63}; }
 
   Status CheckKey(std::string_view key) const;
-  // Takes a free slot for op (a query, or an operation of op->type).
+  // Takes a free op state for op (a query, or an operation of op->type).
   void Start(Op* op, std::optional<Opcode> query);
   void ResetEngine();
-  void Finish(Slot& s, Status st);
+  void Finish(OpState& s, Status st);
   void FailAll(const Status& st);
   // Posting: GET steps go through batch_ and one PostSend per Progress;
   // messages through msg_batch_ and one PostSend per PumpMessages.
   void Progress();
   void FlushBatch();
   // GET (client_get.cc).
-  void StartGet(Slot& s, Clock::time_point now);
-  bool StageGet(Slot& s);
+  void StartGet(OpState& s, Clock::time_point now);
+  bool StageGet(OpState& s);
   void PostGetRead(uint32_t idx, const RemoteRegion& region, uint64_t offset, size_t local_off, uint32_t len,
                    bool signaled);
-  void OnGetReadDone(Slot& s);
-  void NextPhase(Slot& s, GetPhase phase);
+  void OnGetReadDone(OpState& s);
+  void NextPhase(OpState& s, GetPhase phase);
   void PumpMessages();
-  bool SendNextMessage(Slot& s);
+  bool SendNextMessage(OpState& s);
   // Completions.
-  void OnWindow(Slot& s);
+  void OnWindow(OpState& s);
   // The next candidate of the window at or after word `from` (kEntry), or
   // the miss rule when there is none.
-  void NextCandidateOrMiss(Slot& s, int from);
-  // kEntry: the READ (entry_len bytes) goes to the large buffer, not the slot's.
-  static bool UsesLargeBuffer(const Slot& s) { return s.entry_len > kSlotEntryBytes; }
-  void OnEntry(Slot& s);
-  void OnCachedEntry(Slot& s);
+  void NextCandidateOrMiss(OpState& s, int from);
+  // kEntry: the READ (entry_len bytes) goes to the large buffer, not the op buffer.
+  static bool UsesLargeBuffer(const OpState& s) { return s.entry_len > kOpEntryBytes; }
+  void OnEntry(OpState& s);
+  void OnCachedEntry(OpState& s);
   // Starts the GET over from the window READ; `retry`: what this round read
   // cannot be trusted (`why` names it for a later Timeout message).
-  void NewRound(Slot& s, bool retry, const char* why = "");
-  bool RoundIsLate(const Slot& s) const;
+  void NewRound(OpState& s, bool retry, const char* why = "");
+  bool RoundIsLate(const OpState& s) const;
   void CheckDeadlines();
   void OnReply(const Completion& c);
   void PollCompletions();
@@ -220,8 +220,8 @@ class Client::Impl {
   struct FreeDeleter {
     void operator()(void* p) const noexcept { std::free(p); }
   };
-  // Local memory: [staging slots][reply buffers][large entry buffer][per-op slots].
-  size_t stage_off_ = 0, reply_off_ = 0, large_off_ = 0, large_cap_ = 0, slot_off_ = 0, scratch_off_ = 0;
+  // Local memory: [staging buffers][reply buffers][large entry buffer][op buffers].
+  size_t stage_off_ = 0, reply_off_ = 0, large_off_ = 0, large_cap_ = 0, op_buffers_off_ = 0, scratch_off_ = 0;
   std::unique_ptr<uint8_t, FreeDeleter> mem_;
   std::unique_ptr<MemoryRegion> mr_;
   std::unique_ptr<CompletionQueue> cq_;  // conn_'s send and receive completions; destroyed after conn_
@@ -229,10 +229,10 @@ class Client::Impl {
 
   const uint32_t max_in_flight_;
   LocationCache cache_;
-  std::array<Slot, kMaxInFlight> slots_;
-  std::vector<uint32_t> free_;            // free slot indexes
-  FixedRing<uint32_t> ready_;             // GETs waiting to post (READ budget / large buffer); <= slots
-  FixedRing<uint32_t> senders_;           // message ops with messages left to send; <= slots
+  std::array<OpState, kMaxInFlight> op_states_;
+  std::vector<uint32_t> free_;            // free op state indexes
+  FixedRing<uint32_t> ready_;             // GETs waiting to post (READ budget / large buffer); <= op states
+  FixedRing<uint32_t> senders_;           // message ops with messages left to send; <= op states
   FixedRing<PendingReply> replies_;       // in send order; <= credits
   std::vector<Op*> done_;                 // completed: [done_head_, size) not yet handed out
   size_t done_head_ = 0;
@@ -244,10 +244,10 @@ class Client::Impl {
   uint32_t reads_in_flight_ = 0;
   uint32_t msgs_in_flight_ = 0;
   uint32_t in_flight_ = 0;
-  int32_t frag_owner_ = -1;  // slot sending a fragmented PUT
-  int32_t large_owner_ = -1;  // GET slot whose kEntry READ uses the large buffer
+  int32_t frag_owner_ = -1;  // op state sending a fragmented PUT
+  int32_t large_owner_ = -1;  // GET op state whose kEntry READ uses the large buffer
   uint64_t next_request_ = 1;
-  uint64_t seq_ = 0;         // messages sent; staging slot = seq % credits
+  uint64_t seq_ = 0;         // messages sent; staging buffer = seq % credits
   Status broken_;            // set once the connection failed
   Clock::time_point next_reconnect_{};
   std::chrono::milliseconds reconnect_backoff_{0};

@@ -51,7 +51,7 @@ Result<uint64_t> Client::Impl::CasLockWord(uint64_t index, uint64_t compare, uin
 // One attempt. *locked_by_other tells a lease held by someone else from errors.
 Status Client::Impl::TryLockOnce(std::string_view key, uint64_t lease_ms, bool* locked_by_other) {
   *locked_by_other = false;
-  const LockPlace place = LockPlaceOf(key, desc_.hash_seed, desc_.lock_slots);
+  const LockPlace place = LockPlaceOf(key, desc_.hash_seed, desc_.lock_words);
   const uint32_t me = desc_.conn_id;  // the server's owner id for this connection
   auto now = ServerClockMs();
   if (!now.ok()) return now.status();
@@ -95,7 +95,7 @@ Status Client::Impl::TryLockOnce(std::string_view key, uint64_t lease_ms, bool* 
 Status Client::Impl::Lock(std::string_view key, uint64_t lease_ms, bool wait) {
   if (Status st = CheckKey(key); !st.ok()) return st;
   if (lease_ms == 0 || lease_ms > (uint64_t{1} << 32)) return Status::InvalidArgument("lease must be 1 ms .. 49 days");
-  if (desc_.lock_slots == 0) return Status::Unavailable("the server offers no locks (kvserver --lock-slots 0)");
+  if (desc_.lock_words == 0) return Status::Unavailable("the server offers no locks (kvserver --lock-words 0)");
   auto deadline = Clock::now() + std::chrono::milliseconds(opts_.op_timeout_ms);
   std::minstd_rand jitter(static_cast<uint32_t>(reinterpret_cast<uintptr_t>(this)));
   auto backoff = std::chrono::microseconds(50);
@@ -120,7 +120,7 @@ Status Client::Impl::Unlock(std::string_view key) {
   for (const auto& [k, t] : held_) {
     if (t == token) return Status::OK();  // another held key shares the word: keep it
   }
-  auto old = CasLockWord(LockPlaceOf(key, desc_.hash_seed, desc_.lock_slots).index, token, 0);
+  auto old = CasLockWord(LockPlaceOf(key, desc_.hash_seed, desc_.lock_words).index, token, 0);
   if (!old.ok()) return old.status();
   if (*old != token) return Status::Locked("the lease had ended and another client took the lock over");
   return Status::OK();

@@ -38,8 +38,8 @@ void Client::Impl::Start(Op* op, std::optional<Opcode> query) {
   uint32_t idx = free_.back();
   free_.pop_back();
   ++in_flight_;
-  Slot& s = slots_[idx];
-  s = Slot{};
+  OpState& s = op_states_[idx];
+  s = OpState{};
   s.op = op;
   op->status = Status::OK();
   op->version = 0;
@@ -54,9 +54,9 @@ void Client::Impl::Start(Op* op, std::optional<Opcode> query) {
     // The key travels whole in the first message, with at least one value
     // byte (a fragment without value bytes would make no progress).
     const bool value_bytes = op->type == Op::Type::kPut && !op->value.empty();
-    if (kRequestHeaderSize + op->key.size() + (value_bytes ? 1 : 0) > desc_.slot_size) {
+    if (kRequestHeaderSize + op->key.size() + (value_bytes ? 1 : 0) > desc_.message_bytes) {
       return Finish(s, Status::TooLarge("key of " + std::to_string(op->key.size()) + " bytes does not fit a " +
-                                        std::to_string(desc_.slot_size) + "-byte request slot"));
+                                        std::to_string(desc_.message_bytes) + "-byte message buffer"));
     }
   }
   if (!keyless && op->type == Op::Type::kGet) {
@@ -82,7 +82,7 @@ void Client::Impl::Start(Op* op, std::optional<Opcode> query) {
   senders_.push_back(idx);
 }
 
-void Client::Impl::Finish(Slot& s, Status st) {
+void Client::Impl::Finish(OpState& s, Status st) {
   Op* op = s.op;
   if (st.ok()) {
     if (s.opcode == Opcode::kPut && s.step == Step::kReplies) ++stats_.puts;
@@ -98,7 +98,7 @@ void Client::Impl::Finish(Slot& s, Status st) {
     }
   }
   op->status = std::move(st);
-  uint32_t idx = SlotOf(s);
+  uint32_t idx = IndexOf(s);
   if (large_owner_ == static_cast<int32_t>(idx)) large_owner_ = -1;
   if (frag_owner_ == static_cast<int32_t>(idx)) frag_owner_ = -1;
   s.step = Step::kFree;
@@ -119,7 +119,7 @@ void Client::Impl::FailAll(const Status& st) {
   senders_.clear();
   replies_.clear();
   reads_in_flight_ = msgs_in_flight_ = 0;
-  for (Slot& s : slots_) {
+  for (OpState& s : op_states_) {
     if (s.step != Step::kFree) Finish(s, st);
   }
 }
@@ -158,7 +158,7 @@ size_t Client::Impl::Wait(std::span<Op*> done, int timeout_ms) {
 }
 
 void Client::Impl::RunSync(Op* op, std::optional<Opcode> query) {
-  while (free_.empty()) {  // async operations hold every slot
+  while (free_.empty()) {  // async operations hold every op state
     Progress();
     if (free_.empty()) IdleWait(Clock::time_point::max());
   }
@@ -200,7 +200,7 @@ void Client::Impl::Progress() {
   for (size_t n = ready_.size(); n > 0 && broken_.ok(); --n) {
     uint32_t idx = ready_.front();
     ready_.pop_front();
-    if (!StageGet(slots_[idx])) ready_.push_back(idx);
+    if (!StageGet(op_states_[idx])) ready_.push_back(idx);
   }
   FlushBatch();
   PumpMessages();
@@ -214,9 +214,9 @@ void Client::Impl::PollCompletions() {
   for (int i = 0; i < n && broken_.ok(); ++i) {
     if (wc[i].status != WcStatus::kSuccess) return FailAll(CompletionStatus(wc[i]));
     switch (WrKindOf(wc[i].wr_id)) {
-      case WrKind::kGetRead: OnGetReadDone(slots_[WrPayload(wc[i].wr_id) % kMaxInFlight]); break;
+      case WrKind::kGetRead: OnGetReadDone(op_states_[WrPayload(wc[i].wr_id) % kMaxInFlight]); break;
       case WrKind::kLockTable: sync_done_ = true; break;
-      case WrKind::kMessage: break;  // reaps send-queue slots only (replies complete messages)
+      case WrKind::kMessage: break;  // frees send-queue room only (replies complete messages)
       case WrKind::kReply: OnReply(wc[i]); break;
     }
   }
@@ -250,7 +250,7 @@ void Client::Impl::IdleWait(Clock::time_point deadline) {
 }
 
 void Client::Impl::ResetEngine() {
-  for (Slot& s : slots_) s = Slot{};
+  for (OpState& s : op_states_) s = OpState{};
   free_.clear();
   for (uint32_t i = max_in_flight_; i > 0; --i) free_.push_back(i - 1);
   ready_.Reserve(kMaxInFlight);
@@ -295,12 +295,12 @@ Status Client::Impl::Reconnect() {
 
 void Client::Impl::CheckDeadlines() {
   auto now = Clock::now();
-  for (Slot& s : slots_) {
+  for (OpState& s : op_states_) {
     if (s.step == Step::kFree || now <= s.deadline) continue;
     if (s.step == Step::kGetPost || (s.step == Step::kSending && s.outstanding == 0 && s.sent == 0 && s.first)) {
       // Nothing of it on the wire: fail just this operation.
-      if (s.step == Step::kGetPost) ready_.erase(SlotOf(s));
-      if (s.step == Step::kSending) senders_.erase(SlotOf(s));
+      if (s.step == Step::kGetPost) ready_.erase(IndexOf(s));
+      if (s.step == Step::kSending) senders_.erase(IndexOf(s));
       Finish(s, Status::Timeout("operation timed out before it could be sent"));
       continue;
     }
@@ -326,7 +326,7 @@ void Client::Impl::FlushBatch() {
 void Client::Impl::PumpMessages() {
   msg_batch_.clear();
   while (!senders_.empty() && broken_.ok()) {
-    Slot& s = slots_[senders_.front()];
+    OpState& s = op_states_[senders_.front()];
     if (!SendNextMessage(s)) break;
     if (s.step == Step::kReplies) senders_.pop_front();
   }
@@ -337,12 +337,12 @@ void Client::Impl::PumpMessages() {
   msg_batch_.clear();
 }
 
-bool Client::Impl::SendNextMessage(Slot& s) {
+bool Client::Impl::SendNextMessage(OpState& s) {
   if (msgs_in_flight_ >= desc_.credits) return false;
-  uint32_t idx = SlotOf(s);
+  uint32_t idx = IndexOf(s);
   std::string_view key = IsQuery(s.opcode) ? std::string_view{} : s.op->key;
   std::string_view value = s.opcode == Opcode::kPut ? s.op->value : std::string_view{};
-  size_t room = desc_.slot_size - kRequestHeaderSize - (s.first ? key.size() : 0);
+  size_t room = desc_.message_bytes - kRequestHeaderSize - (s.first ? key.size() : 0);
   size_t chunk = std::min(room, value.size() - s.sent);
   bool last = s.sent + chunk == value.size();
   if (s.first && !last) {  // a fragmented PUT: one at a time per connection
@@ -354,7 +354,7 @@ bool Client::Impl::SendNextMessage(Slot& s) {
   h.frag_offset = static_cast<uint32_t>(s.sent);
   h.frag_len = static_cast<uint32_t>(chunk);
   uint32_t stage = static_cast<uint32_t>(seq_ % desc_.credits);
-  size_t off = stage_off_ + size_t{stage} * desc_.slot_size;
+  size_t off = stage_off_ + size_t{stage} * desc_.message_bytes;
   uint8_t* m = Mem(off);
   EncodeRequestHeader(h, m);
   size_t len = kRequestHeaderSize;
@@ -369,11 +369,11 @@ bool Client::Impl::SendNextMessage(Slot& s) {
   w.wr_id = MakeWrId(WrKind::kMessage, seq_);
   w.local = mr_->Slice(off, static_cast<uint32_t>(len));
   // A staging buffer is reused only after the reply to its message, which
-  // implies the server read it: completions only reap send-queue slots.
+  // implies the server read it: completions only free send-queue room.
   w.signaled = seq_ % desc_.credits == desc_.credits - 1u;
   if (opts_.put_mode == PutMode::kWriteImm) {
     w.opcode = WrOpcode::kWriteImm;
-    w.remote_addr = desc_.ring.addr + size_t{stage} * desc_.slot_size;
+    w.remote_addr = desc_.ring.addr + size_t{stage} * desc_.message_bytes;
     w.rkey = desc_.ring.rkey;
     w.imm = (stage << 24) | static_cast<uint32_t>(len);
   } else {
@@ -407,7 +407,7 @@ void Client::Impl::OnReply(const Completion& c) {
     return FailAll(Status::Protocol("reply to request " + std::to_string(p->header.request_id) + ", expected " +
                                     std::to_string(pr.request_id)));
   }
-  Slot& s = slots_[pr.slot];
+  OpState& s = op_states_[pr.op];
   --s.outstanding;
   if (p->header.status != Status::Code::kOk && s.result.ok()) {
     s.result = Status(p->header.status, std::string(reinterpret_cast<const char*>(p->body.data()), p->body.size()));

@@ -28,7 +28,7 @@ class FixedRing {
   size_t size() const { return tail_ - head_; }
   bool empty() const { return head_ == tail_; }
   void clear() { head_ = tail_ = 0; }
-  // REQUIRES size() < capacity(): callers bound what they push (slots, credits).
+  // REQUIRES size() < capacity(): callers bound what they push (op states, credits).
   void push_back(const T& v) {
     assert(size() < capacity());
     buf_[tail_++ & mask_] = v;

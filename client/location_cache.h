@@ -1,10 +1,10 @@
-// The client's location cache: key hash -> the index slot last seen for the
+// The client's location cache: key hash -> the entry ref last seen for the
 // key (entry location + size class), so a GET of a hot key reads the entry
 // with one READ instead of the window READ + entry READ.
 //
 // Safe without invalidation messages: a cached entry is accepted only if its
 // checksum holds, the key matches and its superseded word is clear, and the
-// server sets that word before the index slot moves away from the entry
+// server sets that word before the entry ref moves away from the entry
 // (docs/DESIGN.md, "Client: location cache"). Anything else falls back to the
 // index path, which refreshes the cache.
 //
@@ -35,30 +35,30 @@ class LocationCache {
   bool enabled() const noexcept { return sets_ != 0; }
   size_t capacity() const noexcept { return sets_ * kWays; }
 
-  // The slot cached for `hash`, or 0.
+  // The ref cached for `hash`, or 0.
   uint64_t Lookup(uint64_t hash) noexcept {
     if (!enabled()) return 0;
     Entry* set = Set(hash);
     for (size_t w = 0; w < kWays; ++w) {
-      if (set[w].hash == hash && set[w].slot != 0) {
+      if (set[w].hash == hash && set[w].ref != 0) {
         set[w].used = ++clock_;
-        return set[w].slot;
+        return set[w].ref;
       }
     }
     return 0;
   }
-  void Insert(uint64_t hash, uint64_t slot) noexcept {
-    if (!enabled() || slot == 0) return;
+  void Insert(uint64_t hash, uint64_t ref) noexcept {
+    if (!enabled() || ref == 0) return;
     Entry* set = Set(hash);
     Entry* victim = &set[0];
     for (size_t w = 0; w < kWays; ++w) {
-      if (set[w].hash == hash || set[w].slot == 0) {
+      if (set[w].hash == hash || set[w].ref == 0) {
         victim = &set[w];
         break;
       }
       if (set[w].used < victim->used) victim = &set[w];
     }
-    *victim = Entry{hash, slot, ++clock_};
+    *victim = Entry{hash, ref, ++clock_};
   }
   void Erase(uint64_t hash) noexcept {
     if (!enabled()) return;
@@ -74,7 +74,7 @@ class LocationCache {
  private:
   struct Entry {
     uint64_t hash = 0;
-    uint64_t slot = 0;  // 0 = empty
+    uint64_t ref = 0;  // 0 = empty
     uint64_t used = 0;  // last use (clock_ value)
   };
   Entry* Set(uint64_t hash) noexcept {

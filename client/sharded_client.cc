@@ -25,7 +25,7 @@ class ShardedClient::Impl {
   std::vector<std::vector<Op*>> batch;
   std::vector<size_t> room;
   // Operations Submit took but their server refused (it took fewer than its
-  // free slots: not expected of Client): handed back with NoResource by the
+  // free op states: not expected of Client): handed back with NoResource by the
   // next Poll, so that "the first n are taken" holds.
   std::vector<Op*> refused;
   size_t next_poll = 0;  // Poll starts at this server (round robin: fairness)

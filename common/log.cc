@@ -12,7 +12,7 @@ namespace kvrdma {
 namespace {
 
 std::atomic<int> g_level{-1};
-std::atomic<const char*> g_tag{nullptr};
+std::atomic<const char*> g_name{nullptr};
 
 int LevelFromEnv() {
   const char* e = std::getenv("KVRDMA_LOG");
@@ -38,7 +38,7 @@ LogLevel GetLogLevel() {
   return static_cast<LogLevel>(l);
 }
 
-void SetLogTag(const char* tag) { g_tag.store(tag); }
+void SetLogName(const char* name) { g_name.store(name); }
 
 void Log(LogLevel level, const char* fmt, ...) {
   if (static_cast<int>(level) < static_cast<int>(GetLogLevel())) return;
@@ -48,11 +48,11 @@ void Log(LogLevel level, const char* fmt, ...) {
   clock_gettime(CLOCK_REALTIME, &ts);
   tm tm{};
   gmtime_r(&ts.tv_sec, &tm);
-  const char* tag = g_tag.load();
+  const char* name = g_name.load();
   int n = std::snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %c %s: ",
                         tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
                         tm.tm_sec, ts.tv_nsec / 1000000, kLetters[static_cast<int>(level)],
-                        tag != nullptr ? tag : program_invocation_short_name);
+                        name != nullptr ? name : program_invocation_short_name);
   if (n < 0) return;
   va_list ap;
   va_start(ap, fmt);

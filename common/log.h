@@ -15,7 +15,7 @@ enum class LogLevel : int { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3, kOff =
 void SetLogLevel(LogLevel level);
 LogLevel GetLogLevel();
 // The name printed after the level (the program's name by default).
-void SetLogTag(const char* tag);
+void SetLogName(const char* name);
 
 void Log(LogLevel level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -18,7 +18,7 @@ namespace kvrdma::server {
 struct StoreRegions {
   void* index_base = nullptr;
   size_t index_bytes = 0;
-  uint64_t index_slots = 0;   // homes (common/format/window.h)
+  uint64_t index_homes = 0;   // homes (common/format/window.h)
   uint16_t index_window = 0;  // words per window
   uint64_t hash_seed = 0;
   void* log_base = nullptr;

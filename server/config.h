@@ -20,13 +20,13 @@ struct ServerConfig {
   uint32_t max_key_bytes = kMaxKeyBytes;  // 1023: what a log entry header can express
   HugePages huge_pages = HugePages::kAuto;
   // Flow control: requests in flight per connection, and the size of a ring
-  // slot / receive buffer (a larger message is sent in fragments).
+  // message buffer (ring / receive buffer; a larger message is sent in fragments).
   uint32_t credits = 8;
-  uint32_t slot_bytes = 4096;
+  uint32_t message_bytes = 4096;
   uint32_t srq_depth = 4096;
-  uint32_t lock_slots = 65536;    // 8-byte lock words in the lock table
+  uint32_t lock_words = 65536;    // 8-byte lock words in the lock table
   // A freed log segment is reused only after this long; clients are told to
-  // finish a GET within half of it (the descriptor's get_deadline_us).
+  // finish a GET within half of it (the descriptor's round_limit_us).
   uint32_t grace_period_ms = 100;
   // If not empty, a client must present this token (<= 32 bytes) in its
   // connect request, or it is refused before it learns any rkey.

@@ -29,7 +29,7 @@ struct ConnState {
   // Members are destroyed in reverse declaration order: the ring's window
   // first, then the QP (conn), so the NIC no longer touches the ring or the
   // reply buffers when they go.
-  std::unique_ptr<uint8_t, FreeDeleter> ring;  // credits * slot_bytes, this connection's only
+  std::unique_ptr<uint8_t, FreeDeleter> ring;  // credits * message_bytes, this connection's only
   std::unique_ptr<MemoryRegion> ring_mr;       // local write + window binding: no usable rkey
   // This connection's reply buffers: ReplyBufferCount(credits) large-reply
   // buffers + kReplyBatch scratch buffers for inline replies queued in one
@@ -41,7 +41,7 @@ struct ConnState {
   // bound at accept): its rkey is the ring rkey the client gets, and the NIC
   // refuses it on every other QP (docs/SECURITY.md, "Rings"). Declared after
   // conn: it must go before the QP it is bound to (MemoryWindow).
-  std::unique_ptr<MemoryWindow> ring_window;
+  std::unique_ptr<MemoryWindow> ring_mw;
   // The same connection, published to the worker (Worker::Add) before the
   // accept reaches the client; workers use only this.
   Connection* qp = nullptr;

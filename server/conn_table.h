@@ -13,10 +13,10 @@ namespace kvrdma::server {
 class ConnTable {
  public:
   ConnState* Find(uint32_t qp_num) const noexcept {
-    if (slots_.empty()) return nullptr;
-    const size_t mask = slots_.size() - 1;
+    if (buckets_.empty()) return nullptr;
+    const size_t mask = buckets_.size() - 1;
     for (size_t i = Hash(qp_num) & mask;; i = (i + 1) & mask) {
-      ConnState* c = slots_[i];
+      ConnState* c = buckets_[i];
       if (c == nullptr) return nullptr;
       if (c->qp_num == qp_num) return c;
     }
@@ -42,15 +42,15 @@ class ConnTable {
   void Rebuild() {
     size_t n = 8;
     while (n < 2 * all_.size()) n *= 2;  // at most half full: probes stay short
-    slots_.assign(n, nullptr);
+    buckets_.assign(n, nullptr);
     for (ConnState* c : all_) {
       size_t i = Hash(c->qp_num) & (n - 1);
-      while (slots_[i] != nullptr) i = (i + 1) & (n - 1);
-      slots_[i] = c;
+      while (buckets_[i] != nullptr) i = (i + 1) & (n - 1);
+      buckets_[i] = c;
     }
   }
   std::vector<ConnState*> all_;    // every connection of the worker
-  std::vector<ConnState*> slots_;  // power of two, at most half full
+  std::vector<ConnState*> buckets_;  // power of two, at most half full
 };
 
 }  // namespace kvrdma::server

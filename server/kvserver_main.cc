@@ -9,6 +9,7 @@
 #include <map>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "common/version.h"
 #include "common/log.h"
@@ -47,7 +48,7 @@ int main(int argc, char** argv) {
   app.add_option("--port", cfg.port, "rdma_cm port")->capture_default_str();
   app.add_option("--device", cfg.device, "RDMA device name, e.g. mlx5_0 or rxe0 (default: the first)");
   app.add_option("--index-mb", cfg.index_mb,
-                 "Hash index size in MiB (8-byte slots; rounded down to a power of two; a key sits within 128 slots of its home, the index fills to ~95 %)")
+                 "Hash index size in MiB (8-byte words; rounded down to a power of two; a key sits within 128 words of its home, the index fills to ~95 %)")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--log-mb", cfg.log_mb, "Value log size in MiB (keys, values and entry headers)")
       ->capture_default_str()->check(CLI::Range(2, 1 << 24));
@@ -69,12 +70,12 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_option("--credits", cfg.credits, "Requests in flight per connection")
       ->capture_default_str()->check(CLI::Range(1, 256));
-  app.add_option("--slot-bytes", cfg.slot_bytes,
-                 "Bytes per request message (receive buffer / ring slot); larger values go in fragments")
+  app.add_option("--message-bytes", cfg.message_bytes,
+                 "Bytes per request message (the size of each message buffer: receive buffers and ring); larger values go in fragments")
       ->capture_default_str()->check(CLI::Range(256, 1 << 24));
   app.add_option("--srq-depth", cfg.srq_depth, "Receive buffers in the shared receive queue")
       ->capture_default_str()->check(CLI::Range(16, 1 << 20));
-  app.add_option("--lock-slots", cfg.lock_slots,
+  app.add_option("--lock-words", cfg.lock_words,
                  "Lock words in the lock table (two keys hashing to the same word cannot be locked at the same "
                  "time); 0: no locks (Lock/TryLock answer Unavailable, no write is refused for a lock), for "
                  "clients you do not trust with locks")
@@ -112,6 +113,14 @@ int main(int argc, char** argv) {
                  "counts and sizes, never keys or values; bind it to a loopback or management\n"
                  "address (docs/SECURITY.md, \"The metrics port\")")
       ->type_name("ADDR:PORT");
+  // Old names, kept for one release (issue 23): hidden from --help, same
+  // effect, and a warning that names the new flag.
+  const std::pair<const char*, const char*> renamed[] = {{"--slot-bytes", "--message-bytes"},
+                                                         {"--lock-slots", "--lock-words"}};
+  CLI::Option* old_message_bytes = app.add_option("--slot-bytes", cfg.message_bytes)
+                                       ->check(CLI::Range(256, 1 << 24))->group("");
+  CLI::Option* old_lock_words = app.add_option("--lock-slots", cfg.lock_words)
+                                    ->check(CLI::Range(0, 1 << 26))->group("");
   app.add_option("--log-level", level, "debug, info, warn or error")
       ->capture_default_str()->check(CLI::IsMember({"debug", "info", "warn", "error"}));
   try {
@@ -120,14 +129,25 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;  // --help/--version: 0; a usage error: 2 (message printed)
   }
 
-  kvrdma::SetLogTag("kvserver");
+  kvrdma::SetLogName("kvserver");
+  for (const auto& [opt, names] : {std::pair{old_message_bytes, renamed[0]}, std::pair{old_lock_words, renamed[1]}}) {
+    if (opt->count() > 0 && app.count(names.second) > 0) {
+      std::fprintf(stderr, "kvserver: %s is the old name of %s: give only %s\n", names.first, names.second,
+                   names.second);
+      return 2;
+    }
+    if (opt->count() > 0) {
+      std::fprintf(stderr, "kvserver: warning: %s is renamed %s; the old name will be removed in the next release\n",
+                   names.first, names.second);
+    }
+  }
   if (!token_file.empty()) {
     std::ifstream f(token_file, std::ios::binary);
     std::string t((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
     cfg.auth_token = t;
   }
-  if (kvrdma::Status st = kvrdma::CheckMessageLimits(cfg.slot_bytes, cfg.max_key_bytes); !st.ok()) {
+  if (kvrdma::Status st = kvrdma::CheckMessageLimits(cfg.message_bytes, cfg.max_key_bytes); !st.ok()) {
     std::fprintf(stderr, "kvserver: %s\n", st.message().c_str());
     return 2;
   }
@@ -158,7 +178,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   kvrdma::StoreConfig sc;
-  sc.index_slots = std::max<uint64_t>(2, FloorPow2(cfg.index_mb * (1 << 20) / kvrdma::kSlotBytes));
+  sc.index_homes = std::max<uint64_t>(2, FloorPow2(cfg.index_mb * (1 << 20) / kvrdma::kWordBytes));
   sc.segment_bytes = segment_mb << 20;
   sc.log_bytes = (cfg.log_mb << 20) / sc.segment_bytes * sc.segment_bytes;
   sc.workers = cfg.workers;

@@ -34,13 +34,13 @@ Status Server::Start() {
   if (cfg_.auth_token.size() > kMaxAuthToken) {
     return Status::InvalidArgument("the auth token is longer than " + std::to_string(kMaxAuthToken) + " bytes");
   }
-  if (cfg_.slot_bytes < 256 || cfg_.slot_bytes > (1u << 24)) {
-    return Status::InvalidArgument("--slot-bytes must be 256..16777216");
+  if (cfg_.message_bytes < 256 || cfg_.message_bytes > (1u << 24)) {
+    return Status::InvalidArgument("--message-bytes must be 256..16777216");
   }
   if (cfg_.assembly_bytes < cfg_.max_value_bytes) {
     return Status::InvalidArgument("--assembly-mb must hold at least one value of --max-value-bytes");
   }
-  KVRDMA_RETURN_IF_ERROR(CheckMessageLimits(cfg_.slot_bytes, cfg_.max_key_bytes));
+  KVRDMA_RETURN_IF_ERROR(CheckMessageLimits(cfg_.message_bytes, cfg_.max_key_bytes));
   StoreRegions r = backend_.regions();
   auto reg = [&](void* p, size_t n, uint32_t access, const char* what) -> Result<std::unique_ptr<MemoryRegion>> {
     auto mr = device_->RegisterMemory(p, n, access);
@@ -54,8 +54,8 @@ Status Server::Start() {
   if (!lmr.ok()) return lmr.status();
   log_mr_ = std::move(lmr).value();
 
-  // Lock table: word 0 unused, then cfg_.lock_slots lock words, all CAS-able.
-  locks_bytes_ = (size_t{cfg_.lock_slots} + 8) * 8;
+  // Lock table: word 0 unused, then cfg_.lock_words lock words, all CAS-able.
+  locks_bytes_ = (size_t{cfg_.lock_words} + 8) * 8;
   locks_ = AlignedAlloc<uint64_t>(locks_bytes_);
   if (!locks_) return Status::NoResource("out of memory for the lock table");
   auto kmr = reg(locks_.get(), locks_bytes_, kAccessRemoteAtomic | kAccessRemoteRead, "lock table");
@@ -64,7 +64,7 @@ Status Server::Start() {
 
   // Shared receive queue and its buffers.
   uint32_t depth = std::min(cfg_.srq_depth, device_->info().max_srq_wr);
-  size_t recv_bytes = size_t{depth} * cfg_.slot_bytes;
+  size_t recv_bytes = size_t{depth} * cfg_.message_bytes;
   recv_mem_ = AlignedAlloc(recv_bytes);
   if (!recv_mem_) return Status::NoResource("out of memory for receive buffers");
   auto rmr = reg(recv_mem_.get(), recv_bytes, kAccessLocalWrite, "receive buffers");
@@ -74,7 +74,7 @@ Status Server::Start() {
   if (!srq.ok()) return srq.status();
   srq_ = std::move(srq).value();
   depth = std::min(depth, srq_->max_wr());
-  ReceivePool pool{srq_.get(), recv_mr_.get(), cfg_.slot_bytes};
+  ReceivePool pool{srq_.get(), recv_mr_.get(), cfg_.message_bytes};
   for (uint32_t i = 0; i < depth; ++i) KVRDMA_RETURN_IF_ERROR(pool.Repost(i));
 
   // Workers: a CQ each (receives of their connections + reply SENDs).
@@ -93,7 +93,7 @@ Status Server::Start() {
   listener_ = std::move(l).value();
   KVRDMA_LOG_INFO("listening on %s:%u (device %s, %u workers, %u receive buffers of %u bytes, %u credits)",
                   cfg_.listen.c_str(), listener_->port(), device_->info().name.c_str(),
-                  static_cast<unsigned>(workers_.size()), depth, cfg_.slot_bytes, cfg_.credits);
+                  static_cast<unsigned>(workers_.size()), depth, cfg_.message_bytes, cfg_.credits);
   return Status::OK();
 }
 
@@ -153,7 +153,7 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
   }
   cs->put_path = msg->put_path;
   cs->worker = next_worker_++ % workers_.size();
-  size_t ring_bytes = size_t{cfg_.credits} * cfg_.slot_bytes;
+  size_t ring_bytes = size_t{cfg_.credits} * cfg_.message_bytes;
   cs->ring = AlignedAlloc(ring_bytes);
   if (!cs->ring) return Reject(*req, Status::NoResource("server out of memory"));
   // The ring is remotely writable only through a window bound to this
@@ -163,7 +163,7 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
   cs->ring_mr = std::move(mr).value();
   auto mw = device_->CreateMemoryWindow();
   if (!mw.ok()) return Reject(*req, mw.status());
-  cs->ring_window = std::move(mw).value();
+  cs->ring_mw = std::move(mw).value();
   const uint32_t reply_buffers = ReplyBufferCount(cfg_.credits);
   const size_t reply_bytes = ReplyMemoryBytes(cfg_.credits);
   cs->reply_mem = AlignedAlloc(reply_bytes);
@@ -178,18 +178,18 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
   ServerDescriptor d;
   d.conn_id = cs->id;
   d.index = {index_mr_->base(), index_mr_->length(), index_mr_->rkey()};
-  d.index_slots = r.index_slots;
+  d.index_homes = r.index_homes;
   d.index_window = r.index_window;
   d.hash_seed = r.hash_seed;
   d.log = {log_mr_->base(), log_mr_->length(), log_mr_->rkey()};
   d.locks = {locks_mr_->base(), locks_mr_->length(), locks_mr_->rkey()};
-  d.ring = {cs->ring_mr->base(), cs->ring_mr->length(), cs->ring_window->rkey()};
-  d.slot_size = cfg_.slot_bytes;
+  d.ring = {cs->ring_mr->base(), cs->ring_mr->length(), cs->ring_mw->rkey()};
+  d.message_bytes = cfg_.message_bytes;
   d.credits = static_cast<uint16_t>(cfg_.credits);
   d.max_key_bytes = static_cast<uint16_t>(cfg_.max_key_bytes);
   d.max_value_bytes = cfg_.max_value_bytes;
-  d.get_deadline_us = cfg_.grace_period_ms * 1000 / 2;
-  d.lock_slots = cfg_.lock_slots;
+  d.round_limit_us = cfg_.grace_period_ms * 1000 / 2;
+  d.lock_words = cfg_.lock_words;
   uint8_t buf[kMaxAcceptData];
   size_t n = EncodeServerDescriptor(d, buf);
 
@@ -200,8 +200,8 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
   qc.srq = srq_.get();
   qc.max_send_wr = 2 * cfg_.credits + 32;  // replies in flight + unsignaled ones not yet reaped
   qc.max_inline = 256;
-  qc.window = WindowBinding{cs->ring_window.get(), cs->ring_mr.get(), cs->ring_mr->base(), ring_bytes,
-                            kAccessRemoteWrite, Worker::kWindowBindWrId};
+  qc.mw_binding = MwBinding{cs->ring_mw.get(), cs->ring_mr.get(), cs->ring_mr->base(), ring_bytes,
+                            kAccessRemoteWrite, Worker::kMwBindWrId};
   // The worker must know the QP before the client can send on it.
   auto conn = req->Accept(qc, {buf, n}, [&](Connection& c) {
     c.set_user(cs.get());
@@ -232,7 +232,7 @@ uint32_t Server::NextConnectionId() {
   std::unordered_set<uint32_t> taken;
   for (const auto& cs : conns_) taken.insert(cs->id);
   const uint64_t now = clock_.NowMs();
-  for (uint32_t i = 1; i <= cfg_.lock_slots; ++i) {
+  for (uint32_t i = 1; i <= cfg_.lock_words; ++i) {
     const uint64_t word = __atomic_load_n(&locks_.get()[i], __ATOMIC_ACQUIRE);
     if (word != 0 && LockExpiry(word) > now) taken.insert(LockOwner(word));
   }

@@ -43,8 +43,8 @@ class Server {
   // The lock table as workers see it (the metrics port counts held locks).
   // Valid between Start() and the end of Run().
   LockView lock_view() const {
-    // No lock table (--lock-slots 0): no words, so no write is refused.
-    return LockView{cfg_.lock_slots != 0 ? locks_.get() : nullptr, &clock_, cfg_.lock_slots,
+    // No lock table (--lock-words 0): no words, so no write is refused.
+    return LockView{cfg_.lock_words != 0 ? locks_.get() : nullptr, &clock_, cfg_.lock_words,
                     backend_.regions().hash_seed};
   }
 

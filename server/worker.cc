@@ -24,7 +24,7 @@ int64_t SteadyMs() {
 Status LockView::Check(std::span<const uint8_t> key, uint64_t token, uint32_t requester) const {
   if (words == nullptr) return Status::OK();
   std::string_view k(reinterpret_cast<const char*>(key.data()), key.size());
-  const LockPlace place = LockPlaceOf(k, seed, slots);
+  const LockPlace place = LockPlaceOf(k, seed, lock_words);
   uint64_t word = __atomic_load_n(&words[place.index], __ATOMIC_ACQUIRE);
   const uint64_t now = clock->NowMs();
   if (LockAllows(word, place.key, token, requester, now)) return Status::OK();
@@ -43,7 +43,7 @@ Worker::Worker(uint32_t index, const ServerConfig& cfg, Backend& backend, Server
       pool_(pool),
       locks_(locks),
       cq_(std::move(cq)),
-      request_(new uint8_t[cfg.slot_bytes]) {
+      request_(new uint8_t[cfg.message_bytes]) {
   reply_queued_.reserve(wc_.size());
 }
 
@@ -205,18 +205,18 @@ std::span<const uint8_t> Worker::CopyRequest(ConnState& cs, const Completion& c)
     // any time: the only read of it is this copy.
     const uint32_t pos = c.imm >> 24;
     len = c.imm & 0xffffff;
-    if (pos >= cfg_.credits || len > cfg_.slot_bytes) {
+    if (pos >= cfg_.credits || len > cfg_.message_bytes) {
       counters_.errors.fetch_add(1, std::memory_order_relaxed);
       ReplyError(cs, 0,
                  Status::InvalidArgument("ring position " + std::to_string(pos) + " / length " + std::to_string(len) +
                                          " out of range (" + std::to_string(cfg_.credits) + " positions of " +
-                                         std::to_string(cfg_.slot_bytes) + " bytes)"));
+                                         std::to_string(cfg_.message_bytes) + " bytes)"));
       return {};
     }
-    src = cs.ring.get() + size_t{pos} * cfg_.slot_bytes;
+    src = cs.ring.get() + size_t{pos} * cfg_.message_bytes;
   } else {
     src = pool_.Buffer(c.wr_id);
-    len = std::min(c.byte_len, cfg_.slot_bytes);
+    len = std::min(c.byte_len, cfg_.message_bytes);
   }
   RacyLoad(request_.get(), src, len);  // the ring may be written meanwhile (by design, harmless)
   if (len == 0) {  // not even a header: answered like any short request

@@ -66,9 +66,9 @@ struct ReceivePool {
 // The lock table as the workers see it: they only load words (never a CPU
 // read-modify-write: clients change lock words with NIC atomics).
 struct LockView {
-  const uint64_t* words = nullptr;  // 1..slots: lock words (word 0 unused)
+  const uint64_t* words = nullptr;  // 1..lock_words: lock words (word 0 unused)
   const ServerClock* clock = nullptr;  // the clock leases are measured on
-  uint32_t slots = 0;
+  uint32_t lock_words = 0;
   uint64_t seed = 0;
   // Status to answer a PUT/DELETE of key carrying token: OK or Locked.
   // requester: the owner id (connection id) of the connection it came on.
@@ -103,10 +103,10 @@ class Worker {
   static constexpr uint64_t kReplyTag = 1ull << 63;  // wr_id of reply SENDs (receives: buffer index)
 
  public:
-  // wr_id of the bind of a connection's ring window: posted unsignaled ahead
+  // wr_id of the bind of a connection's ring memory window: posted unsignaled ahead
   // of any reply, it completes only if it fails, and is then handled like a
   // failed inline reply (no buffer; the connection closes).
-  static constexpr uint64_t kWindowBindWrId = kReplyTag | 0xffffffffu;
+  static constexpr uint64_t kMwBindWrId = kReplyTag | 0xffffffffu;
 
  private:
   friend class WorkerTestPeer;
@@ -152,7 +152,7 @@ class Worker {
   ReceivePool pool_;
   LockView locks_;
   std::unique_ptr<CompletionQueue> cq_;
-  // The one copy of the request being handled (slot_bytes): worker-owned,
+  // The one copy of the request being handled (message_bytes): worker-owned,
   // out of every client's reach.
   std::unique_ptr<uint8_t[]> request_;
   ConnTable conns_;  // the worker thread's only

@@ -58,7 +58,7 @@ void Worker::Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t>
   w.local = cs.reply_mr->Slice(size_t{buffer} * kMaxReplySize, static_cast<uint32_t>(len));
   w.inline_data = inline_data;
   // Only every kSignalEvery-th inline reply asks for a completion (to free
-  // send queue slots, and to show the client takes its replies); a large
+  // send-queue room, and to show the client takes its replies); a large
   // reply always does, to free its buffer.
   w.signaled = !inline_data || ++r.unsignaled >= kSignalEvery;
   if (w.signaled && inline_data) r.unsignaled = 0;
@@ -97,7 +97,7 @@ void Worker::FlushReplies(ConnState& cs) {
 }
 
 void Worker::OnReplySent(const Completion& c) {
-  static_assert(kWindowBindWrId == (kReplyTag | kInlineReply), "a failed window bind is a failed inline reply");
+  static_assert(kMwBindWrId == (kReplyTag | kInlineReply), "a failed window bind is a failed inline reply");
   ConnState* cs = Find(c.qp_num);
   if (cs == nullptr) return;  // closed meanwhile: its buffers went with it
   const uint32_t buffer = static_cast<uint32_t>(c.wr_id & ~kReplyTag);

@@ -138,10 +138,10 @@ int Main(int argc, char** argv) {
   cfg.workers = 1;
   cfg.credits = 8;
   cfg.srq_depth = 64;
-  cfg.lock_slots = 1024;
+  cfg.lock_words = 1024;
   cfg.busy_poll_us = 0;
   StoreConfig sc;
-  sc.index_slots = 1 << 15;
+  sc.index_homes = 1 << 15;
   sc.segment_bytes = 4 << 20;  // > the largest entry (1 MiB value)
   sc.log_bytes = 32 << 20;
   sc.workers = cfg.workers;

@@ -90,7 +90,7 @@ struct Shared {
   }
 };
 
-struct Slot {
+struct OpState {
   Op op;
   OpKind kind = kRead;
   int server = 0;
@@ -110,8 +110,8 @@ class Worker {
         rng_(0x9e3779b9u * (index + 1)) {
     values_.resize(cfg_.vmax + 1);
     for (auto& c : values_) c = static_cast<char>('a' + rng_() % 26);
-    slots_.resize(cfg_.depth);
-    for (auto& s : slots_) {
+    op_states_.resize(cfg_.depth);
+    for (auto& s : op_states_) {
       s.key.assign(cfg_.key_size, '0');
       s.op.result = &s.result;
       s.result.reserve(cfg_.vmax);
@@ -159,11 +159,11 @@ class Worker {
   Status Preload(uint64_t from, uint64_t to) {
     uint64_t next = from, done = 0, total = to - from;
     std::vector<Op*> fin(cfg_.depth);
-    std::vector<Slot*> idle;
-    for (auto& s : slots_) idle.push_back(&s);
+    std::vector<OpState*> idle;
+    for (auto& s : op_states_) idle.push_back(&s);
     while (done < total) {
       while (!idle.empty() && next < to) {
-        Slot* s = idle.back();
+        OpState* s = idle.back();
         Prepare(*s, kUpdate, next++);
         Op* op = &s->op;
         if (clients_[s->server]->Submit({&op, 1}) == 0) {
@@ -176,7 +176,7 @@ class Worker {
         size_t n = c->Wait(fin, 10);
         for (size_t i = 0; i < n; ++i) {
           if (!fin[i]->status.ok()) return fin[i]->status;
-          idle.push_back(reinterpret_cast<Slot*>(fin[i]->user));
+          idle.push_back(reinterpret_cast<OpState*>(fin[i]->user));
           ++done;
         }
       }
@@ -186,8 +186,8 @@ class Worker {
 
   void Run() {
     std::vector<Op*> fin(cfg_.depth);
-    std::vector<Slot*> idle;
-    for (auto& s : slots_) idle.push_back(&s);
+    std::vector<OpState*> idle;
+    for (auto& s : op_states_) idle.push_back(&s);
     next_start_ = Clock::now();
     while (!sh_.stop.load(std::memory_order_relaxed)) {
       auto now = Clock::now();
@@ -195,13 +195,13 @@ class Worker {
         if (cfg_.rate > 0 && next_start_ > now) break;  // open loop: not yet
         if (cfg_.ops != 0 && started_ >= budget_) break;  // this worker's share is done
         ++started_;
-        Slot* s = idle.back();
+        OpState* s = idle.back();
         idle.pop_back();
         Start(*s, cfg_.rate > 0 ? next_start_ : now);
         if (cfg_.rate > 0) next_start_ += std::chrono::duration_cast<Clock::duration>(interval_);
       }
       SubmitStarted();
-      // Nothing to start until something completes (every slot in flight, or
+      // Nothing to start until something completes (every op state in flight, or
       // this worker's --ops share started): wait like the synchronous API
       // does, polling --busy-poll-us and then sleeping until a completion.
       // Spinning on Poll here kept a vCPU busy that kvserver and Soft-RoCE
@@ -212,13 +212,13 @@ class Worker {
       for (auto& c : clients_) {
         size_t n = wait ? c->Wait(fin, 10) : c->Poll(fin);
         for (size_t i = 0; i < n; ++i) {
-          Slot* s = reinterpret_cast<Slot*>(fin[i]->user);
+          OpState* s = reinterpret_cast<OpState*>(fin[i]->user);
           if (Complete(*s)) idle.push_back(s);
         }
       }
       // --ops: this worker's share started and completed; the last worker
       // to get there stops the run.
-      if (cfg_.ops != 0 && started_ >= budget_ && idle.size() == slots_.size()) {
+      if (cfg_.ops != 0 && started_ >= budget_ && idle.size() == op_states_.size()) {
         if (sh_.finished.fetch_add(1) + 1 == cfg_.threads) sh_.stop = true;
         break;
       }
@@ -237,7 +237,7 @@ class Worker {
     if (cfg_.distribution == "latest") return n - 1 - r;
     return Scramble(r, n);
   }
-  void Prepare(Slot& s, OpKind kind, uint64_t id) {
+  void Prepare(OpState& s, OpKind kind, uint64_t id) {
     FormatKey(id, cfg_.key_size, s.key.data());
     s.kind = kind;
     s.op.user = &s;
@@ -248,7 +248,7 @@ class Worker {
     s.op.value = std::string_view(values_.data() + rng_() % (values_.size() - vs), vs);
     s.op.type = (kind == kRead || (kind == kRmw && !s.rmw_write)) ? Op::Type::kGet : Op::Type::kPut;
   }
-  void Start(Slot& s, Clock::time_point start) {
+  void Start(OpState& s, Clock::time_point start) {
     double u = std::uniform_real_distribution<double>(0, 1)(rng_);
     OpKind kind = u < cfg_.p_read ? kRead
                   : u < cfg_.p_read + cfg_.p_update ? kUpdate
@@ -272,13 +272,13 @@ class Worker {
       ops.clear();
     }
   }
-  void Submit(Slot& s) {
+  void Submit(OpState& s) {
     Op* op = &s.op;
     while (clients_[s.server]->Submit({&op, 1}) == 0) {
     }
   }
-  // Returns true when the slot is free again.
-  bool Complete(Slot& s) {
+  // Returns true when the op state is free again.
+  bool Complete(OpState& s) {
     const Status& st = s.op.status;
     if (s.kind == kRmw && !s.rmw_write && (st.ok() || st.IsNotFound())) {
       s.rmw_write = true;  // read done: write the same key
@@ -311,7 +311,7 @@ class Worker {
   uint64_t started_ = 0;
   std::mt19937_64 rng_;
   std::string values_;
-  std::vector<Slot> slots_;
+  std::vector<OpState> op_states_;
   std::vector<std::unique_ptr<Client>> clients_;
   std::vector<std::vector<Op*>> started_ops_;  // per server: started, not yet submitted (<= depth)
   std::chrono::duration<double> interval_{0};

@@ -1,4 +1,4 @@
-// Value-log entry: what a client READs at the location an index slot gives.
+// Value-log entry: what a client READs at the location an entry ref gives.
 // Entries start 4-aligned. The 12-byte header is two words, the guard (8
 // bytes) and the lengths (4), placed so that the guard is 8-aligned: which
 // way round depends on the entry's offset `off` in the log (GuardAt,
@@ -10,10 +10,10 @@
 //   guard     bit 63: NOT-CURRENT; bits 0..62: checksum.
 //             The server writes every entry with the bit SET (unpublished),
 //             clears it with one 8-byte release store only AFTER an index
-//             slot of the key points at the entry (publication), and sets it
-//             again (one release store) BEFORE the slot moves away (update,
+//             ref of the key points at the entry (publication), and sets it
+//             again (one release store) BEFORE the ref moves away (update,
 //             delete, cleaner relocation, eviction). So while the bit reads
-//             clear, the key's slot names this entry: it is the key's current
+//             clear, the key's ref names this entry: it is the key's current
 //             entry. An entry that is never published (the tombstone of an
 //             absent key, a PUT answered ServerFull, a cleaner copy that lost
 //             to an update) keeps the bit set for as long as its segment is in
@@ -34,11 +34,11 @@
 // (server/store/store.h), which grows with every write of every key.
 //
 // A reader accepts an entry only if the lengths are plausible and agree with
-// the slot's size class, the checksum matches and the key is its key: a torn
+// the ref's size class, the checksum matches and the key is its key: a torn
 // entry (READ racing a write), a recycled one (segment reused) or garbage is
 // rejected with overwhelming probability (a 63-bit checksum). A reader that
-// did not just read the slot (a cached location, or a READ that outlived the
-// GET deadline) also requires NOT-CURRENT clear (docs/DESIGN.md).
+// did not just read the ref (a cached location, or a READ that outlived the
+// round limit) also requires NOT-CURRENT clear (docs/DESIGN.md).
 #pragma once
 
 #include <cstddef>

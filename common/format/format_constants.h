@@ -1,5 +1,5 @@
 // Constants of the memory layouts that clients read over RDMA (index words,
-// slots, log entries). Changing any of them changes the wire contract between
+// entry refs, log entries). Changing any of them changes the wire contract between
 // server and client: bump kFormatVersion.
 //
 // Runtime tunables of the server (sizes, grace period, modes) live in
@@ -19,27 +19,27 @@ static_assert(std::endian::native == std::endian::little,
 // (common/protocol/handshake.h): a change here bumps kProtocolMajor, so a
 // client built for another layout is refused at connect time.
 // 2: guard bit 63 means NOT-CURRENT (entries are written unpublished).
-// 3: the slot's 12-bit size hint became a size class (slot.h): one READ fetches any entry.
+// 3: the entry ref's 12-bit size hint became a size class (entry_ref.h): one READ fetches any entry.
 // 4: the index is an array of words and a key's window of them, read in one
-//    READ; the word carries a move tag beside its slot (window.h).
+//    READ; the word carries a move tag beside its entry ref (window.h).
 // 5: the entry header is 12 bytes (guard + lengths; no per-key version) and
 //    entries are 4-aligned: the guard sits at whichever of the first two
 //    4-byte offsets is 8-aligned (entry.h). Locations are in 4-byte units.
 inline constexpr uint32_t kFormatVersion = 5;
 
 // ---- index (see window.h): words of 8 bytes; a key's window of them
-inline constexpr size_t kSlotBytes = 8;            // one 8-byte-atomic word
-inline constexpr size_t kMaxWindowSlots = 128;     // largest window (1 KiB READ)
-inline constexpr size_t kDefaultWindowSlots = 128; // what kvserver uses (DESIGN.md)
+inline constexpr size_t kWordBytes = 8;            // one 8-byte-atomic word
+inline constexpr size_t kMaxWindowWords = 128;     // largest window (1 KiB READ)
+inline constexpr size_t kDefaultWindowWords = 128; // what kvserver uses (DESIGN.md)
 
-// ---- word packing (slot.h, window.h):
+// ---- word packing (entry_ref.h, window.h):
 //      | fingerprint:12 | size class:11 | move tag:5 | location:36 |
-inline constexpr unsigned kSlotLocationBits = 36;
+inline constexpr unsigned kRefLocationBits = 36;
 inline constexpr unsigned kWordTagBits = 5;
-inline constexpr unsigned kWordTagShift = kSlotLocationBits;
-inline constexpr unsigned kSlotSizeClassBits = 11;
-inline constexpr unsigned kSlotFingerprintBits = 12;
-static_assert(kSlotLocationBits + kWordTagBits + kSlotSizeClassBits + kSlotFingerprintBits == 64);
+inline constexpr unsigned kWordTagShift = kRefLocationBits;
+inline constexpr unsigned kRefSizeClassBits = 11;
+inline constexpr unsigned kRefFingerprintBits = 12;
+static_assert(kRefLocationBits + kWordTagBits + kRefSizeClassBits + kRefFingerprintBits == 64);
 
 // ---- value log
 inline constexpr size_t kEntryAlign = 4;        // entries start 4-aligned (entry.h: where the guard sits)
@@ -47,8 +47,8 @@ inline constexpr size_t kEntryHeaderBytes = 12; // guard (8) + lengths (4); the 
 // Largest key / value the layout can express (the server may configure less).
 inline constexpr size_t kMaxKeyBytes = (size_t{1} << 10) - 1;    // 1023
 inline constexpr size_t kMaxValueBytes = (size_t{1} << 21) - 1;  // 2 MiB - 1
-// Largest log the slot can address: 2^36 units of kEntryAlign bytes = 256 GiB.
-inline constexpr uint64_t kMaxLogBytes = (uint64_t{1} << kSlotLocationBits) * kEntryAlign;
+// Largest log an entry ref can address: 2^36 units of kEntryAlign bytes = 256 GiB.
+inline constexpr uint64_t kMaxLogBytes = (uint64_t{1} << kRefLocationBits) * kEntryAlign;
 
 // Bytes of an entry with these lengths, padding included.
 constexpr size_t EntryBytes(size_t key_len, size_t value_len) noexcept {

@@ -11,11 +11,11 @@
 namespace kvrdma {
 
 Status ValidateIndexParams(const IndexParams& p) {
-  if (p.slot_count < 1 || p.slot_count > kMaxSlotCount || !std::has_single_bit(p.slot_count)) {
-    return Status::InvalidArgument("slot_count must be a power of two in [1, 2^40]");
+  if (p.home_count < 1 || p.home_count > kMaxHomeCount || !std::has_single_bit(p.home_count)) {
+    return Status::InvalidArgument("home_count must be a power of two in [1, 2^40]");
   }
-  if (p.window_slots < 1 || p.window_slots > kMaxWindowSlots) {
-    return Status::InvalidArgument("window_slots must be in [1, 128]");
+  if (p.window_words < 1 || p.window_words > kMaxWindowWords) {
+    return Status::InvalidArgument("window_words must be in [1, 128]");
   }
   if (p.log_bytes == 0 || p.log_bytes > kMaxLogBytes || p.log_bytes % kEntryAlign != 0) {
     return Status::InvalidArgument("log_bytes must be a non-zero multiple of 4 up to 256 GiB");
@@ -27,26 +27,26 @@ Result<KeyWindow> KeyWindowRead(const IndexParams& p, std::string_view key) {
   KVRDMA_RETURN_IF_ERROR(ValidateIndexParams(p));
   if (key.empty() || key.size() > kMaxKeyBytes) return Status::InvalidArgument("key length");
   KeyWindow r;
-  r.hash = MakeKeyHash(key, p.seed, p.slot_count);
-  r.read = RemoteRead{r.hash.home * kSlotBytes, static_cast<uint32_t>(p.window_slots * kSlotBytes)};
+  r.hash = MakeKeyHash(key, p.seed, p.home_count);
+  r.read = RemoteRead{r.hash.home * kWordBytes, static_cast<uint32_t>(p.window_words * kWordBytes)};
   return r;
 }
 
 namespace {
 uint64_t WordAt(std::span<const std::byte> window, int word) noexcept {
   uint64_t w;
-  std::memcpy(&w, window.data() + static_cast<size_t>(word) * kSlotBytes, kSlotBytes);
+  std::memcpy(&w, window.data() + static_cast<size_t>(word) * kWordBytes, kWordBytes);
   return w;
 }
 }  // namespace
 
 namespace {
 
-// A word whose fingerprint matched: a candidate if its slot is plausible.
+// A word whose fingerprint matched: a candidate if its ref is plausible.
 void AddCandidate(uint64_t word, int i, const IndexParams& p, WindowProbe* out) noexcept {
-  const uint64_t slot = WordSlot(word);
-  if (slot == kEmptySlot) return;
-  if (!SlotLooksValid(slot) || SlotLogOffset(slot) + kEntryHeaderBytes > p.log_bytes) {
+  const uint64_t ref = WordRef(word);
+  if (ref == kEmptyRef) return;
+  if (!RefLooksValid(ref) || RefLogOffset(ref) + kEntryHeaderBytes > p.log_bytes) {
     ++out->rejected;
     return;
   }
@@ -58,12 +58,12 @@ void AddCandidate(uint64_t word, int i, const IndexParams& p, WindowProbe* out) 
 // the fingerprint; both are rarely true, so the branches predict well.
 void ProbeWords(std::span<const std::byte> window, int from, int n, const KeyHash& kh, const IndexParams& p,
                 WindowProbe* out) noexcept {
-  const uint64_t fp = kh.fingerprint & kSlotFingerprintMask;
+  const uint64_t fp = kh.fingerprint & kRefFingerprintMask;
   constexpr uint64_t kTagSetWordBit = kTagSetBit << kWordTagShift;
   for (int i = from; i < n; ++i) {
     const uint64_t word = WordAt(window, i);
     if ((word & kTagSetWordBit) != 0 && TagMatches(WordTag(word), kh.tag_nibble)) out->tag_matched = true;
-    if ((word >> kSlotFingerprintShift) == fp) AddCandidate(word, i, p, out);
+    if ((word >> kRefFingerprintShift) == fp) AddCandidate(word, i, p, out);
   }
 }
 
@@ -73,10 +73,10 @@ namespace detail {
 Status ProbeWindowOneWordAtATime(std::span<const std::byte> window, const KeyHash& kh, const IndexParams& p,
                                  WindowProbe* out) noexcept {
   *out = WindowProbe{};
-  if (p.window_slots == 0 || p.window_slots > kMaxWindowSlots || window.size() != p.window_slots * kSlotBytes) {
-    return Status::InvalidArgument("window bytes must be window_slots * 8");
+  if (p.window_words == 0 || p.window_words > kMaxWindowWords || window.size() != p.window_words * kWordBytes) {
+    return Status::InvalidArgument("window bytes must be window_words * 8");
   }
-  ProbeWords(window, 0, static_cast<int>(p.window_slots), kh, p, out);
+  ProbeWords(window, 0, static_cast<int>(p.window_words), kh, p, out);
   return Status::OK();
 }
 }  // namespace detail
@@ -93,24 +93,24 @@ Status ProbeWindow(std::span<const std::byte> window, const KeyHash& kh, const I
   // (ReadPathTest.TheFourWordScanAgreesWithTheOneWordScan); about half the
   // instructions (bench/callgrind/run).
   *out = WindowProbe{};
-  if (p.window_slots == 0 || p.window_slots > kMaxWindowSlots || window.size() != p.window_slots * kSlotBytes) {
-    return Status::InvalidArgument("window bytes must be window_slots * 8");
+  if (p.window_words == 0 || p.window_words > kMaxWindowWords || window.size() != p.window_words * kWordBytes) {
+    return Status::InvalidArgument("window bytes must be window_words * 8");
   }
-  static_assert(kSlotFingerprintShift >= 32 && kWordTagShift >= 32, "fingerprint and tag in the high half");
-  const int n = static_cast<int>(p.window_slots);
-  const uint64_t fp = kh.fingerprint & kSlotFingerprintMask;
-  const __m128i fp_mask = _mm_set1_epi32(static_cast<int>(kSlotFingerprintMask << (kSlotFingerprintShift - 32)));
-  const __m128i fp_want = _mm_set1_epi32(static_cast<int>(fp << (kSlotFingerprintShift - 32)));
+  static_assert(kRefFingerprintShift >= 32 && kWordTagShift >= 32, "fingerprint and tag in the high half");
+  const int n = static_cast<int>(p.window_words);
+  const uint64_t fp = kh.fingerprint & kRefFingerprintMask;
+  const __m128i fp_mask = _mm_set1_epi32(static_cast<int>(kRefFingerprintMask << (kRefFingerprintShift - 32)));
+  const __m128i fp_want = _mm_set1_epi32(static_cast<int>(fp << (kRefFingerprintShift - 32)));
   constexpr unsigned kTagShiftHi = kWordTagShift - 32;
   const __m128i tag_mask = _mm_set1_epi32(static_cast<int>(((kTagSetBit << 1) - 1) << kTagShiftHi));
   const __m128i tag_key =
       _mm_set1_epi32(static_cast<int>((kTagSetBit | (kh.tag_nibble & kTagNibbleMask)) << kTagShiftHi));
   const __m128i tag_any = _mm_set1_epi32(static_cast<int>((kTagSetBit | kTagAnyKey) << kTagShiftHi));
-  uint64_t fp_bits[kMaxWindowSlots / 64] = {};
+  uint64_t fp_bits[kMaxWindowWords / 64] = {};
   int tag_bits = 0;
   int i = 0;
   for (; i + 4 <= n; i += 4) {
-    const auto* src = reinterpret_cast<const __m128i*>(window.data() + static_cast<size_t>(i) * kSlotBytes);
+    const auto* src = reinterpret_cast<const __m128i*>(window.data() + static_cast<size_t>(i) * kWordBytes);
     const __m128 a = _mm_castsi128_ps(_mm_loadu_si128(src));      // words i, i+1 as 32-bit lanes lo, hi, lo, hi
     const __m128 b = _mm_castsi128_ps(_mm_loadu_si128(src + 1));  // words i+2, i+3
     const __m128i hi = _mm_castps_si128(_mm_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
@@ -121,7 +121,7 @@ Status ProbeWindow(std::span<const std::byte> window, const KeyHash& kh, const I
     fp_bits[static_cast<size_t>(i) / 64] |= static_cast<uint64_t>(fp_eq) << (i % 64);
   }
   out->tag_matched = tag_bits != 0;
-  for (size_t w = 0; w < kMaxWindowSlots / 64; ++w) {
+  for (size_t w = 0; w < kMaxWindowWords / 64; ++w) {
     for (uint64_t bits = fp_bits[w]; bits != 0; bits &= bits - 1) {
       const int word = static_cast<int>(w * 64) + std::countr_zero(bits);
       AddCandidate(WordAt(window, word), word, p, out);
@@ -135,7 +135,7 @@ Status ProbeWindow(std::span<const std::byte> window, const KeyHash& kh, const I
 }
 
 int NextCandidate(const WindowProbe& probe, int from) noexcept {
-  for (int i = std::max(from, 0); i < static_cast<int>(kMaxWindowSlots);) {
+  for (int i = std::max(from, 0); i < static_cast<int>(kMaxWindowWords);) {
     const uint64_t bits = probe.candidates[static_cast<size_t>(i) / 64] >> (i % 64);
     if (bits != 0) return i + std::countr_zero(bits);
     i = (i / 64 + 1) * 64;
@@ -143,23 +143,23 @@ int NextCandidate(const WindowProbe& probe, int from) noexcept {
   return -1;
 }
 
-SlotCandidate CandidateAt(std::span<const std::byte> window, int word, const IndexParams& p) noexcept {
-  SlotCandidate c;
-  if (word < 0 || static_cast<size_t>(word) * kSlotBytes + kSlotBytes > window.size()) return c;
-  c.slot = WordSlot(WordAt(window, word));
-  const uint64_t off = SlotLogOffset(c.slot);
-  uint64_t len = SizeClassBytes(SlotSizeClass(c.slot));
-  if (off >= p.log_bytes) return SlotCandidate{};
+Candidate CandidateAt(std::span<const std::byte> window, int word, const IndexParams& p) noexcept {
+  Candidate c;
+  if (word < 0 || static_cast<size_t>(word) * kWordBytes + kWordBytes > window.size()) return c;
+  c.ref = WordRef(WordAt(window, word));
+  const uint64_t off = RefLogOffset(c.ref);
+  uint64_t len = SizeClassBytes(RefSizeClass(c.ref));
+  if (off >= p.log_bytes) return Candidate{};
   if (len > p.log_bytes - off) len = p.log_bytes - off;
   c.entry = RemoteRead{off, static_cast<uint32_t>(len)};
   return c;
 }
 
-EntryView DecodeEntry(std::span<const std::byte> bytes, std::string_view key, uint64_t slot,
+EntryView DecodeEntry(std::span<const std::byte> bytes, std::string_view key, uint64_t ref,
                       uint64_t seed, bool require_current) noexcept {
   EntryView v;
   if (bytes.size() < kEntryHeaderBytes) return v;  // kMalformed
-  const uint64_t off = SlotLogOffset(slot);
+  const uint64_t off = RefLogOffset(ref);
   EntryHeader h;
   std::memcpy(&h.guard, bytes.data() + GuardAt(off), sizeof(h.guard));
   std::memcpy(&h.lengths, bytes.data() + LengthsAt(off), sizeof(h.lengths));
@@ -168,12 +168,12 @@ EntryView DecodeEntry(std::span<const std::byte> bytes, std::string_view key, ui
   const bool tomb = LengthsTombstone(h.lengths);
   if (klen == 0 || (tomb && vlen != 0)) return v;
   const size_t total = EntryBytes(klen, vlen);
-  // The header's length must map to the slot's size class: a disagreement
-  // means the bytes are not the entry the slot was made for (recycled or
+  // The header's length must map to the ref's size class: a disagreement
+  // means the bytes are not the entry the ref was made for (recycled or
   // torn header). A READ of the class's bytes (clamped to the log, which the
   // entry lies within) always covers the entry, so fewer bytes are malformed
   // too; an entry shorter than the READ uses only its `total` bytes.
-  if (SizeClassFor(total) != SlotSizeClass(slot) || bytes.size() < total) return v;
+  if (SizeClassFor(total) != RefSizeClass(ref) || bytes.size() < total) return v;
   v.total_bytes = static_cast<uint32_t>(total);
   if (EntryChecksum(h.lengths, bytes.data() + kEntryKeyOffset, size_t{klen} + vlen, seed) !=
       (h.guard & kGuardChecksumMask)) {

@@ -6,17 +6,17 @@
 // A GET (docs/DESIGN.md, "Index words and windows"):
 //   1. KeyWindowRead(params, key)             -> one {8 * home, 8 * window} READ
 //                                                of the index
-//   2. ProbeWindow(window bytes, hash)        -> words whose slot has the key's
+//   2. ProbeWindow(window bytes, hash)        -> words whose ref has the key's
 //                                                fingerprint + whether a move
 //                                                tag matches the key
 //   3. for each candidate (NextCandidate, CandidateAt): READ its entry (the
 //      size class's bytes clamped to the log: the whole entry in one READ),
-//      DecodeEntry(entry bytes, key, slot)    -> value / tombstone / wrong key
+//      DecodeEntry(entry bytes, key, ref)    -> value / tombstone / wrong key
 //                                                (next candidate) / retry
 //                                                (torn, malformed, superseded)
 //   4. nothing matched: MissIsProven(probe, the window READ's round time)
 //      decides whether the miss is real or another round is needed.
-// The whole sequence must finish within the GET deadline (<= the server's
+// The whole sequence must finish within the round limit (<= the server's
 // grace period), else it restarts from step 1.
 #pragma once
 
@@ -28,7 +28,7 @@
 
 #include "common/format/entry.h"
 #include "common/format/hash.h"
-#include "common/format/slot.h"
+#include "common/format/entry_ref.h"
 #include "common/format/window.h"
 #include "common/status.h"
 
@@ -36,8 +36,8 @@ namespace kvrdma {
 
 // What a client learns from the server at connect time.
 struct IndexParams {
-  uint64_t slot_count = 0;    // homes: a power of two >= 1
-  uint64_t window_slots = 0;  // words per window: 1..kMaxWindowSlots
+  uint64_t home_count = 0;    // homes: a power of two >= 1
+  uint64_t window_words = 0;  // words per window: 1..kMaxWindowWords
   uint64_t seed = 0;          // XXH3 seed for keys and checksums
   uint64_t log_bytes = 0;     // size of the value-log region
 };
@@ -58,21 +58,21 @@ struct KeyWindow {
 // (a) The window READ for `key`. InvalidArgument on bad params or key length.
 Result<KeyWindow> KeyWindowRead(const IndexParams& p, std::string_view key);
 
-struct SlotCandidate {
-  uint64_t slot = 0;  // the slot as read (tag bits cleared)
+struct Candidate {
+  uint64_t ref = 0;  // the ref as read (tag bits cleared)
   RemoteRead entry;   // READ for the entry (clamped to the log)
 };
 
 struct WindowProbe {
-  // Bit i (word i of the window): a plausible slot with the key's fingerprint.
-  std::array<uint64_t, kMaxWindowSlots / 64> candidates{};
+  // Bit i (word i of the window): a plausible ref with the key's fingerprint.
+  std::array<uint64_t, kMaxWindowWords / 64> candidates{};
   uint8_t count = 0;         // candidates set
-  uint8_t rejected = 0;      // fingerprint matched, slot implausible (skipped)
+  uint8_t rejected = 0;      // fingerprint matched, ref implausible (skipped)
   bool tag_matched = false;  // a word's move tag matches the key (window.h)
 };
 
 // (b) Probes the window bytes READ for `kh`: the span must be exactly
-// p.window_slots * 8 bytes (InvalidArgument otherwise). Slots that point
+// p.window_words * 8 bytes (InvalidArgument otherwise). Refs that point
 // outside the log or carry an impossible size class are skipped (`rejected`).
 Status ProbeWindow(std::span<const std::byte> window, const KeyHash& kh, const IndexParams& p,
                    WindowProbe* out) noexcept;
@@ -88,21 +88,21 @@ Status ProbeWindowOneWordAtATime(std::span<const std::byte> window, const KeyHas
 int NextCandidate(const WindowProbe& probe, int from) noexcept;
 
 // The candidate in word `word` of the window bytes (as ProbeWindow accepted
-// it): its slot and the entry READ.
-SlotCandidate CandidateAt(std::span<const std::byte> window, int word, const IndexParams& p) noexcept;
+// it): its ref and the entry READ.
+Candidate CandidateAt(std::span<const std::byte> window, int word, const IndexParams& p) noexcept;
 
 // Step 4: a GET that found no value of k in its window tells a real miss
 // from a key that moved inside the window while the READ ran (the READ
 // copies the words at unordered instants). Every move tags the word it
-// leaves for tag_ttl (> the GET deadline D), so (DESIGN.md, (M)):
+// leaves for tag_ttl (> the round limit D), so (DESIGN.md, (M)):
 //
-//   a window READ that found no slot of k and no tag matching k, in a round
+//   a window READ that found no ref of k and no tag matching k, in a round
 //   that completed within D of being posted (on the client's clock), proves
 //   k absent at the instant the READ was posted.
 //
 // Otherwise the client reads the window again (a new round).
-inline bool MissIsProven(const WindowProbe& probe, bool round_within_deadline) noexcept {
-  return round_within_deadline && !probe.tag_matched;
+inline bool MissIsProven(const WindowProbe& probe, bool round_within_limit) noexcept {
+  return round_within_limit && !probe.tag_matched;
 }
 
 enum class EntryVerdict : uint8_t {
@@ -110,7 +110,7 @@ enum class EntryVerdict : uint8_t {
   kTombstone,   // valid entry of this key: the key is deleted (NotFound)
   kWrongKey,    // a valid entry of another key (fingerprint collision): next candidate
   kTorn,        // checksum mismatch: READ raced a write or recycling: retry the GET
-  kMalformed,   // impossible lengths, lengths that disagree with the slot's size
+  kMalformed,   // impossible lengths, lengths that disagree with the ref's size
                 // class, or fewer bytes than the entry: retry
   kSuperseded,  // valid, but superseded and the caller required the current entry: retry
 };
@@ -123,13 +123,13 @@ struct EntryView {
   std::span<const std::byte> value;  // kValue: points into the caller's bytes
 };
 
-// (c) Validates entry bytes READ at the location of `slot` for `key`.
+// (c) Validates entry bytes READ at the location of `ref` for `key`.
 // Never returns kValue unless the checksum matched and the key is equal.
 // `require_current`: reject a superseded entry (the one-READ cached-location
-// GET; the index path does not need it, see DESIGN.md). `slot` without tag
-// bits (SlotCandidate::slot); its location says where the header's words
+// GET; the index path does not need it, see DESIGN.md). `ref` without tag
+// bits (Candidate::ref); its location says where the header's words
 // sit (entry.h) and its size class how long the entry is.
-EntryView DecodeEntry(std::span<const std::byte> bytes, std::string_view key, uint64_t slot,
+EntryView DecodeEntry(std::span<const std::byte> bytes, std::string_view key, uint64_t ref,
                       uint64_t seed, bool require_current) noexcept;
 
 // Status for a verdict: OK, NotFound, Retry.

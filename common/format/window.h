@@ -1,27 +1,27 @@
 // The hash index as clients READ it: an array of 8-byte words, and a key's
 // window of them (format 4; docs/DESIGN.md "Index words and windows").
 //
-// The index region holds `slot_count + window_slots - 1` words (slot_count a
-// power of two; window_slots 1..kMaxWindowSlots, 128 in kvserver), 8-aligned.
-// A key's home is h = hash & (slot_count - 1) (hash.h); its WINDOW is words
-// [h, h + window_slots). The key's slot is always in a word of its window
+// The index region holds `home_count + window_words - 1` words (home_count a
+// power of two; window_words 1..kMaxWindowWords, 128 in kvserver), 8-aligned.
+// A key's home is h = hash & (home_count - 1) (hash.h); its WINDOW is words
+// [h, h + window_words). The key's entry ref is always in a word of its window
 // (inserts and moves stay inside it), so a GET READs the window in one READ
-// of window_slots * 8 bytes at byte 8h, and nothing else to find the key.
+// of window_words * 8 bytes at byte 8h, and nothing else to find the key.
 //
-// A word holds a slot (slot.h: fingerprint, size class, location; 0 = empty)
-// and, beside it, a MOVE TAG that belongs to the word, not to the slot:
+// A word holds an entry ref (entry_ref.h: fingerprint, size class, location;
+// 0 = empty) and, beside it, a MOVE TAG that belongs to the word, not to the ref:
 //
 //   bit 63           52 51         41 40   36 35                        0
 //      | fingerprint:12 | size class:11 | tag:5 | location:36            |
 //
-//   tag bit 4 (word bit 40)  set: a key's slot LEFT this word (a move to
+//   tag bit 4 (word bit 40)  set: a key's ref LEFT this word (a move to
 //                            another word of its window) less than tag_ttl
 //                            ago, by the server's clock;
 //   tag bits 0..3            that key's tag nibble (hash bits 44..47), or
 //                            kTagAnyKey once a second key left the word
 //                            while the first tag was still set.
 //
-// Every store of a word's slot keeps the word's tag; only the server's tag
+// Every store of a word's ref keeps the word's tag; only the server's tag
 // expiry clears it (after tag_ttl). So a word a move vacated is reusable at
 // once, and a reader that READ the word after the move sees the tag of the
 // key that left: the miss rule (read_path.h, MissRule) does not conclude
@@ -35,7 +35,7 @@
 #include <cstdint>
 
 #include "common/format/format_constants.h"
-#include "common/format/slot.h"
+#include "common/format/entry_ref.h"
 
 namespace kvrdma {
 
@@ -44,13 +44,13 @@ inline constexpr uint64_t kTagSetBit = uint64_t{1} << (kWordTagBits - 1);  // wi
 inline constexpr uint64_t kTagNibbleMask = kTagSetBit - 1;
 inline constexpr uint64_t kTagAnyKey = kTagNibbleMask;  // nibble 1111 with the set bit: matches every key
 
-// The slot a word holds (tag bits cleared); 0 = empty.
-constexpr uint64_t WordSlot(uint64_t word) noexcept { return word & ~kWordTagMask; }
+// The entry ref a word holds (tag bits cleared); 0 = empty.
+constexpr uint64_t WordRef(uint64_t word) noexcept { return word & ~kWordTagMask; }
 // The word's 5-bit tag (0 = none).
 constexpr uint64_t WordTag(uint64_t word) noexcept { return (word & kWordTagMask) >> kWordTagShift; }
-// `slot` stored into a word whose tag is `tag` (the tag is kept).
-constexpr uint64_t WordWith(uint64_t slot, uint64_t tag) noexcept {
-  return (slot & ~kWordTagMask) | ((tag << kWordTagShift) & kWordTagMask);
+// `ref` stored into a word whose tag is `tag` (the tag is kept).
+constexpr uint64_t WordWith(uint64_t ref, uint64_t tag) noexcept {
+  return (ref & ~kWordTagMask) | ((tag << kWordTagShift) & kWordTagMask);
 }
 // The tag a move of a key with `nibble` leaves on a word whose tag was `old`.
 constexpr uint64_t TagAfterMove(uint64_t old, uint64_t nibble) noexcept {
@@ -65,14 +65,14 @@ constexpr bool TagMatches(uint64_t tag, uint64_t nibble) noexcept {
          ((tag & kTagNibbleMask) == kTagAnyKey || (tag & kTagNibbleMask) == (nibble & kTagNibbleMask));
 }
 
-// Words in the index region of `slot_count` homes and `window_slots` windows.
-constexpr uint64_t IndexWords(uint64_t slot_count, uint64_t window_slots) noexcept {
-  return slot_count + window_slots - 1;
+// Words in the index region of `home_count` homes and `window_words` windows.
+constexpr uint64_t IndexWords(uint64_t home_count, uint64_t window_words) noexcept {
+  return home_count + window_words - 1;
 }
 
-static_assert(WordSlot(WordWith(PackSlot(0xabc, 77, 8 * 12345), 0x1f)) == PackSlot(0xabc, 77, 8 * 12345));
-static_assert(WordTag(WordWith(PackSlot(0xabc, 77, 8 * 12345), 0x13)) == 0x13);
-static_assert(WordTag(PackSlot(0xfff, kSlotSizeClassMask, kMaxLogBytes - 8)) == 0, "a slot never has tag bits");
+static_assert(WordRef(WordWith(PackRef(0xabc, 77, 8 * 12345), 0x1f)) == PackRef(0xabc, 77, 8 * 12345));
+static_assert(WordTag(WordWith(PackRef(0xabc, 77, 8 * 12345), 0x13)) == 0x13);
+static_assert(WordTag(PackRef(0xfff, kRefSizeClassMask, kMaxLogBytes - 8)) == 0, "a ref never has tag bits");
 static_assert(TagAfterMove(0, 5) == (kTagSetBit | 5) && TagAfterMove(kTagSetBit | 5, 5) == (kTagSetBit | 5));
 static_assert(TagAfterMove(kTagSetBit | 5, 6) == (kTagSetBit | kTagAnyKey));
 static_assert(TagMatches(kTagSetBit | 5, 5) && !TagMatches(kTagSetBit | 5, 6) && !TagMatches(5, 5));

@@ -11,7 +11,7 @@
 //
 // Use RacyStore for CPU writes into RDMA-visible memory and RacyLoad where a
 // CPU reads such memory the way a NIC would (the loopback transport, tests).
-// Single words that are published (index slots, superseded words) use
+// Single words that are published (index words, superseded words) use
 // std::atomic_ref with the orderings documented at the call site instead.
 #pragma once
 

@@ -96,30 +96,30 @@ size_t EncodeServerDescriptor(const ServerDescriptor& d, std::span<uint8_t> out)
   WritePreamble(w, d.major, d.minor);
   w.U32(d.conn_id);
   WriteRegion(w, d.index);
-  w.U64(d.index_slots);
+  w.U64(d.index_homes);
   w.U16(d.index_window);
   w.U64(d.hash_seed);
   WriteRegion(w, d.log);
   WriteRegion(w, d.locks);
   WriteRegion(w, d.ring);
-  w.U32(d.slot_size);
+  w.U32(d.message_bytes);
   w.U16(d.credits);
   w.U16(d.max_key_bytes);
   w.U32(d.max_value_bytes);
-  w.U32(d.get_deadline_us);
-  w.U32(d.lock_slots);
+  w.U32(d.round_limit_us);
+  w.U32(d.lock_words);
   w.PatchU16(8, static_cast<uint16_t>(w.size()));
   return w.ok() ? w.size() : 0;
 }
 
-Status CheckMessageLimits(uint32_t slot_size, uint32_t max_key_bytes) {
-  if (uint64_t{kRequestHeaderSize} + max_key_bytes + 1 > slot_size) {
+Status CheckMessageLimits(uint32_t message_bytes, uint32_t max_key_bytes) {
+  if (uint64_t{kRequestHeaderSize} + max_key_bytes + 1 > message_bytes) {
     return Status::InvalidArgument(
-        "a slot of " + std::to_string(slot_size) + " bytes cannot hold a request header (" +
+        "a message buffer of " + std::to_string(message_bytes) + " bytes cannot hold a request header (" +
         std::to_string(kRequestHeaderSize) + " bytes), the longest key (" + std::to_string(max_key_bytes) +
-        " bytes) and one value byte: raise --slot-bytes to at least " +
+        " bytes) and one value byte: raise --message-bytes to at least " +
         std::to_string(kRequestHeaderSize + max_key_bytes + 1) + " or lower --max-key-bytes to at most " +
-        std::to_string(slot_size > kRequestHeaderSize + 1 ? slot_size - kRequestHeaderSize - 1 : 0));
+        std::to_string(message_bytes > kRequestHeaderSize + 1 ? message_bytes - kRequestHeaderSize - 1 : 0));
   }
   return Status::OK();
 }
@@ -132,32 +132,32 @@ Result<ServerDescriptor> DecodeServerDescriptor(std::span<const uint8_t> in) {
   wire::Reader r(body);
   d.conn_id = r.U32();
   d.index = ReadRegion(r);
-  d.index_slots = r.U64();
+  d.index_homes = r.U64();
   d.index_window = r.U16();
   d.hash_seed = r.U64();
   d.log = ReadRegion(r);
   d.locks = ReadRegion(r);
   d.ring = ReadRegion(r);
-  d.slot_size = r.U32();
+  d.message_bytes = r.U32();
   d.credits = r.U16();
   d.max_key_bytes = r.U16();
   d.max_value_bytes = r.U32();
-  d.get_deadline_us = r.U32();
-  d.lock_slots = r.U32();
+  d.round_limit_us = r.U32();
+  d.lock_words = r.U32();
   if (!r.ok()) return Status::Protocol("server descriptor: truncated");
   // Sanity: a client will index memory with these numbers.
-  if (d.index_slots < 1 || d.index_slots > kMaxSlotCount || !std::has_single_bit(d.index_slots) ||
-      d.index_window < 1 || d.index_window > kMaxWindowSlots ||
-      IndexWords(d.index_slots, d.index_window) * kSlotBytes > d.index.length) {
+  if (d.index_homes < 1 || d.index_homes > kMaxHomeCount || !std::has_single_bit(d.index_homes) ||
+      d.index_window < 1 || d.index_window > kMaxWindowWords ||
+      IndexWords(d.index_homes, d.index_window) * kWordBytes > d.index.length) {
     return Status::Protocol("server descriptor: bad index size or window");
   }
-  if (d.credits == 0 || d.slot_size < 64 || uint64_t{d.credits} * d.slot_size > d.ring.length) {
+  if (d.credits == 0 || d.message_bytes < 64 || uint64_t{d.credits} * d.message_bytes > d.ring.length) {
     return Status::Protocol("server descriptor: bad request ring");
   }
-  if (Status st = CheckMessageLimits(d.slot_size, d.max_key_bytes); !st.ok()) {
+  if (Status st = CheckMessageLimits(d.message_bytes, d.max_key_bytes); !st.ok()) {
     return Status::Protocol("server descriptor: limits that cannot work together: " + st.message());
   }
-  if (d.lock_slots != 0 && (uint64_t{d.lock_slots} + 1) * 8 > d.locks.length) {
+  if (d.lock_words != 0 && (uint64_t{d.lock_words} + 1) * 8 > d.locks.length) {
     return Status::Protocol("server descriptor: lock words outside the lock table");
   }
   return d;

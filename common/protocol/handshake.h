@@ -23,9 +23,9 @@ namespace kvrdma {
 inline constexpr uint32_t kWireMagic = 0x4452564b;  // bytes "KVRD"
 // 2: log format 2 (common/format/format_constants.h) and the server clock in
 // its own read-only region.
-// 3: log format 3: index slots carry a size class, not a size hint.
+// 3: log format 3: entry refs carry a size class, not a size hint.
 // 4: log format 4: the index is words and a key's window of them (one READ),
-//    each word with a move tag; the descriptor carries index_slots (u64) and
+//    each word with a move tag; the descriptor carries index_homes (u64) and
 //    index_window (u16) instead of a bucket count.
 // 5: a lock word names the key it covers (owner:20 | key:8 | expiry:36 in
 //    16 ms units, common/protocol/locks.h): a lock no longer blocks writes of
@@ -46,7 +46,7 @@ inline constexpr size_t kMaxAuthToken = 32;
 // How a client sends PUT/DELETE.
 enum class PutPath : uint8_t {
   kSend = 0,      // SEND: the request lands in a receive buffer of the SRQ
-  kWriteImm = 1,  // RDMA WRITE_WITH_IMM into the connection's ring slot
+  kWriteImm = 1,  // RDMA WRITE_WITH_IMM into a message buffer of the connection's ring
 };
 
 struct ConnectRequestMsg {
@@ -70,18 +70,18 @@ struct ServerDescriptor {
   uint16_t minor = kProtocolMinor;
   uint32_t conn_id = 0;           // the server's name for this connection (logs)
   RemoteRegion index;             // REMOTE_READ
-  uint64_t index_slots = 0;       // homes of the index: a power of two (common/format/window.h)
+  uint64_t index_homes = 0;       // homes of the index: a power of two (common/format/window.h)
   uint16_t index_window = 0;      // words per window: 1..128
   uint64_t hash_seed = 0;
   RemoteRegion log;               // REMOTE_READ
   RemoteRegion locks;             // REMOTE_ATOMIC + REMOTE_READ: lock words
   RemoteRegion ring;              // REMOTE_WRITE, this connection's only
-  uint32_t slot_size = 0;         // bytes per ring slot and per receive buffer
+  uint32_t message_bytes = 0;         // bytes per message buffer (ring and receive buffers)
   uint16_t credits = 0;           // requests in flight per connection
   uint16_t max_key_bytes = 0;
   uint32_t max_value_bytes = 0;
-  uint32_t get_deadline_us = 0;   // a GET older than this restarts (reclamation)
-  uint32_t lock_slots = 0;        // lock words after word 0 (common/protocol/locks.h); 0: no locks
+  uint32_t round_limit_us = 0;    // a GET round older than this restarts (reclamation)
+  uint32_t lock_words = 0;        // lock words after word 0 (common/protocol/locks.h); 0: no locks
   bool operator==(const ServerDescriptor&) const = default;
 };
 
@@ -93,12 +93,12 @@ struct RejectMsg {
 };
 
 // Whether the message limits can work together: a request header, the
-// longest key and at least one value byte must fit in one slot (receive
-// buffer / ring slot), because the key travels whole in the first fragment
+// longest key and at least one value byte must fit in one message buffer
+// (receive buffer / ring), because the key travels whole in the first fragment
 // and every fragment must carry value bytes. InvalidArgument names the
 // numbers. Checked by kvserver at startup and by the client on the
 // descriptor it receives.
-Status CheckMessageLimits(uint32_t slot_size, uint32_t max_key_bytes);
+Status CheckMessageLimits(uint32_t message_bytes, uint32_t max_key_bytes);
 
 // Encoders return the number of bytes written into out (which must be at
 // least the kMax*Data size); decoders accept zero padding after the message.

@@ -2,7 +2,7 @@
 //
 //   word 0           unused (a client asks for the server's clock with a
 //                    CLOCK request, protocol 6)
-//   words 1..slots   lock words; a key's word is LockPlaceOf(key).index.
+//   words 1..lock_words   lock words; a key's word is LockPlaceOf(key).index.
 //
 // A lock word is 0 (free) or | owner:20 | key:8 | expiry:36 |:
 //   owner   the holder's connection id;
@@ -16,7 +16,7 @@
 // never does a CPU read-modify-write on them (NIC atomics are atomic only
 // against other NIC atomics on IBV_ATOMIC_HCA devices); it only loads them to
 // check a PUT/DELETE. Keys share a word when they hash to the same one (the
-// table has --lock-slots words). A lock refuses other clients' writes only to
+// table has --lock-words words). A lock refuses other clients' writes only to
 // the keys it covers, so a lock on one key blocks a write of another key of
 // its word only when their key bytes match too (1 in 255); two locks of
 // different keys on one word do exclude each other (TryLock answers Locked).
@@ -54,15 +54,15 @@ constexpr uint64_t LockExpiry(uint64_t word) noexcept { return (word & kLockExpi
 // were used reuses only an id that no live connection holds and no lock word
 // names with an unended lease: two holders never share one.
 
-// Where a key's lock lives: its word's index (>= 1) in a table of `slots`
+// Where a key's lock lives: its word's index (>= 1) in a table of `lock_words`
 // lock words, and its key byte (1..255), from one hash of the key.
 struct LockPlace {
   uint64_t index;
   uint8_t key;
 };
-inline LockPlace LockPlaceOf(std::string_view key, uint64_t seed, uint32_t slots) noexcept {
+inline LockPlace LockPlaceOf(std::string_view key, uint64_t seed, uint32_t lock_words) noexcept {
   const uint64_t h = XXH3_64bits_withSeed(key.data(), key.size(), seed ^ 0x6c6f636b73ull);
-  return {1 + h % slots, static_cast<uint8_t>(1 + (h >> 56) % 255)};
+  return {1 + h % lock_words, static_cast<uint8_t>(1 + (h >> 56) % 255)};
 }
 
 // Whether a PUT/DELETE of a key whose lock place is `place`, carrying `token`

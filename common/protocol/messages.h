@@ -1,8 +1,8 @@
 // Requests (client -> server worker) and replies (worker -> client).
 //
 // A request arrives either as a SEND (in a receive buffer of the SRQ) or as an
-// RDMA WRITE_WITH_IMM into the connection's ring slot; the bytes are the same.
-// A PUT whose value does not fit one slot is sent as fragments (FIRST ...
+// RDMA WRITE_WITH_IMM into a message buffer of the connection's ring; the bytes are the same.
+// A PUT whose value does not fit one message buffer is sent as fragments (FIRST ...
 // LAST) on the same connection; a connection's messages are handled in order
 // by one worker, which reassembles them. Every message, fragment or not, is
 // answered with exactly one reply, which returns its credit.

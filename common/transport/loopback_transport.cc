@@ -443,14 +443,14 @@ class LoopConnectRequest final : public ConnectRequest {
                                              const std::function<void(Connection&)>& ready) override {
     if (reply.size() > kAcceptDataMax) return Status::InvalidArgument("accept private data over 196 bytes");
     if (answered_) return Status::InvalidArgument("request already answered");
-    KVRDMA_RETURN_IF_ERROR(CheckBinding(cfg.window));
+    KVRDMA_RETURN_IF_ERROR(CheckBinding(cfg.mw_binding));
     answered_ = true;
     auto conn = std::make_unique<LoopConn>(listener_->device().self(), cfg);
     conn->set_peer_data(data_);
-    if (cfg.window.window != nullptr) {  // bound before the client can learn the rkey
-      const WindowBinding& b = cfg.window;
+    if (cfg.mw_binding.mw != nullptr) {  // bound before the client can learn the rkey
+      const MwBinding& b = cfg.mw_binding;
       std::lock_guard<std::mutex> g(listener_->device().fabric()->mu_);
-      listener_->device().fabric()->regions[b.window->rkey()] =
+      listener_->device().fabric()->regions[b.mw->rkey()] =
           Region{b.addr, b.length, b.access & (kAccessRemoteRead | kAccessRemoteWrite | kAccessRemoteAtomic),
                  &listener_->device(), conn->qp_num()};
     }
@@ -475,9 +475,9 @@ class LoopConnectRequest final : public ConnectRequest {
   }
   // What a NIC checks when it executes a bind: same device, a region that
   // allows binding (and local write for remote write), the range inside it.
-  Status CheckBinding(const WindowBinding& b) {
-    if (b.window == nullptr) return Status::OK();
-    auto* mw = dynamic_cast<LoopMw*>(b.window);
+  Status CheckBinding(const MwBinding& b) {
+    if (b.mw == nullptr) return Status::OK();
+    auto* mw = dynamic_cast<LoopMw*>(b.mw);
     if (mw == nullptr || &mw->device() != &listener_->device()) {
       return Status::InvalidArgument("memory window of another device");
     }

@@ -164,7 +164,7 @@ class MemoryRegion {
 // registered with kAccessMwBind, granted through ONE queue pair. The NIC
 // refuses its rkey on every other QP (remote access error), and the window
 // stops working when it is destroyed. Made by Device::CreateMemoryWindow,
-// bound by ConnectRequest::Accept (QpConfig::window) before the peer learns
+// bound by ConnectRequest::Accept (QpConfig::mw_binding) before the peer learns
 // the rkey. Destroy it BEFORE the QP it is bound to and before its region: a
 // bound window holds a reference on its QP, and rxe (Linux 6.1) destroying
 // that QP first waits 50 s for the reference, warns and fails the destroy
@@ -185,9 +185,9 @@ class MemoryWindow {
   uint32_t rkey_;
 };
 
-// A window to bind over part of a region on a new QP (see QpConfig::window).
-struct WindowBinding {
-  MemoryWindow* window = nullptr;       // nullptr: no binding
+// A memory window to bind over part of a region on a new QP (see QpConfig::mw_binding).
+struct MwBinding {
+  MemoryWindow* mw = nullptr;           // nullptr: no binding
   const MemoryRegion* region = nullptr;  // registered with kAccessMwBind
   uint64_t addr = 0;                     // inside region
   uint64_t length = 0;
@@ -239,7 +239,7 @@ struct QpConfig {
   SharedReceiveQueue* srq = nullptr;  // nullptr = a private receive queue
   // ConnectRequest::Accept only: bound on the new QP, ahead of anything else
   // on its send queue, before the peer is told (so before it can use it).
-  WindowBinding window;
+  MwBinding mw_binding;
 };
 
 class Connection {
@@ -346,7 +346,7 @@ class Device : public std::enable_shared_from_this<Device> {
   virtual const DeviceInfo& info() const noexcept = 0;
   virtual Result<std::unique_ptr<MemoryRegion>> RegisterMemory(void* addr, size_t len,
                                                                uint32_t access) = 0;
-  // An unbound type-2 memory window (bind it with QpConfig::window).
+  // An unbound type-2 memory window (bind it with QpConfig::mw_binding).
   virtual Result<std::unique_ptr<MemoryWindow>> CreateMemoryWindow() = 0;
   // A CQ with a completion channel (Wait blocks on it).
   virtual Result<std::unique_ptr<CompletionQueue>> CreateCompletionQueue(uint32_t depth) = 0;

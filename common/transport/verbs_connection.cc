@@ -85,7 +85,7 @@ ibv_qp_init_attr_ex QpAttr(VerbsDevice& dev, const QpConfig& cfg, ibv_cq* scq, i
   a.send_ops_flags = IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_RDMA_WRITE |
                      IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
                      IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
-  if (cfg.window.window != nullptr) a.send_ops_flags |= IBV_QP_EX_WITH_BIND_MW;
+  if (cfg.mw_binding.mw != nullptr) a.send_ops_flags |= IBV_QP_EX_WITH_BIND_MW;
   return a;
 }
 
@@ -143,8 +143,8 @@ class VerbsConnection final : public Connection {
   // it before any later work request of this QP, and before the peer can use
   // the rkey as long as the peer learns it afterwards (Accept). A failed
   // bind completes on the send CQ with b.wr_id.
-  Status BindWindow(const WindowBinding& b) {
-    auto* mw = dynamic_cast<VerbsMw*>(b.window);
+  Status BindMw(const MwBinding& b) {
+    auto* mw = dynamic_cast<VerbsMw*>(b.mw);
     auto* mr = dynamic_cast<const VerbsMr*>(b.region);
     if (mw == nullptr || mr == nullptr) return Status::InvalidArgument("window or region of another transport");
     if (!(mr->access() & kAccessMwBind)) return Status::InvalidArgument("region not registered for window binding");
@@ -157,7 +157,7 @@ class VerbsConnection final : public Connection {
     ibv_wr_start(qpx_);
     qpx_->wr_id = b.wr_id;
     qpx_->wr_flags = 0;
-    ibv_wr_bind_mw(qpx_, mw->mw(), b.window->rkey(), &bi);
+    ibv_wr_bind_mw(qpx_, mw->mw(), b.mw->rkey(), &bi);
     if (int rc = ibv_wr_complete(qpx_); rc != 0) return Status::FromErrno("binding a memory window", rc);
     return Status::OK();
   }
@@ -301,7 +301,7 @@ class VerbsConnectRequest final : public ConnectRequest {
     conn->set_rd_atomic(std::max<uint32_t>(1, std::min<uint32_t>(rd, peer_responder_resources_)));
     conn->set_peer_data(data_.data(), data_.size());
     if (ready) ready(*conn);
-    if (cfg.window.window != nullptr) {
+    if (cfg.mw_binding.mw != nullptr) {
       // The window must be bound before the peer can learn its rkey (the
       // accept reply carries it): a WRITE that overtook the bind would fail
       // on an honest client's first request (measured on Soft-RoCE under
@@ -310,7 +310,7 @@ class VerbsConnectRequest final : public ConnectRequest {
       // sends the reply: with id->qp unset, librdmacm leaves the QP's
       // transitions to us and takes qp_num and srq from the parameters.
       KVRDMA_RETURN_IF_ERROR(conn->MoveToRts(p.responder_resources, p.initiator_depth));
-      KVRDMA_RETURN_IF_ERROR(conn->BindWindow(cfg.window));
+      KVRDMA_RETURN_IF_ERROR(conn->BindMw(cfg.mw_binding));
       rdma_cm_id* id = conn->id();
       ibv_qp* qp = id->qp;
       p.qp_num = qp->qp_num;

@@ -10,7 +10,7 @@
 // than Limits::busy_connections are open (the request is read, the render
 // is skipped). While max_connections are open, the endpoint stops
 // accepting: new connections wait in the kernel's listen backlog (no memory
-// or thread of ours) until a slot frees; a connection over
+// or thread of ours) until a connection closes; a connection over
 // per_ip_connections from one address is closed at accept. A connection
 // idle for idle_timeout_s (a slow client that stops sending half-way) is
 // closed. docs/SECURITY.md, "The metrics port", says what the port exposes.

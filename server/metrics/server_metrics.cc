@@ -82,13 +82,13 @@ void RenderStore(Exposition& e, const Store& store) {
   const StoreStats st = store.Stats();
   const double seg = static_cast<double>(store.config().segment_bytes);
   Gauge(e, "kvrdma_items", "Keys with a value", static_cast<double>(st.items));
-  Gauge(e, "kvrdma_tombstones", "Deleted keys whose tombstone still holds an index slot",
+  Gauge(e, "kvrdma_tombstones", "Deleted keys whose tombstone still holds an index word",
         static_cast<double>(st.tombstones));
-  Gauge(e, "kvrdma_index_slots", "Slots in the hash index", static_cast<double>(st.index_slots));
-  Gauge(e, "kvrdma_index_slots_used", "Index slots holding an item or a tombstone",
-        static_cast<double>(st.index_slots_used));
-  Gauge(e, "kvrdma_index_load_ratio", "Index slots used / index slots",
-        st.index_slots == 0 ? 0.0 : static_cast<double>(st.index_slots_used) / static_cast<double>(st.index_slots));
+  Gauge(e, "kvrdma_index_homes", "Homes of the hash index (a key lives in the window of words from its home)", static_cast<double>(st.index_homes));
+  Gauge(e, "kvrdma_index_words_used", "Index words holding an item or a tombstone",
+        static_cast<double>(st.index_words_used));
+  Gauge(e, "kvrdma_index_load_ratio", "Index words used / homes",
+        st.index_homes == 0 ? 0.0 : static_cast<double>(st.index_words_used) / static_cast<double>(st.index_homes));
   Gauge(e, "kvrdma_log_size_bytes", "Size of the value log", static_cast<double>(st.log_bytes));
   Gauge(e, "kvrdma_log_live_bytes", "Bytes of log entries the index points to", static_cast<double>(st.log_bytes_live));
   Gauge(e, "kvrdma_log_used_bytes", "Bytes of log segments in use (open, sealed or being cleaned)",
@@ -111,7 +111,7 @@ void RenderStore(Exposition& e, const Store& store) {
   Counter(e, "kvrdma_cleaner_segments_retired_total", "Segments compacted or evicted and retired",
           st.segments_cleaned);
   Counter(e, "kvrdma_evictions_total", "Entries evicted to make room (cache mode)", st.evictions);
-  Counter(e, "kvrdma_index_moves_total", "Index slots hopped inside their window to make room", st.index_moves);
+  Counter(e, "kvrdma_index_moves_total", "Entry refs hopped to another word of their window to make room", st.index_moves);
   Gauge(e, "kvrdma_index_move_tags", "Index words whose move tag has not expired (readers of a matching key take another round)",
         static_cast<double>(st.index_tags));
 }
@@ -122,7 +122,7 @@ void RenderStore(Exposition& e, const Store& store) {
 void RenderLocks(Exposition& e, const LockView& l) {
   const uint64_t now = l.clock->NowMs();
   uint64_t held = 0, expired = 0;
-  for (uint32_t i = 1; i <= l.slots; ++i) {
+  for (uint32_t i = 1; i <= l.lock_words; ++i) {
     const uint64_t w = __atomic_load_n(&l.words[i], __ATOMIC_RELAXED);
     if (w == 0) continue;
     if (LockExpiry(w) > now) {
@@ -131,7 +131,7 @@ void RenderLocks(Exposition& e, const LockView& l) {
       ++expired;
     }
   }
-  Gauge(e, "kvrdma_lock_slots", "Lock words in the lock table", l.slots);
+  Gauge(e, "kvrdma_lock_words", "Lock words in the lock table", l.lock_words);
   e.Family("kvrdma_locks", "gauge",
            "Lock words by state: held (lease running) or expired (lease ended, not released: a client "
            "died or is late; another client may take it over). Takeovers themselves are RDMA atomics "

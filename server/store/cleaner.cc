@@ -63,13 +63,13 @@ bool Store::CompactSegment(uint32_t seg) {
     }
     pos += size;
     const std::string_view key = EntryKey(off, h);
-    const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->slot_count());
+    const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->home_count());
     {
       Index::WindowGuard g = index_->LockWindow(kh.home);
-      const SlotRef r = FindLocation(kh, off);
+      const Found r = FindLocation(kh, off);
       if (!r.found()) continue;  // dead
       if (LengthsTombstone(h.lengths)) {  // a delete old enough to forget
-        RemoveSlot(cleaner_head_, r);
+        RemoveRef(cleaner_head_, r);
         continue;
       }
     }
@@ -89,13 +89,13 @@ bool Store::CompactSegment(uint32_t seg) {
     RacyStore(d + LengthsAt(*dst), &h.lengths, sizeof(h.lengths));
     RacyStore(d + kEntryKeyOffset, log_->data() + off + kEntryKeyOffset, size - kEntryKeyOffset);
     GuardWord(*dst).store(h.guard | kGuardNotCurrentBit, std::memory_order_relaxed);
-    const SlotRef r = FindLocation(kh, off);
+    const Found r = FindLocation(kh, off);
     if (!r.found()) continue;  // updated meanwhile: the copy is dead
     log_->AddLive(*dst, static_cast<int64_t>(size));
-    Supersede(off);  // before the slot leaves the old copy
+    Supersede(off);  // before the ref leaves the old copy
     log_->AddLive(off, -static_cast<int64_t>(size));
-    index_->StoreSlot(r.word, PackSlot(kh.fingerprint, SlotSizeClass(r.slot), *dst));
-    Publish(*dst);  // after the slot names it
+    index_->StoreRef(r.word, PackRef(kh.fingerprint, RefSizeClass(r.ref), *dst));
+    Publish(*dst);  // after the ref names it
     st.relocations.fetch_add(1, std::memory_order_relaxed);
   }
   log_->Retire(seg);
@@ -114,12 +114,12 @@ size_t Store::EvictSegment(uint32_t head, uint32_t seg) {
     if (LengthsKey(h.lengths) == 0 || pos + size > used) break;  // cannot happen; still retire
     pos += size;
     const std::string_view key = EntryKey(off, h);
-    const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->slot_count());
+    const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->home_count());
     Index::WindowGuard g = index_->LockWindow(kh.home);
-    const SlotRef r = FindLocation(kh, off);
+    const Found r = FindLocation(kh, off);
     if (!r.found()) continue;
     if (cfg_.on_evict && !LengthsTombstone(h.lengths)) cfg_.on_evict(key);
-    RemoveSlot(head, r);
+    RemoveRef(head, r);
     if (!LengthsTombstone(h.lengths)) {
       head_stats_[head].evictions.fetch_add(1, std::memory_order_relaxed);
       ++evicted;

@@ -5,25 +5,25 @@
 
 namespace kvrdma {
 
-Result<std::unique_ptr<Index>> Index::Create(uint64_t slot_count, uint64_t window_slots,
+Result<std::unique_ptr<Index>> Index::Create(uint64_t home_count, uint64_t window_words,
                                              std::chrono::nanoseconds tag_ttl, HugePages huge_pages) {
-  if (slot_count < 1 || slot_count > kMaxSlotCount || !std::has_single_bit(slot_count)) {
-    return Status::InvalidArgument("index_slots must be a power of two in [1, 2^40]");
+  if (home_count < 1 || home_count > kMaxHomeCount || !std::has_single_bit(home_count)) {
+    return Status::InvalidArgument("index_homes must be a power of two in [1, 2^40]");
   }
-  if (window_slots < 1 || window_slots > kMaxWindowSlots) {
+  if (window_words < 1 || window_words > kMaxWindowWords) {
     return Status::InvalidArgument("index_window must be in [1, 128]");
   }
-  auto arena = Arena::Create(IndexWords(slot_count, window_slots) * kSlotBytes, huge_pages, "index");
+  auto arena = Arena::Create(IndexWords(home_count, window_words) * kWordBytes, huge_pages, "index");
   if (!arena.ok()) return arena.status();
-  return std::unique_ptr<Index>(new Index(std::move(arena).value(), slot_count, window_slots, tag_ttl));
+  return std::unique_ptr<Index>(new Index(std::move(arena).value(), home_count, window_words, tag_ttl));
 }
 
-Index::Index(Arena arena, uint64_t slot_count, uint64_t window_slots, std::chrono::nanoseconds tag_ttl)
+Index::Index(Arena arena, uint64_t home_count, uint64_t window_words, std::chrono::nanoseconds tag_ttl)
     : arena_(std::move(arena)),
       words_base_(reinterpret_cast<uint64_t*>(arena_.data())),  // mmap: page-aligned, zero-filled
-      slot_count_(slot_count),
-      window_slots_(window_slots),
-      words_(IndexWords(slot_count, window_slots)),
+      home_count_(home_count),
+      window_words_(window_words),
+      words_(IndexWords(home_count, window_words)),
       tag_ttl_(tag_ttl),
       stripes_(new Stripe[kLockStripes]) {}
 
@@ -37,7 +37,7 @@ void Index::LockStripe(size_t s) noexcept {
 
 Index::WindowGuard::WindowGuard(Index* idx, uint64_t first_word, uint64_t last_word)
     : idx_(idx), s0_(StripeOf(first_word)), s1_(StripeOf(last_word)), held_(true) {
-  // A window is at most kMaxWindowSlots words: at most two blocks.
+  // A window is at most kMaxWindowWords words: at most two blocks.
   if (s0_ > s1_) std::swap(s0_, s1_);
   idx_->LockStripe(s0_);
   if (s1_ != s0_) idx_->LockStripe(s1_);
@@ -50,14 +50,14 @@ void Index::WindowGuard::Unlock() {
   idx_->UnlockStripe(s0_);
 }
 
-void Index::Hop(uint64_t from, uint64_t to, uint64_t slot, uint64_t hash) {
-  // Order matters for lock-free readers (DESIGN.md, "Misses while slots
+void Index::Hop(uint64_t from, uint64_t to, uint64_t ref, uint64_t hash) {
+  // Order matters for lock-free readers (DESIGN.md, "Misses while entry refs
   // move"): the key is in `to` before it leaves `from`, and the word it
   // leaves carries its tag from that same store on, for tag_ttl.
-  StoreSlot(to, slot);
-  const uint64_t nibble = KeyHashOf(hash, slot_count_).tag_nibble;
+  StoreRef(to, ref);
+  const uint64_t nibble = KeyHashOf(hash, home_count_).tag_nibble;
   std::atomic_ref<uint64_t> a(words_base_[from]);
-  a.store(WordWith(kEmptySlot, TagAfterMove(WordTag(a.load(std::memory_order_relaxed)), nibble)),
+  a.store(WordWith(kEmptyRef, TagAfterMove(WordTag(a.load(std::memory_order_relaxed)), nibble)),
           std::memory_order_release);
   moves_.fetch_add(1, std::memory_order_relaxed);
   const auto due = Clock::now() + tag_ttl_;
@@ -70,38 +70,38 @@ void Index::Hop(uint64_t from, uint64_t to, uint64_t slot, uint64_t hash) {
   }
 }
 
-Status Index::MakeRoom(const KeyHash& kh, const HashOfSlot& hash_of) {
+Status Index::MakeRoom(const KeyHash& kh, const HashOfRef& hash_of) {
   const uint64_t home = kh.home;
-  const uint64_t h = window_slots_;
+  const uint64_t h = window_words_;
   // The nearest empty word at or after the home (optimistic: re-checked
   // under the locks of each hop).
   const uint64_t end = std::min<uint64_t>(words_, home + kHopscotchProbe);
   uint64_t free = end;
   for (uint64_t w = home; w < end; ++w) {
-    if (LoadSlot(w) == kEmptySlot) {
+    if (LoadRef(w) == kEmptyRef) {
       free = w;
       break;
     }
   }
   if (free == end) return Status::ServerFull("index full: no empty word within reach of the home");
   while (free >= home + h) {
-    // A slot in (free - h, free) whose own window reaches `free`: the
+    // A ref in (free - h, free) whose own window reaches `free`: the
     // farthest from `free` first (the hop that brings it closest to home).
     bool hopped = false;
     for (uint64_t w = free - h + 1; w < free; ++w) {
-      const uint64_t s = LoadSlot(w);
-      if (s == kEmptySlot) {
+      const uint64_t s = LoadRef(w);
+      if (s == kEmptyRef) {
         if (w >= home) return Status::Retry("a word of the window freed up");  // the caller takes it
         continue;
       }
       const uint64_t hash = hash_of(s);
-      const uint64_t owner = KeyHashOf(hash, slot_count_).home;
+      const uint64_t owner = KeyHashOf(hash, home_count_).home;
       if (owner > w || free >= owner + h) continue;
       WindowGuard g = LockWindow(owner);
       // Under the lock of the owner's window both words are stable; the
-      // entry the slot names is live (its slot points at it), so the key
-      // read from it now is the slot's key.
-      if (LoadSlot(w) != s || LoadSlot(free) != kEmptySlot || hash_of(s) != hash) {
+      // entry the ref names is live (its ref points at it), so the key
+      // read from it now is the ref's key.
+      if (LoadRef(w) != s || LoadRef(free) != kEmptyRef || hash_of(s) != hash) {
         return Status::Retry("hop path changed");
       }
       Hop(w, free, s, hash);
@@ -134,7 +134,7 @@ void Index::ExpireTags(Clock::time_point now) {
     if (it == tag_due_.end() || it->second != due[i].at) continue;  // tagged again since: a later expiry
     tag_due_.erase(it);
     std::atomic_ref<uint64_t> a(words_base_[due[i].word]);
-    a.store(WordSlot(a.load(std::memory_order_relaxed)), std::memory_order_release);
+    a.store(WordRef(a.load(std::memory_order_relaxed)), std::memory_order_release);
   }
 }
 

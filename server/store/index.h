@@ -4,7 +4,7 @@
 //
 // Thread safety: any number of server threads. A word is changed only with
 // the lock of a window that contains it held: words are grouped in blocks of
-// kMaxWindowSlots, a window spans at most two blocks, and WindowGuard locks
+// kMaxWindowWords, a window spans at most two blocks, and WindowGuard locks
 // the lock stripes of both (in stripe order: no deadlock). Readers on other
 // machines read the words concurrently without any lock, which is why every
 // store into a word is a single 8-byte atomic store (release).
@@ -19,7 +19,7 @@
 #include <unordered_map>
 
 #include "common/format/hash.h"
-#include "common/format/slot.h"
+#include "common/format/entry_ref.h"
 #include "common/format/window.h"
 #include "common/status.h"
 #include "server/store/arena.h"
@@ -31,11 +31,11 @@ class Index {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // REQUIRES: slot_count a power of two in [1, kMaxSlotCount]; window_slots
-  // in [1, kMaxWindowSlots] (tests use odd sizes: slot_count 1 and a window
-  // of 14 is an index of exactly 14 slots for every key). `tag_ttl`: how long
-  // a move tag stays on a word (> the clients' GET deadline, see DESIGN.md).
-  static Result<std::unique_ptr<Index>> Create(uint64_t slot_count, uint64_t window_slots,
+  // REQUIRES: home_count a power of two in [1, kMaxHomeCount]; window_words
+  // in [1, kMaxWindowWords] (tests use odd sizes: home_count 1 and a window
+  // of 14 is an index of exactly 14 words for every key). `tag_ttl`: how long
+  // a move tag stays on a word (> the clients' round limit, see DESIGN.md).
+  static Result<std::unique_ptr<Index>> Create(uint64_t home_count, uint64_t window_words,
                                                std::chrono::nanoseconds tag_ttl, HugePages huge_pages);
 
   class WindowGuard {
@@ -52,38 +52,38 @@ class Index {
     bool held_;
   };
   // Locks the window of `home`: every word of it may then be changed.
-  WindowGuard LockWindow(uint64_t home) { return WindowGuard(this, home, home + window_slots_ - 1); }
+  WindowGuard LockWindow(uint64_t home) { return WindowGuard(this, home, home + window_words_ - 1); }
 
-  uint64_t slot_count() const noexcept { return slot_count_; }
-  uint64_t window_slots() const noexcept { return window_slots_; }
+  uint64_t home_count() const noexcept { return home_count_; }
+  uint64_t window_words() const noexcept { return window_words_; }
   uint64_t words() const noexcept { return words_; }
   std::byte* data() const noexcept { return arena_.data(); }
   size_t bytes() const noexcept { return arena_.size(); }
   const char* backing() const noexcept { return Arena::BackingName(arena_.backing()); }
 
   // Word access. Load: relaxed (callers hold the lock, or scan optimistically
-  // and re-check under the lock). StoreSlot: REQUIRES the lock of a window
+  // and re-check under the lock). StoreRef: REQUIRES the lock of a window
   // containing word `w`; keeps the word's tag; release, so that everything
-  // written before (the entry bytes) is visible before the slot is.
+  // written before (the entry bytes) is visible before the ref is.
   uint64_t LoadWord(uint64_t w) const noexcept {
     return std::atomic_ref<uint64_t>(words_base_[w]).load(std::memory_order_relaxed);
   }
-  uint64_t LoadSlot(uint64_t w) const noexcept { return WordSlot(LoadWord(w)); }
-  void StoreSlot(uint64_t w, uint64_t slot) noexcept {
+  uint64_t LoadRef(uint64_t w) const noexcept { return WordRef(LoadWord(w)); }
+  void StoreRef(uint64_t w, uint64_t ref) noexcept {
     std::atomic_ref<uint64_t> a(words_base_[w]);
-    a.store(WordWith(slot, WordTag(a.load(std::memory_order_relaxed))), std::memory_order_release);
+    a.store(WordWith(ref, WordTag(a.load(std::memory_order_relaxed))), std::memory_order_release);
   }
 
-  // The hash of the key a slot names (the server reads the key from the log).
-  using HashOfSlot = std::function<uint64_t(uint64_t slot)>;
+  // The hash of the key a ref names (the server reads the key from the log).
+  using HashOfRef = std::function<uint64_t(uint64_t ref)>;
   // Frees a word in kh's window by hopscotch: finds the nearest empty word at
-  // or after the home (at most kHopscotchProbe words), then hops slots whose
+  // or after the home (at most kHopscotchProbe words), then hops refs whose
   // own windows reach it towards the home, each hop under the lock of the
   // moved key's window and re-validated there; each hop tags the word it
   // vacated (window.h). REQUIRES: no lock held by the caller. OK if it made
   // room (another thread may take it: the caller retries); ServerFull if no
   // hop sequence exists; Retry if the words changed under it.
-  Status MakeRoom(const KeyHash& kh, const HashOfSlot& hash_of);
+  Status MakeRoom(const KeyHash& kh, const HashOfRef& hash_of);
 
   // Clears the tags whose tag_ttl has passed. REQUIRES: no lock held. Cheap
   // when none is due (one relaxed load).
@@ -100,18 +100,18 @@ class Index {
     uint64_t word;
     Clock::time_point at;
   };
-  Index(Arena arena, uint64_t slot_count, uint64_t window_slots, std::chrono::nanoseconds tag_ttl);
-  static size_t StripeOf(uint64_t word) noexcept { return (word / kMaxWindowSlots) & (kLockStripes - 1); }
+  Index(Arena arena, uint64_t home_count, uint64_t window_words, std::chrono::nanoseconds tag_ttl);
+  static size_t StripeOf(uint64_t word) noexcept { return (word / kMaxWindowWords) & (kLockStripes - 1); }
   void LockStripe(size_t s) noexcept;
   void UnlockStripe(size_t s) noexcept { stripes_[s].locked.store(0, std::memory_order_release); }
-  // Moves the slot of word `from` (whose key has hash `hash`) into the empty
+  // Moves the ref of word `from` (whose key has hash `hash`) into the empty
   // word `to` of the same window and tags `from`. REQUIRES the window's lock.
-  void Hop(uint64_t from, uint64_t to, uint64_t slot, uint64_t hash);
+  void Hop(uint64_t from, uint64_t to, uint64_t ref, uint64_t hash);
 
   Arena arena_;
   uint64_t* words_base_;
-  const uint64_t slot_count_;
-  const uint64_t window_slots_;
+  const uint64_t home_count_;
+  const uint64_t window_words_;
   const uint64_t words_;
   const std::chrono::nanoseconds tag_ttl_;
   std::unique_ptr<Stripe[]> stripes_;

@@ -16,13 +16,13 @@ Result<std::unique_ptr<Store>> Store::Open(const StoreConfig& cfg) {
   if (EntryBytes(cfg.max_key_bytes, cfg.max_value_bytes) > cfg.segment_bytes) {
     return Status::InvalidArgument("segment_bytes smaller than the largest entry");
   }
-  auto index = Index::Create(cfg.index_slots, cfg.index_window, cfg.grace_period, cfg.huge_pages);
+  auto index = Index::Create(cfg.index_homes, cfg.index_window, cfg.grace_period, cfg.huge_pages);
   if (!index.ok()) return index.status();
   auto log = ValueLog::Create(cfg, cfg.workers + 1);
   if (!log.ok()) return log.status();
   std::unique_ptr<Store> s(new Store(cfg, std::move(index).value(), std::move(log).value()));
-  KVRDMA_LOG_INFO("store: %llu index slots (windows of %llu), log %llu bytes in %u segments, %s mode, grace %lld us",
-                  static_cast<unsigned long long>(cfg.index_slots),
+  KVRDMA_LOG_INFO("store: %llu index homes (windows of %llu words), log %llu bytes in %u segments, %s mode, grace %lld us",
+                  static_cast<unsigned long long>(cfg.index_homes),
                   static_cast<unsigned long long>(cfg.index_window),
                   static_cast<unsigned long long>(cfg.log_bytes), s->log_->segment_count(),
                   cfg.mode == CapacityMode::kCache ? "cache" : "store",
@@ -107,7 +107,7 @@ void Store::WriteEntry(uint64_t off, std::string_view key, std::string_view valu
   RacyStore(p + used, &kZero, EntryBytes(key.size(), value.size()) - used);  // 0..3 bytes
   // Checksum over what we just wrote (our own stores: no race), then the
   // guard with the not-current bit SET: the entry is unpublished. Only
-  // Publish, after the caller's slot store, clears it (DESIGN.md, "The
+  // Publish, after the caller's ref store, clears it (DESIGN.md, "The
   // not-current bit"); an entry that is never published (a tombstone of an
   // absent key, a ServerFull leftover) never validates as current.
   const uint64_t guard = EntryChecksum(lengths, p + kEntryKeyOffset, key.size() + value.size(), cfg_.seed);
@@ -137,40 +137,40 @@ std::string_view Store::EntryKey(uint64_t off, const EntryHeader& h) const noexc
   return {reinterpret_cast<const char*>(log_->data() + off + kEntryKeyOffset), LengthsKey(h.lengths)};
 }
 
-Store::SlotRef Store::FindKey(const KeyHash& kh, std::string_view key, uint64_t* first_empty) const {
-  if (first_empty != nullptr) *first_empty = SlotRef::kNone;
-  for (uint64_t w = kh.home; w < kh.home + index_->window_slots(); ++w) {
-    const uint64_t s = index_->LoadSlot(w);
-    if (s == kEmptySlot && first_empty != nullptr && *first_empty == SlotRef::kNone) *first_empty = w;
-    if (s == kEmptySlot || SlotFingerprint(s) != kh.fingerprint) continue;
-    const EntryHeader h = ReadHeader(SlotLogOffset(s));
-    if (EntryKey(SlotLogOffset(s), h) == key) return SlotRef{w, s, h};
+Store::Found Store::FindKey(const KeyHash& kh, std::string_view key, uint64_t* first_empty) const {
+  if (first_empty != nullptr) *first_empty = Found::kNone;
+  for (uint64_t w = kh.home; w < kh.home + index_->window_words(); ++w) {
+    const uint64_t s = index_->LoadRef(w);
+    if (s == kEmptyRef && first_empty != nullptr && *first_empty == Found::kNone) *first_empty = w;
+    if (s == kEmptyRef || RefFingerprint(s) != kh.fingerprint) continue;
+    const EntryHeader h = ReadHeader(RefLogOffset(s));
+    if (EntryKey(RefLogOffset(s), h) == key) return Found{w, s, h};
   }
   return {};
 }
 
-Store::SlotRef Store::FindLocation(const KeyHash& kh, uint64_t off) const {
-  for (uint64_t w = kh.home; w < kh.home + index_->window_slots(); ++w) {
-    const uint64_t s = index_->LoadSlot(w);
-    if (s != kEmptySlot && SlotLogOffset(s) == off && SlotFingerprint(s) == kh.fingerprint) {
-      return SlotRef{w, s, ReadHeader(off)};
+Store::Found Store::FindLocation(const KeyHash& kh, uint64_t off) const {
+  for (uint64_t w = kh.home; w < kh.home + index_->window_words(); ++w) {
+    const uint64_t s = index_->LoadRef(w);
+    if (s != kEmptyRef && RefLogOffset(s) == off && RefFingerprint(s) == kh.fingerprint) {
+      return Found{w, s, ReadHeader(off)};
     }
   }
   return {};
 }
 
-Store::SlotRef Store::FindTombstone(const KeyHash& kh) const {
-  for (uint64_t w = kh.home; w < kh.home + index_->window_slots(); ++w) {
-    const uint64_t s = index_->LoadSlot(w);
-    if (s == kEmptySlot) continue;
-    const EntryHeader h = ReadHeader(SlotLogOffset(s));
-    if (LengthsTombstone(h.lengths)) return SlotRef{w, s, h};
+Store::Found Store::FindTombstone(const KeyHash& kh) const {
+  for (uint64_t w = kh.home; w < kh.home + index_->window_words(); ++w) {
+    const uint64_t s = index_->LoadRef(w);
+    if (s == kEmptyRef) continue;
+    const EntryHeader h = ReadHeader(RefLogOffset(s));
+    if (LengthsTombstone(h.lengths)) return Found{w, s, h};
   }
   return {};
 }
 
-uint64_t Store::HashOfSlot(uint64_t slot) const noexcept {
-  const uint64_t off = SlotLogOffset(slot);
+uint64_t Store::HashOfRef(uint64_t ref) const noexcept {
+  const uint64_t off = RefLogOffset(ref);
   if (off + kEntryHeaderBytes > log_->bytes()) return 0;
   // Racy when called without the lock (MakeRoom's search; it re-checks under
   // the lock): the entry may be recycled and rewritten meanwhile, so every
@@ -189,10 +189,10 @@ void Store::Supersede(uint64_t off) noexcept {
   g.store(g.load(std::memory_order_relaxed) | kGuardNotCurrentBit, std::memory_order_release);
 }
 
-void Store::RemoveSlot(uint32_t head, const SlotRef& r) {
-  const uint64_t off = SlotLogOffset(r.slot);
+void Store::RemoveRef(uint32_t head, const Found& r) {
+  const uint64_t off = RefLogOffset(r.ref);
   Supersede(off);
-  index_->StoreSlot(r.word, kEmptySlot);
+  index_->StoreRef(r.word, kEmptyRef);
   log_->AddLive(off, -static_cast<int64_t>(LengthsEntryBytes(r.header.lengths)));
   HeadStats& st = head_stats_[head];
   if (LengthsTombstone(r.header.lengths)) {
@@ -203,29 +203,29 @@ void Store::RemoveSlot(uint32_t head, const SlotRef& r) {
 }
 
 bool Store::EvictOldestCandidate(uint32_t head, const KeyHash& kh) {
-  SlotRef oldest;
+  Found oldest;
   uint64_t oldest_seq = UINT64_MAX;
-  for (uint64_t w = kh.home; w < kh.home + index_->window_slots(); ++w) {
-    const uint64_t s = index_->LoadSlot(w);
-    if (s == kEmptySlot) continue;
-    const uint64_t seq = log_->OpenSeq(SlotLogOffset(s));
+  for (uint64_t w = kh.home; w < kh.home + index_->window_words(); ++w) {
+    const uint64_t s = index_->LoadRef(w);
+    if (s == kEmptyRef) continue;
+    const uint64_t seq = log_->OpenSeq(RefLogOffset(s));
     if (seq < oldest_seq) {
       oldest_seq = seq;
-      oldest = SlotRef{w, s, ReadHeader(SlotLogOffset(s))};
+      oldest = Found{w, s, ReadHeader(RefLogOffset(s))};
     }
   }
   if (!oldest.found()) return false;
   if (cfg_.on_evict && !LengthsTombstone(oldest.header.lengths)) {
-    cfg_.on_evict(EntryKey(SlotLogOffset(oldest.slot), oldest.header));
+    cfg_.on_evict(EntryKey(RefLogOffset(oldest.ref), oldest.header));
   }
-  RemoveSlot(head, oldest);
+  RemoveRef(head, oldest);
   head_stats_[head].evictions.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
 Result<uint64_t> Store::Write(uint32_t head, std::string_view key, std::string_view value, bool tombstone,
                              const CommitCheck& check) {
-  const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->slot_count());
+  const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->home_count());
   const uint64_t bytes = EntryBytes(key.size(), value.size());
   const uint64_t size_class = SizeClassFor(bytes);
   auto reserved = ReserveSpace(head, bytes);
@@ -235,31 +235,31 @@ Result<uint64_t> Store::Write(uint32_t head, std::string_view key, std::string_v
   index_->ExpireTags(Index::Clock::now());
   for (int attempt = 0;; ++attempt) {
     Index::WindowGuard guard = index_->LockWindow(kh.home);
-    // The commit point: nothing from here to the slot's store can block.
+    // The commit point: nothing from here to the ref's store can block.
     if (Status ok = check(key); !ok.ok()) {
       WriteEntry(off, key, value, tombstone);  // never published: keeps the segment walkable
       return ok;
     }
     uint64_t empty;
-    const SlotRef cur = FindKey(kh, key, &empty);
+    const Found cur = FindKey(kh, key, &empty);
     const bool had_value = cur.found() && !LengthsTombstone(cur.header.lengths);
     if (tombstone && !had_value) {
       WriteEntry(off, key, {}, true);  // never published: keeps the segment walkable
       return Status::NotFound();
     }
     uint64_t word = cur.found() ? cur.word : empty;
-    if (word == SlotRef::kNone) {
-      // Reuse the slot of another key's tombstone: that key stays deleted.
-      const SlotRef tomb = FindTombstone(kh);
+    if (word == Found::kNone) {
+      // Reuse the ref of another key's tombstone: that key stays deleted.
+      const Found tomb = FindTombstone(kh);
       if (tomb.found()) {
-        RemoveSlot(head, tomb);
+        RemoveRef(head, tomb);
         word = tomb.word;
       }
     }
-    if (word == SlotRef::kNone) {
+    if (word == Found::kNone) {
       guard.Unlock();
       Status room = attempt < kInsertAttempts
-                        ? index_->MakeRoom(kh, [this](uint64_t slot) { return HashOfSlot(slot); })
+                        ? index_->MakeRoom(kh, [this](uint64_t ref) { return HashOfRef(ref); })
                         : Status::ServerFull("index full");
       if (room.ok() || room.code() == Status::Code::kRetry) continue;
       if (cfg_.mode == CapacityMode::kCache && attempt < 2 * kInsertAttempts) {
@@ -275,14 +275,14 @@ Result<uint64_t> Store::Write(uint32_t head, std::string_view key, std::string_v
     WriteEntry(off, key, value, tombstone);
     log_->AddLive(off, static_cast<int64_t>(bytes));
     if (cur.found()) {
-      // 2. the old entry is marked superseded before the slot leaves it;
-      Supersede(SlotLogOffset(cur.slot));
-      log_->AddLive(SlotLogOffset(cur.slot), -static_cast<int64_t>(LengthsEntryBytes(cur.header.lengths)));
+      // 2. the old entry is marked superseded before the ref leaves it;
+      Supersede(RefLogOffset(cur.ref));
+      log_->AddLive(RefLogOffset(cur.ref), -static_cast<int64_t>(LengthsEntryBytes(cur.header.lengths)));
       if (LengthsTombstone(cur.header.lengths)) st.tombstones.fetch_sub(1, std::memory_order_relaxed);
       if (had_value) st.items.fetch_sub(1, std::memory_order_relaxed);
     }
-    // 3. the slot switches with a release store (DESIGN.md, "Ordering");
-    index_->StoreSlot(word, PackSlot(kh.fingerprint, size_class, off));
+    // 3. the ref switches with a release store (DESIGN.md, "Ordering");
+    index_->StoreRef(word, PackRef(kh.fingerprint, size_class, off));
     // 4. only now may the entry validate as current (the one-READ GET).
     Publish(off);
     (tombstone ? st.tombstones : st.items).fetch_add(1, std::memory_order_relaxed);
@@ -292,11 +292,11 @@ Result<uint64_t> Store::Write(uint32_t head, std::string_view key, std::string_v
 
 Status Store::Get(std::string_view key, std::string* value) {
   KVRDMA_RETURN_IF_ERROR(CheckKey(key));
-  const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->slot_count());
+  const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->home_count());
   Index::WindowGuard guard = index_->LockWindow(kh.home);
-  const SlotRef r = FindKey(kh, key);
+  const Found r = FindKey(kh, key);
   if (!r.found() || LengthsTombstone(r.header.lengths)) return Status::NotFound();
-  const std::byte* p = log_->data() + SlotLogOffset(r.slot) + kEntryKeyOffset + key.size();
+  const std::byte* p = log_->data() + RefLogOffset(r.ref) + kEntryKeyOffset + key.size();
   value->assign(reinterpret_cast<const char*>(p), LengthsValue(r.header.lengths));
   return Status::OK();
 }
@@ -315,10 +315,10 @@ StoreStats Store::Stats() const {
   }
   s.items = static_cast<uint64_t>(items);
   s.tombstones = static_cast<uint64_t>(tombs);
-  s.index_slots_used = s.items + s.tombstones;
-  s.index_slots = index_->slot_count();
+  s.index_words_used = s.items + s.tombstones;
+  s.index_homes = index_->home_count();
   s.index_bytes = index_->bytes();
-  s.index_bytes_used = s.index_slots_used * kSlotBytes;
+  s.index_bytes_used = s.index_words_used * kWordBytes;
   s.log_bytes = log_->bytes();
   const ValueLog::Counts c = log_->Count();
   s.log_bytes_live = static_cast<uint64_t>(c.live_bytes);

@@ -30,11 +30,11 @@ namespace kvrdma {
 
 struct StoreStats {
   uint64_t items = 0;             // keys with a value (tombstones excluded)
-  uint64_t tombstones = 0;        // deleted keys whose tombstone still holds a slot
-  uint64_t index_slots_used = 0;  // items + tombstones
-  uint64_t index_slots = 0;       // homes (the window's tail words not counted)
+  uint64_t tombstones = 0;        // deleted keys whose tombstone still holds a ref
+  uint64_t index_words_used = 0;  // items + tombstones
+  uint64_t index_homes = 0;       // homes (the window's tail words not counted)
   uint64_t index_bytes = 0;       // size of the index region
-  uint64_t index_bytes_used = 0;  // index_slots_used * 8
+  uint64_t index_bytes_used = 0;  // index_words_used * 8
   uint64_t log_bytes = 0;         // size of the log region
   uint64_t log_bytes_live = 0;    // bytes of entries the index points to
   uint64_t segments_free = 0;     // free (including retired, awaiting the grace period)
@@ -47,7 +47,7 @@ struct StoreStats {
   uint64_t segments_cleaned = 0;  // segments compacted and retired
   uint64_t relocations = 0;       // live entries moved by the cleaner
   uint64_t evictions = 0;         // entries evicted (cache mode)
-  uint64_t index_moves = 0;       // hops: slots moved inside their window to make room
+  uint64_t index_moves = 0;       // hops: refs moved inside their window to make room
   uint64_t index_tags = 0;        // words whose move tag has not expired yet
 };
 
@@ -79,7 +79,7 @@ class Store {
   StoreStats Stats() const;
   const StoreConfig& config() const noexcept { return cfg_; }
   IndexParams index_params() const noexcept {
-    return IndexParams{index_->slot_count(), index_->window_slots(), cfg_.seed, log_->bytes()};
+    return IndexParams{index_->home_count(), index_->window_words(), cfg_.seed, log_->bytes()};
   }
   // The two regions to register with the NIC.
   std::byte* index_base() const noexcept { return index_->data(); }
@@ -95,11 +95,11 @@ class Store {
     std::atomic<int64_t> items{0}, tombstones{0}, evictions{0}, relocations{0}, segments_cleaned{0},
         cleaner_runs{0};
   };
-  // Where a key's slot is (REQUIRES the key's window lock while used).
-  struct SlotRef {
+  // Where a key's ref is (REQUIRES the key's window lock while used).
+  struct Found {
     static constexpr uint64_t kNone = ~uint64_t{0};
-    uint64_t word = kNone;  // index word holding the slot
-    uint64_t slot = 0;
+    uint64_t word = kNone;  // index word holding the ref
+    uint64_t ref = 0;
     EntryHeader header{};
     bool found() const noexcept { return word != kNone; }
   };
@@ -116,25 +116,25 @@ class Store {
   // The guard word of the entry at `off` (entry.h: GuardAt).
   std::atomic_ref<uint64_t> GuardWord(uint64_t off) const noexcept;
   std::string_view EntryKey(uint64_t off, const EntryHeader& h) const noexcept;
-  // REQUIRES: kh's window lock. The slot of `key` (found() false: none).
-  // `first_empty` (if given): the first word of the window whose slot is
-  // empty, or SlotRef::kNone (the same scan: a write needs both).
-  SlotRef FindKey(const KeyHash& kh, std::string_view key, uint64_t* first_empty = nullptr) const;
-  // REQUIRES: kh's window lock. The slot pointing at log offset `off`.
-  SlotRef FindLocation(const KeyHash& kh, uint64_t off) const;
-  // REQUIRES: kh's window lock. A tombstone slot in kh's window (any key).
-  SlotRef FindTombstone(const KeyHash& kh) const;
-  // The hash of the key the live entry `slot` names (hopscotch; the caller
+  // REQUIRES: kh's window lock. The ref of `key` (found() false: none).
+  // `first_empty` (if given): the first word of the window whose ref is
+  // empty, or Found::kNone (the same scan: a write needs both).
+  Found FindKey(const KeyHash& kh, std::string_view key, uint64_t* first_empty = nullptr) const;
+  // REQUIRES: kh's window lock. The ref pointing at log offset `off`.
+  Found FindLocation(const KeyHash& kh, uint64_t off) const;
+  // REQUIRES: kh's window lock. A tombstone ref in kh's window (any key).
+  Found FindTombstone(const KeyHash& kh) const;
+  // The hash of the key the live entry `ref` names (hopscotch; the caller
   // re-checks under the window lock, see Index::MakeRoom).
-  uint64_t HashOfSlot(uint64_t slot) const noexcept;
-  // Sets the not-current bit of the entry at `off` (before its slot moves).
+  uint64_t HashOfRef(uint64_t ref) const noexcept;
+  // Sets the not-current bit of the entry at `off` (before its ref moves).
   void Supersede(uint64_t off) noexcept;
-  // Clears it, once: REQUIRES the key's window lock and that a slot of the
+  // Clears it, once: REQUIRES the key's window lock and that a ref of the
   // key now points at `off` (stored before this call).
   void Publish(uint64_t off) noexcept;
-  // Removes a slot (tombstone purge or eviction). REQUIRES its window lock.
-  void RemoveSlot(uint32_t head, const SlotRef& r);
-  // Index full in cache mode: evicts the oldest slot of kh's window. REQUIRES its lock.
+  // Removes a ref (tombstone purge or eviction). REQUIRES its window lock.
+  void RemoveRef(uint32_t head, const Found& r);
+  // Index full in cache mode: evicts the oldest ref of kh's window. REQUIRES its lock.
   bool EvictOldestCandidate(uint32_t head, const KeyHash& kh);
 
   // Cleaner (cleaner.cc).

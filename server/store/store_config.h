@@ -32,12 +32,12 @@ enum class HugePages : uint8_t {
 };
 
 struct StoreConfig {
-  // Index: index_slots homes (a power of two >= 1), each key within the
+  // Index: index_homes homes (a power of two >= 1), each key within the
   // index_window words from its home (1..128; DESIGN.md
   // "Index words and windows"). Tests use small windows to make moves
   // and full windows common.
-  uint64_t index_slots = uint64_t{1} << 19;
-  uint64_t index_window = kDefaultWindowSlots;
+  uint64_t index_homes = uint64_t{1} << 19;
+  uint64_t index_window = kDefaultWindowWords;
   // Value log: log_bytes / segment_bytes segments (both multiples of 8;
   // log_bytes a multiple of segment_bytes).
   uint64_t log_bytes = uint64_t{256} << 20;
@@ -53,7 +53,7 @@ struct StoreConfig {
   uint32_t max_key_bytes = 1023;
   uint32_t max_value_bytes = 1u << 20;
   // A segment freed by the cleaner is reused only after this long. Clients
-  // must finish (or abandon and restart) a GET within a deadline strictly
+  // must finish (or abandon and restart) a GET round within a round limit strictly
   // shorter than this; see docs/DESIGN.md "Reclamation".
   std::chrono::nanoseconds grace_period = std::chrono::milliseconds(100);
   // Sealed segments whose live ratio is below this are compacted.

@@ -6,7 +6,7 @@
 // Segment life cycle (server-private metadata):
 //
 //   kFree -> kOpen (a head appends) -> kSealed (head moved on) -> kBusy
-//   (cleaner compacting / evicting) -> kRetired (no slot points into it) ->
+//   (cleaner compacting / evicting) -> kRetired (no ref points into it) ->
 //   kFree once grace_period has passed since retirement.
 //
 // The grace period is what makes reuse safe for one-sided readers the server

@@ -14,18 +14,18 @@ ServerDescriptor SampleDescriptor() {
   ServerDescriptor d;
   d.conn_id = 77;
   d.index = {0x7f0000001000, 1 << 20, 0x1234};
-  d.index_slots = 1 << 16;  // + 127 tail words: 525 KB of the 1 MiB region
+  d.index_homes = 1 << 16;  // + 127 tail words: 525 KB of the 1 MiB region
   d.index_window = 128;
   d.hash_seed = 0x1122334455667788;
   d.log = {0x7f0000200000, 64 << 20, 0x2345};
   d.locks = {0x7f0010000000, 1 << 16, 0x3456};
   d.ring = {0x7f0020000000, 8 * 4096, 0x4567};
-  d.slot_size = 4096;
+  d.message_bytes = 4096;
   d.credits = 8;
   d.max_key_bytes = 1024;
   d.max_value_bytes = 1 << 20;
-  d.get_deadline_us = 100000;
-  d.lock_slots = 1000;
+  d.round_limit_us = 100000;
+  d.lock_words = 1000;
   return d;
 }
 
@@ -55,7 +55,7 @@ TEST(HandshakeTest, DescriptorFromAnotherMajorVersionIsRefusedWithBothVersions) 
 }
 
 // Protocol 7 (format 5: 12-byte entry headers, 4-byte locations) and 6 would
-// misread each other's slots and entries, so each side refuses the other,
+// misread each other's entry refs and entries, so each side refuses the other,
 // naming both.
 TEST(HandshakeTest, PeersOfAnOlderFormatAreRefusedBothWays) {
   static_assert(kProtocolMajor == 7);
@@ -86,11 +86,11 @@ TEST(HandshakeTest, TruncatedOrInsaneDescriptorsAreRejected) {
     EXPECT_FALSE(DecodeServerDescriptor(std::span(buf).first(cut)).ok()) << cut;
   }
   ServerDescriptor d = SampleDescriptor();
-  d.index_slots = 3;  // not a power of two
+  d.index_homes = 3;  // not a power of two
   EncodeServerDescriptor(d, buf);
   EXPECT_FALSE(DecodeServerDescriptor(buf).ok());
   d = SampleDescriptor();
-  d.index_slots = 1 << 17;  // its words do not fit the index region
+  d.index_homes = 1 << 17;  // its words do not fit the index region
   EncodeServerDescriptor(d, buf);
   EXPECT_FALSE(DecodeServerDescriptor(buf).ok());
   d = SampleDescriptor();
@@ -101,17 +101,17 @@ TEST(HandshakeTest, TruncatedOrInsaneDescriptorsAreRejected) {
   EncodeServerDescriptor(d, buf);
   EXPECT_FALSE(DecodeServerDescriptor(buf).ok());
   d = SampleDescriptor();
-  d.credits = 9;  // 9 slots do not fit the ring
+  d.credits = 9;  // 9 message buffers do not fit the ring
   EncodeServerDescriptor(d, buf);
   EXPECT_FALSE(DecodeServerDescriptor(buf).ok());
 }
 
-TEST(HandshakeTest, DescriptorWhoseSlotCannotHoldTheLongestKeyIsRefused) {
-  // A 256-byte slot with 1023-byte keys: a PUT of a long key would not fit
-  // its staging slot (the client copied past it before this check).
+TEST(HandshakeTest, DescriptorWhoseMessageBytesCannotHoldTheLongestKeyIsRefused) {
+  // 256 message bytes with 1023-byte keys: a PUT of a long key would not fit
+  // its staging buffer (the client copied past it before this check).
   std::array<uint8_t, kMaxAcceptData> buf{};
   ServerDescriptor d = SampleDescriptor();
-  d.slot_size = 256;
+  d.message_bytes = 256;
   d.ring.length = 8 * 256;
   d.max_key_bytes = 1023;
   EncodeServerDescriptor(d, buf);

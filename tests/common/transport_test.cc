@@ -259,16 +259,16 @@ TEST_P(TransportTest, WriteToReadOnlyRegionIsRemoteAccessAndChangesNothing) {
 
 // A type-2 memory window: its rkey writes through the QP it is bound to and
 // through no other, the region under it exposes no usable rkey, and the
-// window dies with its QP.
-TEST_P(TransportTest, AWindowWorksOnlyThroughTheQpItIsBoundTo) {
+// memory window dies with its QP.
+TEST_P(TransportTest, AMemoryWindowWorksOnlyThroughTheQpItIsBoundTo) {
   std::vector<uint8_t> ring(8192, 0);
   auto mr = Register(env_.server, ring.data(), ring.size(), kAccessLocalWrite | kAccessMwBind);
   ASSERT_TRUE(mr);
   auto mw = env_.server->CreateMemoryWindow();
   ASSERT_TRUE(mw.ok()) << mw.status().ToString();
   QpConfig cfg = ServerCfg();
-  cfg.window = WindowBinding{mw->get(), mr.get(), mr->base() + 4096, 4096, kAccessRemoteWrite, 77};
-  Pair& owner = Connect();  // a connection without a window, to fill the QP numbers
+  cfg.mw_binding = MwBinding{mw->get(), mr.get(), mr->base() + 4096, 4096, kAccessRemoteWrite, 77};
+  Pair& owner = Connect();  // a connection without a memory window, to fill the QP numbers
   pairs_.push_back(ConnectPair(env_, *listener_, cfg));
   Pair& bound = pairs_.back();
   Pair& other = Connect();
@@ -291,8 +291,8 @@ TEST_P(TransportTest, AWindowWorksOnlyThroughTheQpItIsBoundTo) {
   EXPECT_EQ(write(*other.client, mr->base() + 4096, rkey, 0x22), WcStatus::kRemoteAccessError);
   EXPECT_EQ(write(*owner.client, mr->base() + 4096, mr->rkey(), 0x33), WcStatus::kRemoteAccessError);
   EXPECT_EQ(ring[4096], 0x11);
-  for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(ring[i], 0) << i;  // outside the window: untouched
-  // A window goes before its QP (MemoryWindow); after it, its rkey answers
+  for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(ring[i], 0) << i;  // outside the memory window: untouched
+  // A memory window goes before its QP (MemoryWindow); after it, its rkey answers
   // on no QP, the one it was bound to included.
   mw->reset();
   EXPECT_EQ(write(*bound.client, mr->base() + 4096, rkey, 0x44), WcStatus::kRemoteAccessError);

@@ -109,7 +109,7 @@ TEST_P(BadClientTest, MalformedRequestsGetClearErrorsAndTheStoreDoesNotChange) {
   ASSERT_TRUE(r.Send(big).ok());
   const RawReply rep3 = r.Reply();
   EXPECT_EQ(rep3.code, Status::Code::kTooLarge) << rep3.body;
-  // A ring slot out of range and a length over the slot (WRITE_WITH_IMM).
+  // A ring message buffer out of range and a length over the message bytes (WRITE_WITH_IMM).
   ASSERT_TRUE(r.WriteImmAt(msg, 200, static_cast<uint32_t>(msg.size()), 0).ok());
   const RawReply rep4 = r.Reply();
   EXPECT_EQ(rep4.code, Status::Code::kInvalidArgument);
@@ -132,7 +132,7 @@ TEST_P(BadClientTest, WriteWithImmPastTheEndOfTheRingIsRemoteAccessAndChangesNot
     ASSERT_TRUE(ConnectionsBecome(2, 10000)) << "connections: " << Stat("connections");
     auto msg = PutMsg("precious", "overwritten past the ring?");
     ASSERT_LT(msg.size(), r.desc().ring.length);
-    // Starts inside the ring (in its last slot), ends past it.
+    // Starts inside the ring (in its last message buffer), ends past it.
     Status st = r.WriteImmAt(msg, r.desc().credits - 1, static_cast<uint32_t>(msg.size()),
                            r.desc().ring.length - msg.size() / 2);
     EXPECT_TRUE(st.IsRemoteAccess()) << st.ToString();

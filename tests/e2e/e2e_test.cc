@@ -48,7 +48,7 @@ TEST_P(E2eTest, PutGetDeleteRoundTripsAcrossKeyAndValueSizes) {
   const size_t max_key = server_->config().max_key_bytes;
   const size_t max_value = server_->config().max_value_bytes;
   // Key sizes 1..max and value sizes 0..max, including the edges around a
-  // ring slot / receive buffer (4096) where values go in fragments.
+  // message buffer (4096: ring or receive buffer) where values go in fragments.
   const size_t key_sizes[] = {1, 2, 16, 255, 1000, max_key};
   const size_t value_sizes[] = {0, 1, 100, 4000, 4064, 4065, 10000, 100000, max_value};
   uint32_t seed = 1;

@@ -35,7 +35,7 @@ class TestServer {
              const std::function<void(StoreConfig&)>& tweak = {})
       : env_(env), cfg_(cfg) {
     StoreConfig sc;
-    sc.index_slots = 1 << 15;
+    sc.index_homes = 1 << 15;
     sc.segment_bytes = 4 << 20;  // > the largest entry (1 MiB value)
     sc.log_bytes = 64 << 20;
     sc.workers = cfg_.workers;
@@ -65,9 +65,9 @@ class TestServer {
     c.port = 0;  // any free port
     c.workers = 2;
     c.credits = 8;
-    c.slot_bytes = 4096;
+    c.message_bytes = 4096;
     c.srq_depth = 256;
-    c.lock_slots = 1024;
+    c.lock_words = 1024;
     c.max_value_bytes = 1 << 20;
     c.max_key_bytes = 1023;
     return c;

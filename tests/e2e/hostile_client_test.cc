@@ -77,7 +77,7 @@ class HostileClientTest : public ::testing::TestWithParam<Kind> {
   // Starts kvserver (the real Server over the hooked store) with cfg.
   void StartServer(server::ServerConfig cfg = TestServer::Defaults()) {
     StoreConfig sc;
-    sc.index_slots = 1 << 15;
+    sc.index_homes = 1 << 15;
     sc.segment_bytes = 4 << 20;
     sc.log_bytes = 64 << 20;
     sc.workers = cfg.workers;
@@ -309,7 +309,7 @@ TEST_P(HostileClientTest, ConnectionsThatTakeNoRepliesCannotStallOthers) {
     auto junk = WholePut("precious", "rewritten by a hostile ring");
     while (!stop.load()) {
       for (int i = 1; i < kHostile && !stop.load(); i += 2) {
-        if (rogues[i]->WriteRing(junk, (rewrites.load() % 4) * rogues[i]->desc().slot_size).ok()) ++rewrites;
+        if (rogues[i]->WriteRing(junk, (rewrites.load() % 4) * rogues[i]->desc().message_bytes).ok()) ++rewrites;
       }
     }
   });
@@ -472,7 +472,7 @@ TEST_P(HostileClientTest, AStolenLockTokenIsRefused) {
   ASSERT_TRUE(holder->Put("guarded", "the holder's value").ok());
   ASSERT_TRUE(holder->Lock("guarded", std::chrono::milliseconds(60000)).ok());
   const server::LockView locks = server_->lock_view();
-  const uint64_t word = __atomic_load_n(&locks.words[LockPlaceOf("guarded", locks.seed, locks.slots).index],
+  const uint64_t word = __atomic_load_n(&locks.words[LockPlaceOf("guarded", locks.seed, locks.lock_words).index],
                                         __ATOMIC_ACQUIRE);
   ASSERT_NE(word, 0u) << "the lock word is not set";
   RogueClient thief;

@@ -1,5 +1,5 @@
 // Issue 13, finding 3: a GET of a large value beside busy readers and
-// writers must complete. On c1cae9c a round older than the GET deadline (half
+// writers must complete. On c1cae9c a round older than the round limit (half
 // the grace period) started over, so on a slow link a 1 MiB GET restarted
 // dozens of times and could fail with a Timeout that blamed writers.
 //
@@ -27,7 +27,7 @@ class LargeGetTest : public ::testing::TestWithParam<Kind> {};
 TEST_P(LargeGetTest, OneMiBGetBesideFourBusyReadersAndTwoWritersCompletes) {
   TransportEnv env = TransportEnv::Make(GetParam());
   if (!env.skip_reason.empty()) GTEST_SKIP() << env.skip_reason;
-  TestServer server(env);  // default grace period (100 ms): GET deadline 50 ms
+  TestServer server(env);  // default grace period (100 ms): round limit 50 ms
   const char* env_rounds = std::getenv("KVRDMA_LARGE_GET_ROUNDS");
   const int rounds = env_rounds != nullptr ? std::atoi(env_rounds) : 20;
 

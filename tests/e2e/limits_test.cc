@@ -1,5 +1,5 @@
 // Message limits that cannot work together are refused at startup, and a
-// request that cannot fit its slot is TooLarge, never copied past the slot.
+// request that cannot fit its message buffer is TooLarge, never copied past it.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -10,13 +10,13 @@
 namespace kvrdma::testing {
 namespace {
 
-TEST(LimitsTest, ServerRefusesASlotThatCannotHoldTheLongestKey) {
+TEST(LimitsTest, ServerRefusesMessageBytesThatCannotHoldTheLongestKey) {
   TransportEnv env = TransportEnv::Make(Kind::kLoopback);
   server::ServerConfig cfg = TestServer::Defaults();
-  cfg.slot_bytes = 256;  // both accepted by kvserver's option checks
+  cfg.message_bytes = 256;  // both accepted by kvserver's option checks
   cfg.max_key_bytes = 1023;
   StoreConfig sc;
-  sc.index_slots = 1 << 13;
+  sc.index_homes = 1 << 13;
   sc.segment_bytes = 1 << 20;
   sc.log_bytes = 16 << 20;
   sc.workers = cfg.workers;
@@ -27,17 +27,17 @@ TEST(LimitsTest, ServerRefusesASlotThatCannotHoldTheLongestKey) {
   ASSERT_TRUE(backend.ok()) << backend.status().ToString();
   server::Server s(cfg, env.server, **backend);
   Status st = s.Start();
-  ASSERT_FALSE(st.ok()) << "a 256-byte slot with 1023-byte keys was accepted";
+  ASSERT_FALSE(st.ok()) << "256 message bytes with 1023-byte keys were accepted";
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
-  EXPECT_NE(st.message().find("--slot-bytes to at least 1056"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("--message-bytes to at least 1056"), std::string::npos) << st.ToString();
 }
 
-class SmallSlotTest : public ::testing::TestWithParam<PutMode> {};
+class SmallMessageBytesTest : public ::testing::TestWithParam<PutMode> {};
 
-TEST_P(SmallSlotTest, TheLongestKeyAllowedStillPutsAndOneMoreIsTooLarge) {
+TEST_P(SmallMessageBytesTest, TheLongestKeyAllowedStillPutsAndOneMoreIsTooLarge) {
   TransportEnv env = TransportEnv::Make(Kind::kLoopback);
   server::ServerConfig cfg = TestServer::Defaults();
-  cfg.slot_bytes = 256;
+  cfg.message_bytes = 256;
   cfg.max_key_bytes = 256 - kRequestHeaderSize - 1;  // 223: one value byte per first fragment
   TestServer server(env, cfg);
   auto c = server.Connect(GetParam());
@@ -59,7 +59,7 @@ TEST_P(SmallSlotTest, TheLongestKeyAllowedStillPutsAndOneMoreIsTooLarge) {
   EXPECT_EQ(got, "ok");
 }
 
-INSTANTIATE_TEST_SUITE_P(Loopback, SmallSlotTest, ::testing::Values(PutMode::kSend, PutMode::kWriteImm),
+INSTANTIATE_TEST_SUITE_P(Loopback, SmallMessageBytesTest, ::testing::Values(PutMode::kSend, PutMode::kWriteImm),
                          [](const auto& i) { return i.param == PutMode::kSend ? "send" : "writeimm"; });
 
 }  // namespace

@@ -101,7 +101,7 @@ TEST_P(LockClockTest, ALeaseStartsAtTheServersClockWhenItAnswered) {
   const uint64_t before = locks.clock->NowMs();
   ASSERT_TRUE((*holder)->TryLock("k", lease).ok());
   const uint64_t after = locks.clock->NowMs();
-  const uint64_t word = __atomic_load_n(&locks.words[LockPlaceOf("k", locks.seed, locks.slots).index], __ATOMIC_ACQUIRE);
+  const uint64_t word = __atomic_load_n(&locks.words[LockPlaceOf("k", locks.seed, locks.lock_words).index], __ATOMIC_ACQUIRE);
   const uint64_t lease_ms = static_cast<uint64_t>(std::chrono::milliseconds(lease).count());
   EXPECT_GE(LockExpiry(word), before + lease_ms);
   EXPECT_LT(LockExpiry(word), after + lease_ms + kLockExpiryUnitMs);  // rounded up to a unit at most
@@ -126,7 +126,7 @@ TEST_P(LockClockTest, TwoConnectionsNeverShareAnOwnerId) {
     RawConnection holder;
     ASSERT_TRUE(holder.Connect(env_, server_->port()).ok());
     gone_id = holder.desc().conn_id;
-    const LockPlace place = LockPlaceOf("held", holder.desc().hash_seed, holder.desc().lock_slots);
+    const LockPlace place = LockPlaceOf("held", holder.desc().hash_seed, holder.desc().lock_words);
     const uint64_t lease = PackLock(gone_id, place.key, server_->server().lock_view().clock->NowMs() + 60000);
     const uint64_t word = place.index;
     ASSERT_EQ(holder.Op(WrOpcode::kCompareSwap, holder.desc().locks.addr + word * 8, holder.desc().locks.rkey, 0,

@@ -21,9 +21,9 @@ class LockTest : public ::testing::TestWithParam<Kind> {
     server_ = std::make_unique<TestServer>(env_);
   }
   void TearDown() override { server_.reset(); }
-  void RestartWithLockSlots(uint32_t slots) {
+  void RestartWithLockWords(uint32_t lock_words) {
     server::ServerConfig cfg = TestServer::Defaults();
-    cfg.lock_slots = slots;
+    cfg.lock_words = lock_words;
     server_.reset();
     server_ = std::make_unique<TestServer>(env_, cfg);
   }
@@ -99,7 +99,7 @@ TEST_P(LockTest, ADeadHoldersLockIsTakenOverAfterTheLeaseNotBefore) {
   const auto lease = milliseconds(600);
   const server::LockView locks = server_->server().lock_view();
   auto word = [&] {
-    return __atomic_load_n(&locks.words[LockPlaceOf("k", locks.seed, locks.slots).index], __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&locks.words[LockPlaceOf("k", locks.seed, locks.lock_words).index], __ATOMIC_ACQUIRE);
   };
   auto clock = [&] { return locks.clock->NowMs(); };
   auto a = NewClient(), b = NewClient();
@@ -139,9 +139,9 @@ TEST_P(LockTest, ADeadHoldersLockIsTakenOverAfterTheLeaseNotBefore) {
 // (Before protocol 5 a lock covered its whole word: a bystander's PUT of an
 // unrelated key failed with Locked, which clients_sigkilled_mid_put caught.)
 TEST_P(LockTest, ALockRefusesWritesOfItsKeyNotOfTheOtherKeysOfItsWord) {
-  RestartWithLockSlots(1);
+  RestartWithLockWords(1);
   const server::LockView locks = server_->server().lock_view();
-  auto place = [&](const std::string& k) { return LockPlaceOf(k, locks.seed, locks.slots); };
+  auto place = [&](const std::string& k) { return LockPlaceOf(k, locks.seed, locks.lock_words); };
   // k1, and k2 with another key byte; k1b with k1's byte (1 key in 255 of a
   // word shares a held key's byte: the lock covers it too).
   std::string k1 = "k1", k2, k1b;
@@ -182,15 +182,15 @@ TEST_P(LockTest, ALockRefusesWritesOfItsKeyNotOfTheOtherKeysOfItsWord) {
   EXPECT_EQ(v, "b writes k1");
 }
 
-// kvserver --lock-slots 0: no locks, for deployments whose clients are not
+// kvserver --lock-words 0: no locks, for deployments whose clients are not
 // trusted with them (SECURITY.md). Lock and TryLock answer Unavailable, and
 // no write is ever refused for a lock.
 TEST_P(LockTest, AServerWithoutLocksAnswersUnavailableAndRefusesNoWrite) {
-  RestartWithLockSlots(0);
+  RestartWithLockWords(0);
   auto a = NewClient(), b = NewClient();
   Status st = a->TryLock("k", milliseconds(1000));
   EXPECT_EQ(st.code(), Status::Code::kUnavailable) << st.ToString();
-  EXPECT_NE(st.message().find("--lock-slots 0"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("--lock-words 0"), std::string::npos) << st.ToString();
   EXPECT_EQ(a->Lock("k", milliseconds(1000)).code(), Status::Code::kUnavailable);
   EXPECT_TRUE(a->Unlock("k").IsNotFound());
   EXPECT_TRUE(b->Put("k", "b writes").ok());

@@ -1,5 +1,5 @@
 // A GET of an absent key whose window shows a move tag matching it cannot
-// prove the miss (docs/DESIGN.md, "Misses while slots move"): it reads the
+// prove the miss (docs/DESIGN.md, "Misses while entry refs move"): it reads the
 // window again until the tag expires (about the grace period). The client
 // backs off between such rounds (25 us doubling to 1 ms), so a client that
 // makes keys hop costs a reader about one window READ per millisecond, not a
@@ -24,12 +24,12 @@ TEST(MissBackoffTest, AMissBehindAMatchingTagReadsTheWindowAboutOncePerMilliseco
   // Four homes, windows of two words: a fourth key of home 1 makes the key
   // in word 2 hop to word 3, leaving a tag on word 2 (as Store.AHopTagsTheWordItLeaves).
   TestServer server(env, TestServer::Defaults(), [](StoreConfig& c) {
-    c.index_slots = 4;
+    c.index_homes = 4;
     c.index_window = 2;
   });
   Store& store = server.backend().store();
   const IndexParams p = store.index_params();
-  auto hash = [&](const std::string& k) { return MakeKeyHash(k, p.seed, p.slot_count); };
+  auto hash = [&](const std::string& k) { return MakeKeyHash(k, p.seed, p.home_count); };
   auto key_with_home = [&](uint64_t home, int from) {
     for (int i = from;; ++i) {
       const std::string k = "key" + std::to_string(i);

@@ -1,5 +1,5 @@
 // Issue 15: a GET of a value of any size up to the server's maximum takes one
-// entry READ after the index READ. The slot's size class covers the entry, so
+// entry READ after the index READ. The entry ref's size class covers the entry, so
 // an uncached GET costs one window READ + 1 entry READ, from
 // an empty value to a 2 MiB - 1 one; before size classes, an entry over
 // 32760 bytes needed a second READ. Values at the edge of the exact classes
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "common/format/slot.h"
+#include "common/format/entry_ref.h"
 #include "tests/e2e/e2e_util.h"
 
 namespace kvrdma::testing {
@@ -33,7 +33,7 @@ std::vector<size_t> Sizes() {
           exact_max,       // entry 4092: the largest exact class
           exact_max + 1,   // entry 4096: the first coarse class
           exact_max + 5,   // entry 4100: the second coarse class
-          buffer_max,      // entry 16384: the last class that fits the slot's buffer
+          buffer_max,      // entry 16384: the last class that fits the op's own entry buffer
           buffer_max + 1,  // entry 16388: the large buffer
           (32 << 10) + 1,  // 32 KiB + 1
           100 << 10,       // 100 KiB
@@ -103,8 +103,8 @@ TEST_P(OneReadGetTest, UncachedGetOfAnySizeIsAWindowReadPlusOneEntryRead) {
     const uint64_t before = reader_->stats().reads;
     std::string got;
     ASSERT_TRUE(reader_->Get(KeyOf(i), &got).ok()) << sizes[i];
-    const bool slot_buffer = EntryBytes(kKeyBytes, sizes[i]) <= 16384;
-    EXPECT_EQ(reader_->stats().reads - before, slot_buffer ? 1u : kUncachedGetReads) << sizes[i];
+    const bool fits_op_buffer = EntryBytes(kKeyBytes, sizes[i]) <= 16384;
+    EXPECT_EQ(reader_->stats().reads - before, fits_op_buffer ? 1u : kUncachedGetReads) << sizes[i];
     EXPECT_TRUE(got == values[i]) << "value of " << sizes[i] << " bytes differs";
   }
 }

@@ -102,7 +102,7 @@ class RogueClient {
   // claims `imm_len` bytes (default: the message's length).
   Status WriteImm(std::span<const uint8_t> msg, uint32_t pos, uint32_t imm_len = ~0u, bool wait = true) {
     if (imm_len == ~0u) imm_len = static_cast<uint32_t>(msg.size());
-    return WriteImmAt(msg, pos, imm_len, size_t{pos} * desc_.slot_size, wait);
+    return WriteImmAt(msg, pos, imm_len, size_t{pos} * desc_.message_bytes, wait);
   }
   // WRITE_WITH_IMM of msg to any byte offset of the ring (inside it or not),
   // with an immediate that names position `pos` and claims `imm_len` bytes.

@@ -22,8 +22,8 @@ constexpr uint32_t kGraceMs = 20;
 
 class SegmentReuseTest : public ::testing::TestWithParam<Kind> {
  protected:
-  // An index of `slots` homes with windows of `window` words.
-  void Start(uint64_t slots, uint64_t window = kDefaultWindowSlots) {
+  // An index of `homes` homes with windows of `window` words.
+  void Start(uint64_t homes, uint64_t window = kDefaultWindowWords) {
     env_ = TransportEnv::Make(GetParam());
     if (!env_.skip_reason.empty()) GTEST_SKIP() << env_.skip_reason;
     server::ServerConfig cfg = TestServer::Defaults();
@@ -31,9 +31,9 @@ class SegmentReuseTest : public ::testing::TestWithParam<Kind> {
     cfg.max_key_bytes = 64;
     cfg.max_value_bytes = 2048;
     cfg.grace_period_ms = kGraceMs;
-    server_ = std::make_unique<TestServer>(env_, cfg, [slots, window](StoreConfig& sc) {
+    server_ = std::make_unique<TestServer>(env_, cfg, [homes, window](StoreConfig& sc) {
       sc.cleaner_thread = false;
-      sc.index_slots = slots;
+      sc.index_homes = homes;
       sc.index_window = window;
       sc.segment_bytes = 4096;
       sc.log_bytes = 16 * 4096;
@@ -98,7 +98,7 @@ TEST_P(SegmentReuseTest, CachedGetIgnoresTheTombstoneOfADeleteOfAnAbsentKey) {
   EXPECT_EQ(v, "xyz");
 }
 
-// (b) A 14-slot index (one home, a window of 14) full of other keys: a PUT of the absent
+// (b) A 14-word index (one home, a window of 14) full of other keys: a PUT of the absent
 // key is answered ServerFull and leaves its entry where the reader's cached
 // location points. The key is absent: the GET must return NotFound.
 TEST_P(SegmentReuseTest, CachedGetIgnoresTheEntryOfAPutAnsweredServerFull) {
@@ -107,11 +107,11 @@ TEST_P(SegmentReuseTest, CachedGetIgnoresTheEntryOfAPutAnsweredServerFull) {
   ASSERT_TRUE(a_->Put("k", "abc").ok());
   CacheLocationOfK();
   ASSERT_TRUE(a_->Delete("k").ok());
-  // 14 slots: k's tombstone, "f" and 12 others.
+  // 14 words: k's tombstone, "f" and 12 others.
   for (int i = 1; i <= 12; ++i) ASSERT_TRUE(a_->Put("o" + std::to_string(i), "v").ok());
   SealSegmentZero();
   RetireSegmentZeroAndWait();  // relocates o1..o12, purges k's tombstone
-  ASSERT_TRUE(a_->Put("o13", "v").ok());  // the last free slot (A's head is in segment 1)
+  ASSERT_TRUE(a_->Put("o13", "v").ok());  // the last free word (A's head is in segment 1)
   const uint64_t gen = store().SegmentGeneration(0);
   Status put = b_->Put("k", "zzz");
   ASSERT_EQ(put.code(), Status::Code::kServerFull) << put.ToString();

@@ -30,7 +30,7 @@
 namespace kvrdma::fuzz {
 namespace {
 
-constexpr uint32_t kSlot = 512;
+constexpr uint32_t kMessageBytes = 512;
 constexpr uint16_t kCredits = 4;
 
 struct Fabric {
@@ -70,18 +70,18 @@ void Serve(Listener& l, const std::vector<Answer>& answers, std::atomic<bool>& s
     if (!ev.ok() || ev->type != CmEvent::Type::kConnectRequest) continue;
     ServerDescriptor d;
     d.conn_id = 1;
-    d.index = {f.mr->base(), 16 * kSlotBytes, f.mr->rkey()};
-    d.index_slots = 2;
+    d.index = {f.mr->base(), 16 * kWordBytes, f.mr->rkey()};
+    d.index_homes = 2;
     d.index_window = 8;
     d.log = {f.mr->base() + 4096, 4096, f.mr->rkey()};
     d.locks = {f.mr->base() + 8192, 9 * 8, f.mr->rkey()};
-    d.ring = {f.mr->base() + 16384, kCredits * kSlot, f.mr->rkey()};
-    d.slot_size = kSlot;
+    d.ring = {f.mr->base() + 16384, kCredits * kMessageBytes, f.mr->rkey()};
+    d.message_bytes = kMessageBytes;
     d.credits = kCredits;
     d.max_key_bytes = 64;
     d.max_value_bytes = 4096;
-    d.get_deadline_us = 50000;
-    d.lock_slots = 8;
+    d.round_limit_us = 50000;
+    d.lock_words = 8;
     uint8_t buf[kMaxAcceptData];
     size_t n = EncodeServerDescriptor(d, buf);
     QpConfig qc;
@@ -93,7 +93,7 @@ void Serve(Listener& l, const std::vector<Answer>& answers, std::atomic<bool>& s
   uint8_t* recv = f.mem.data() + 32768;
   uint8_t* send = f.mem.data() + 49152;
   for (uint32_t i = 0; i < 8; ++i) {
-    RecvWr r{i, f.mr->Slice(32768 + i * kSlot, kSlot)};
+    RecvWr r{i, f.mr->Slice(32768 + i * kMessageBytes, kMessageBytes)};
     (void)conn->PostRecv({&r, 1});
   }
   size_t next = 0;
@@ -110,11 +110,11 @@ void Serve(Listener& l, const std::vector<Answer>& answers, std::atomic<bool>& s
     }
     for (int i = 0; i < got; ++i) {
       const uint8_t* m = wc[i].opcode == WrOpcode::kRecvWriteImm
-                             ? f.mem.data() + 16384 + size_t{wc[i].imm >> 24} % kCredits * kSlot
-                             : recv + wc[i].wr_id * kSlot;
+                             ? f.mem.data() + 16384 + size_t{wc[i].imm >> 24} % kCredits * kMessageBytes
+                             : recv + wc[i].wr_id * kMessageBytes;
       uint64_t id = 0;
       for (int b = 0; b < 8; ++b) id |= uint64_t{m[8 + b]} << (8 * b);
-      RecvWr r{wc[i].wr_id, f.mr->Slice(32768 + wc[i].wr_id * kSlot, kSlot)};
+      RecvWr r{wc[i].wr_id, f.mr->Slice(32768 + wc[i].wr_id * kMessageBytes, kMessageBytes)};
       (void)conn->PostRecv({&r, 1});
       const Answer a = answers.empty() ? Answer{0, 0, 0, 0, {}} : answers[next++ % answers.size()];
       if (wc[i].status != WcStatus::kSuccess) continue;

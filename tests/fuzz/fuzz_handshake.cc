@@ -17,10 +17,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto again = kvrdma::DecodeServerDescriptor({buf, n});
     if (!again.ok() || !(*again == *d)) std::abort();
     // What a client relies on before indexing memory with these numbers.
-    if (d->index_slots == 0 || (d->index_slots & (d->index_slots - 1)) != 0) std::abort();
-    if (d->index_window == 0 || d->index_window > kvrdma::kMaxWindowSlots) std::abort();
-    if (kvrdma::IndexWords(d->index_slots, d->index_window) * kvrdma::kSlotBytes > d->index.length) std::abort();
-    if (uint64_t{d->credits} * d->slot_size > d->ring.length) std::abort();
+    if (d->index_homes == 0 || (d->index_homes & (d->index_homes - 1)) != 0) std::abort();
+    if (d->index_window == 0 || d->index_window > kvrdma::kMaxWindowWords) std::abort();
+    if (kvrdma::IndexWords(d->index_homes, d->index_window) * kvrdma::kWordBytes > d->index.length) std::abort();
+    if (uint64_t{d->credits} * d->message_bytes > d->ring.length) std::abort();
   }
   if (auto m = kvrdma::DecodeConnectRequest(in); m.ok()) {
     if (m->auth_len > kvrdma::kMaxAuthToken) std::abort();

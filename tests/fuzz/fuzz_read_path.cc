@@ -44,11 +44,11 @@ void CheckIsTheEntry(std::span<const std::byte> bytes, uint64_t off, std::string
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 4) return 0;
-  // Layout of the input: [slot count exponent][window words - 1][key length | 0x80: entry at 4 mod 8][key]
+  // Layout of the input: [home count exponent][window words - 1][key length | 0x80: entry at 4 mod 8][key]
   // [window][entry bytes].
   kvrdma::IndexParams p;
-  p.slot_count = uint64_t{1} << (data[0] % 41);
-  p.window_slots = 1 + data[1] % kvrdma::kMaxWindowSlots;
+  p.home_count = uint64_t{1} << (data[0] % 41);
+  p.window_words = 1 + data[1] % kvrdma::kMaxWindowWords;
   p.seed = 0x1234;
   p.log_bytes = uint64_t{1} << 30;
   size_t klen = 1 + data[2] % 64;
@@ -58,8 +58,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   off += klen;
   auto kw = kvrdma::KeyWindowRead(p, key);
   if (!kw.ok()) std::abort();  // valid parameters and key always give a READ
-  const uint64_t index_bytes = kvrdma::IndexWords(p.slot_count, p.window_slots) * kvrdma::kSlotBytes;
-  if (kw->read.offset + kw->read.length > index_bytes || kw->read.length != p.window_slots * 8) std::abort();
+  const uint64_t index_bytes = kvrdma::IndexWords(p.home_count, p.window_words) * kvrdma::kWordBytes;
+  if (kw->read.offset + kw->read.length > index_bytes || kw->read.length != p.window_words * 8) std::abort();
   if (size < off + kw->read.length) return 0;
   const std::span<const std::byte> window(reinterpret_cast<const std::byte*>(data + off), kw->read.length);
   kvrdma::WindowProbe probe;
@@ -67,7 +67,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   off += kw->read.length;
   std::span<const std::byte> entry(reinterpret_cast<const std::byte*>(data + off), size - off);
   int candidates = 0;
-  // No candidate: a slot whose size class agrees with the header's lengths
+  // No candidate: an entry ref whose size class agrees with the header's lengths
   // (exact or coarse), so the fuzzer reaches the checksum and key checks.
   // The entry's offset decides where its header's words sit (entry.h).
   const uint64_t entry_off = (data[2] & 0x80) != 0 ? 4 : 0;
@@ -78,19 +78,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     code = kvrdma::SizeClassFor(kvrdma::EntryBytes(kvrdma::LengthsKey(lengths), kvrdma::LengthsValue(lengths)));
     code = std::clamp(code, kvrdma::kMinSizeClass, kvrdma::kMaxSizeClass);
   }
-  uint64_t slot = kvrdma::PackSlot(kw->hash.fingerprint, code, entry_off);
+  uint64_t ref = kvrdma::PackRef(kw->hash.fingerprint, code, entry_off);
   for (int w = kvrdma::NextCandidate(probe, 0); w >= 0; w = kvrdma::NextCandidate(probe, w + 1), ++candidates) {
-    if (w >= static_cast<int>(p.window_slots)) std::abort();
-    const kvrdma::SlotCandidate c = kvrdma::CandidateAt(window, w, p);
-    if (c.entry.offset + c.entry.length > p.log_bytes || kvrdma::WordTag(c.slot) != 0) std::abort();
+    if (w >= static_cast<int>(p.window_words)) std::abort();
+    const kvrdma::Candidate c = kvrdma::CandidateAt(window, w, p);
+    if (c.entry.offset + c.entry.length > p.log_bytes || kvrdma::WordTag(c.ref) != 0) std::abort();
     if (c.entry.length > kvrdma::SizeClassBytes(kvrdma::kMaxSizeClass)) std::abort();
-    if (candidates == 0) slot = c.slot;
+    if (candidates == 0) ref = c.ref;
   }
   if (candidates != probe.count) std::abort();
   for (bool current : {false, true}) {
-    kvrdma::EntryView v = kvrdma::DecodeEntry(entry, key, slot, p.seed, current);
+    kvrdma::EntryView v = kvrdma::DecodeEntry(entry, key, ref, p.seed, current);
     if (v.verdict == kvrdma::EntryVerdict::kValue || v.verdict == kvrdma::EntryVerdict::kTombstone) {
-      CheckIsTheEntry(entry, kvrdma::SlotLogOffset(slot), key, p.seed, v.verdict == kvrdma::EntryVerdict::kTombstone,
+      CheckIsTheEntry(entry, kvrdma::RefLogOffset(ref), key, p.seed, v.verdict == kvrdma::EntryVerdict::kTombstone,
                       v.value);
     }
     if (v.verdict == kvrdma::EntryVerdict::kValue) {
@@ -98,8 +98,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::abort();
       }
       if (current && v.superseded) std::abort();
-      // One READ's bytes: the entry lies within them and its length maps to the slot's code.
-      if (v.total_bytes > entry.size() || kvrdma::SizeClassFor(v.total_bytes) != kvrdma::SlotSizeClass(slot)) {
+      // One READ's bytes: the entry lies within them and its length maps to the ref's size class.
+      if (v.total_bytes > entry.size() || kvrdma::SizeClassFor(v.total_bytes) != kvrdma::RefSizeClass(ref)) {
         std::abort();
       }
     }

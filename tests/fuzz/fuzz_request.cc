@@ -1,5 +1,5 @@
 // libFuzzer target: what a server worker decodes from untrusted bytes (a
-// request in a receive buffer or ring slot) and what a client decodes from a
+// request in a message buffer: a receive buffer or the ring's) and what a client decodes from a
 // reply. Must never crash, hang, read out of bounds or return spans outside
 // the input.
 #include <cstddef>

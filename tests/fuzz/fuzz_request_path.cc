@@ -8,8 +8,8 @@
 //
 // After every event the fuzzer checks: one reply per handled request, in
 // request order, with the status a simple model of the protocol predicts; a
-// connection is closed only when it holds all its reply buffers or send queue
-// slots; every receive buffer is reposted once; the assembly budget equals
+// connection is closed only when it holds all its reply buffers and has all its
+// send-queue room back; every receive buffer is reposted once; the assembly budget equals
 // what the model's assemblies hold; and the store holds exactly the model's
 // key-value pairs (an operation the worker applied but could not acknowledge
 // may or may not be there).
@@ -56,12 +56,12 @@ using server::WorkerTestPeer;
     }                                                                         \
   } while (0)
 
-constexpr uint32_t kSlotBytes = 512;
+constexpr uint32_t kWordBytes = 512;
 constexpr uint32_t kMaxKey = 64;
 constexpr uint32_t kMaxValue = 2048;
 constexpr uint32_t kConns = 3;
 constexpr uint32_t kRecvBuffers = 4;
-constexpr uint32_t kLockSlots = 8;
+constexpr uint32_t kLockWords = 8;
 const std::string kKeyNames[] = {"a", "b", "key-1", "key-2", std::string(40, 'L')};
 
 // One store serves many inputs (opening one per input would dominate the
@@ -73,7 +73,7 @@ server::StoreBackend& SharedStore(uint64_t* generation) {
   if (!store || ++inputs % 1024 == 0 || store->store().Stats().segments_free < 8) {
     store.reset();
     StoreConfig sc;
-    sc.index_slots = 32768;
+    sc.index_homes = 32768;
     sc.segment_bytes = 64 << 10;
     sc.log_bytes = 256 * sc.segment_bytes;
     sc.workers = 1;
@@ -159,7 +159,7 @@ class Harness {
   explicit Harness(FuzzedDataProvider& in) : in_(in) {
     cfg_.workers = 1;
     cfg_.credits = in_.ConsumeIntegralInRange<uint32_t>(1, 6);
-    cfg_.slot_bytes = kSlotBytes;
+    cfg_.message_bytes = kWordBytes;
     cfg_.max_key_bytes = kMaxKey;
     cfg_.max_value_bytes = kMaxValue;
     cfg_.assembly_bytes = in_.ConsumeIntegralInRange<uint32_t>(kMaxValue, 3 * kMaxValue);
@@ -170,13 +170,13 @@ class Harness {
     const std::string prefix = std::to_string(generation) + ":";
     for (const std::string& k : kKeyNames) keys_.push_back(prefix + k);
     budget_ = std::make_unique<server::AssemblyBudget>(cfg_.assembly_bytes);
-    locks_.assign(1 + kLockSlots, 0);
+    locks_.assign(1 + kLockWords, 0);
     clock_ = 1000;  // the lease clock (read through server_clock_)
-    recv_mem_.assign(size_t{kRecvBuffers} * kSlotBytes, 0);
+    recv_mem_.assign(size_t{kRecvBuffers} * kWordBytes, 0);
     recv_mr_ = std::make_unique<FakeRegion>(recv_mem_.data(), recv_mem_.size());
     backend_->memory.push_back(recv_mem_);
-    server::ReceivePool pool{&srq_, recv_mr_.get(), kSlotBytes};
-    server::LockView lv{locks_.data(), &server_clock_, kLockSlots, backend_->regions().hash_seed};
+    server::ReceivePool pool{&srq_, recv_mr_.get(), kWordBytes};
+    server::LockView lv{locks_.data(), &server_clock_, kLockWords, backend_->regions().hash_seed};
     worker_ = std::make_unique<server::Worker>(0, cfg_, *backend_, counters_, *budget_, pool, lv,
                                                std::make_unique<FakeCq>());
     for (uint32_t i = 0; i < kConns; ++i) Open(i);
@@ -200,7 +200,7 @@ class Harness {
         case 2: Deliver(c, Query(c, in_.ConsumeBool() ? Opcode::kStats : Opcode::kClock)); break;
         case 3: Deliver(c, First(c)); break;
         case 4: Deliver(c, Next(c)); break;
-        case 5: Deliver(c, in_.ConsumeBytes<uint8_t>(in_.ConsumeIntegralInRange<size_t>(0, kSlotBytes))); break;
+        case 5: Deliver(c, in_.ConsumeBytes<uint8_t>(in_.ConsumeIntegralInRange<size_t>(0, kWordBytes))); break;
         case 6: SetLock(); break;
         case 7:
           EndBatch();
@@ -226,7 +226,7 @@ class Harness {
     Conn& c = conns_[i];
     c = Conn{};
     c.cs = std::make_unique<ConnState>();
-    const size_t ring_bytes = size_t{cfg_.credits} * kSlotBytes;
+    const size_t ring_bytes = size_t{cfg_.credits} * kWordBytes;
     c.cs->ring.reset(static_cast<uint8_t*>(std::calloc(ring_bytes, 1)));
     c.ring = {c.cs->ring.get(), ring_bytes};
     const uint32_t buffers = server::ReplyBufferCount(cfg_.credits);
@@ -289,7 +289,7 @@ class Harness {
     if (covers != 0 && covers != key) return true;                            // other keys of the word
     return word == token && (word >> 44) == requester;                        // its holder, with the lease
   }
-  LockPlace Place(const std::string& key) const { return LockPlaceOf(key, backend_->regions().hash_seed, kLockSlots); }
+  LockPlace Place(const std::string& key) const { return LockPlaceOf(key, backend_->regions().hash_seed, kLockWords); }
   const std::string& Key() { return keys_[in_.ConsumeIntegralInRange<size_t>(0, keys_.size() - 1)]; }
   std::vector<uint8_t> WholeWrite(Conn& c, Opcode op) {
     const std::string& key = Key();
@@ -299,7 +299,7 @@ class Harness {
     h.request_id = c.next_id++;
     h.lock_token = Token(key);
     std::string v;
-    if (op == Opcode::kPut) v = Value(in_.ConsumeIntegralInRange<size_t>(0, kSlotBytes - 32 - key.size()));
+    if (op == Opcode::kPut) v = Value(in_.ConsumeIntegralInRange<size_t>(0, kWordBytes - 32 - key.size()));
     h.value_len = h.frag_len = static_cast<uint32_t>(v.size());
     return Encode(h, key, v);
   }
@@ -314,7 +314,7 @@ class Harness {
     c.frag_id = c.next_id++;
     c.frag_token = Token(c.frag_key);
     c.frag_len = in_.ConsumeIntegralInRange<uint32_t>(0, kMaxValue + 16);
-    const uint32_t room = kSlotBytes - 32 - static_cast<uint32_t>(c.frag_key.size());
+    const uint32_t room = kWordBytes - 32 - static_cast<uint32_t>(c.frag_key.size());
     c.frag_sent = std::min(in_.ConsumeIntegralInRange<uint32_t>(0, room), c.frag_len);
     RequestHeader h;
     h.flags = kFlagFirst | (c.frag_sent == c.frag_len && in_.ConsumeBool() ? kFlagLast : 0);
@@ -333,10 +333,10 @@ class Harness {
     h.request_id = c.frag_id;
     h.lock_token = c.frag_token;
     h.frag_offset = c.frag_sent;
-    uint32_t chunk = std::min(in_.ConsumeIntegralInRange<uint32_t>(0, kSlotBytes - 32), c.frag_len - std::min(c.frag_sent, c.frag_len));
+    uint32_t chunk = std::min(in_.ConsumeIntegralInRange<uint32_t>(0, kWordBytes - 32), c.frag_len - std::min(c.frag_sent, c.frag_len));
     switch (in_.ConsumeIntegralInRange<int>(0, 6)) {
       case 0:  // another total length than the FIRST's, consistent with a LAST
-        chunk = in_.ConsumeIntegralInRange<uint32_t>(0, kSlotBytes - 32);
+        chunk = in_.ConsumeIntegralInRange<uint32_t>(0, kWordBytes - 32);
         h.value_len = h.frag_offset + chunk;
         break;
       case 1: h.frag_offset = in_.ConsumeIntegralInRange<uint32_t>(0, kMaxValue); break;
@@ -355,17 +355,17 @@ class Harness {
 
   // --- delivery: SEND into a receive buffer, or WRITE_WITH_IMM into the ring ---
   void Deliver(Conn& c, std::vector<uint8_t> msg) {
-    if (msg.size() > kSlotBytes) msg.resize(kSlotBytes);
+    if (msg.size() > kWordBytes) msg.resize(kWordBytes);
     Completion wc;
     wc.qp_num = c.cs->qp_num;
     wc.wr_id = next_recv_++ % kRecvBuffers;
     if (in_.ConsumeBool()) {
       wc.opcode = WrOpcode::kRecv;
       wc.byte_len = static_cast<uint32_t>(msg.size());
-      if (!msg.empty()) std::memcpy(recv_mem_.data() + wc.wr_id * kSlotBytes, msg.data(), msg.size());
+      if (!msg.empty()) std::memcpy(recv_mem_.data() + wc.wr_id * kWordBytes, msg.data(), msg.size());
     } else {
       const uint32_t pos = in_.ConsumeIntegralInRange<uint32_t>(0, cfg_.credits - 1);
-      if (!msg.empty()) std::memcpy(c.ring.data() + size_t{pos} * kSlotBytes, msg.data(), msg.size());
+      if (!msg.empty()) std::memcpy(c.ring.data() + size_t{pos} * kWordBytes, msg.data(), msg.size());
       wc.opcode = WrOpcode::kRecvWriteImm;
       wc.imm = (pos << 24) | static_cast<uint32_t>(msg.size());
     }
@@ -386,7 +386,7 @@ class Harness {
   Expect Predict(Conn& c, const Completion& wc, std::span<const uint8_t> seen) {
     Expect e;
     if (wc.opcode == WrOpcode::kRecvWriteImm &&
-        ((wc.imm >> 24) >= cfg_.credits || (wc.imm & 0xffffff) > kSlotBytes)) {
+        ((wc.imm >> 24) >= cfg_.credits || (wc.imm & 0xffffff) > kWordBytes)) {
       e.code = Status::Code::kInvalidArgument;
       return e;
     }
@@ -462,9 +462,9 @@ class Harness {
     const bool was_broken = c.qp->broken();
     std::vector<uint8_t> seen;
     if (wc.opcode == WrOpcode::kRecv) {
-      seen.assign(recv_mem_.data() + wc.wr_id * kSlotBytes, recv_mem_.data() + wc.wr_id * kSlotBytes + wc.byte_len);
-    } else if ((wc.imm >> 24) < cfg_.credits && (wc.imm & 0xffffff) <= kSlotBytes) {
-      const uint8_t* p = c.ring.data() + size_t{wc.imm >> 24} * kSlotBytes;
+      seen.assign(recv_mem_.data() + wc.wr_id * kWordBytes, recv_mem_.data() + wc.wr_id * kWordBytes + wc.byte_len);
+    } else if ((wc.imm >> 24) < cfg_.credits && (wc.imm & 0xffffff) <= kWordBytes) {
+      const uint8_t* p = c.ring.data() + size_t{wc.imm >> 24} * kWordBytes;
       seen.assign(p, p + (wc.imm & 0xffffff));
     }
     Expect e;

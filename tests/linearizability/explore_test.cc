@@ -107,7 +107,7 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
   // Index shapes (homes x window): 11 to 28 usable words for up to 39 keys,
   // often full; windows that overlap make hops (and their move tags) common.
   struct IndexShape {
-    uint64_t slots, window;
+    uint64_t homes, window;
   };
   constexpr IndexShape kIndexShapes[] = {{1, 14}, {1, 28}, {4, 8}, {8, 8}, {8, 16}, {16, 4}};
   const IndexShape index = kIndexShapes[pick(std::size(kIndexShapes))];
@@ -127,13 +127,13 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
       ho.key = std::string(key.substr(0, 2));
       ho.type = lin::OpType::kDelete;
       ho.outcome = lin::Outcome::kOk;
-      ho.invoke_ns = NowNs();  // just before the slot is cleared (under the key's locks)
-      ho.complete_ns = ho.invoke_ns + 100'000;  // the slot is cleared microseconds later
+      ho.invoke_ns = NowNs();  // just before the key's word is cleared (under the key's locks)
+      ho.complete_ns = ho.invoke_ns + 100'000;  // the word is cleared microseconds later
       std::lock_guard<std::mutex> g(evicted->first);
       evicted->second.push_back(std::move(ho));
     };
     sc.cleaner_thread = false;
-    sc.index_slots = index.slots;
+    sc.index_homes = index.homes;
     sc.index_window = index.window;
     sc.segment_bytes = 4096;
     // Room for the live data (up to 28 words) plus churn: 8 segments, or 32
@@ -154,7 +154,7 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
     // READs copied a word at a time, last word first, yielding in between:
     // a window READ then reads a hop's destination (higher) before its
     // source, the order that would show a moved key nowhere without the
-    // move tag (DESIGN.md, "Misses while slots move").
+    // move tag (DESIGN.md, "Misses while entry refs move").
     if (pick(2) == 0) {
       f.read_chunk_bytes = 8;
       f.read_descending = true;
@@ -290,7 +290,7 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
     st->cache_hits += clients[c]->stats().cache_hits;
     st->cache_stale += clients[c]->stats().cache_stale;
     // Window rounds beyond the first of GETs that found nothing: a tag that
-    // matched, or a round over the deadline.
+    // matched, or a round over the round limit.
     st->miss_rounds += clients[c]->stats().get_miss_rounds - clients[c]->stats().get_misses;
   }
   const StoreStats ss = store.Stats();
@@ -298,7 +298,7 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
     std::printf("[explore] seed %llu: shape %s, %d hot keys, index %llu x %llu, %s mode%s; %zu history ops; "
                 "segments cleaned %llu, relocations %llu, evictions %llu; client 0: %llu cache hits, %llu stale\n",
                 static_cast<unsigned long long>(seed), shape.name, hot_keys,
-                static_cast<unsigned long long>(index.slots), static_cast<unsigned long long>(index.window),
+                static_cast<unsigned long long>(index.homes), static_cast<unsigned long long>(index.window),
                 cache_mode ? "cache" : "store",
                 faults ? ", faults" : "", h.size(), static_cast<unsigned long long>(ss.segments_cleaned),
                 static_cast<unsigned long long>(ss.relocations), static_cast<unsigned long long>(ss.evictions),

@@ -23,9 +23,9 @@ std::string MakeValue(uint32_t client, uint64_t seq, size_t len) {
   return v;
 }
 
-// One operation in flight. The Op's views point into this slot's strings,
-// so slots never move while the client may touch them.
-struct Slot {
+// One operation in flight. The Op's views point into this op state's strings,
+// so op states never move while the client may touch them.
+struct OpState {
   Op op;
   std::string key, value, result;
   HistoryOp rec;
@@ -40,7 +40,7 @@ struct Worker {
   Status connect_status;
 };
 
-void Classify(Slot& s, RecordStats* st) {
+void Classify(OpState& s, RecordStats* st) {
   HistoryOp& r = s.rec;
   const Status& status = s.op.status;
   if (status.ok()) {
@@ -63,14 +63,14 @@ void RunWorker(Worker& w, const RecorderOptions& o, const ConnectFn& connect, ui
   std::uniform_real_distribution<double> coin(0.0, 1.0);
   std::uniform_int_distribution<uint32_t> key_dist(0, o.keys - 1);
   std::uniform_int_distribution<size_t> len_dist(8, std::max<size_t>(8, o.max_value_bytes));
-  std::vector<Slot> slots(std::max<uint32_t>(1, o.depth));
-  std::vector<Op*> done(slots.size());
+  std::vector<OpState> op_states(std::max<uint32_t>(1, o.depth));
+  std::vector<Op*> done(op_states.size());
   uint64_t issued = 0, seq = 0;
   size_t in_flight = 0;
   bool broken = false;
   while (true) {
     bool more = issued < o.ops_per_client && NowNs() < deadline_ns;
-    for (Slot& s : slots) {
+    for (OpState& s : op_states) {
       if (!more || broken || s.busy || issued >= o.ops_per_client) continue;
       double c = coin(rng);
       s.key = "lin-" + std::to_string(key_dist(rng));
@@ -120,7 +120,7 @@ void RunWorker(Worker& w, const RecorderOptions& o, const ConnectFn& connect, ui
     size_t n = w.client->Wait(done, 100);
     uint64_t now = NowNs();
     for (size_t i = 0; i < n; ++i) {
-      Slot& s = *static_cast<Slot*>(done[i]->user);
+      OpState& s = *static_cast<OpState*>(done[i]->user);
       s.rec.complete_ns = now;
       Classify(s, &w.stats);
       if (s.op.status.IsConnectionLost() || s.op.status.IsTimeout()) broken = true;

@@ -151,7 +151,7 @@ TEST_F(ServerMetricsTest, CountersMoveWithRequests) {
   EXPECT_EQ(p.at("kvrdma_connections"), 1);
   EXPECT_EQ(p.at("kvrdma_connections_accepted_total"), 1);
   EXPECT_EQ(p.at("kvrdma_items"), 49);
-  EXPECT_EQ(p.at("kvrdma_index_slots_used"), 50);  // 49 items + the tombstone
+  EXPECT_EQ(p.at("kvrdma_index_words_used"), 50);  // 49 items + the tombstone
   EXPECT_GT(p.at("kvrdma_log_live_bytes"), 49 * 100);
   EXPECT_EQ(p.types["kvrdma_worker_service_seconds"], "histogram");
   // Every message a worker handled is in the histogram: 50 PUTs, 2 DELETEs
@@ -167,7 +167,7 @@ TEST_F(ServerMetricsTest, CountersMoveWithRequests) {
     prev = v;
   }
   EXPECT_EQ(p.at("kvrdma_locks{state=\"held\"}"), 1);
-  EXPECT_EQ(p.at("kvrdma_lock_slots"), s.config().lock_slots);
+  EXPECT_EQ(p.at("kvrdma_lock_words"), s.config().lock_words);
   double segs = 0;
   for (const char* st : {"free", "open", "sealed", "cleaning", "retired"}) {
     segs += p.at("kvrdma_log_segments{state=\"" + std::string(st) + "\"}");

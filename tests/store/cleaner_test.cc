@@ -115,10 +115,10 @@ TEST(Cleaner, ACopyAtTheOtherParityStillDecodes) {
     ASSERT_TRUE(ReadNative(*s, Key(i), &v, &r).ok()) << i;
     ASSERT_EQ(v, value(i, i % 3 == 0 ? 7 : 1)) << i;
     if (i % 3 != 0 && (r.log_offset / 4) % 2 != (first[i] / 4) % 2) ++swapped;
-    // The one-READ GET's check: the entry at the slot's location is current.
-    const size_t len = SizeClassBytes(SlotSizeClass(r.slot));
+    // The one-READ GET's check: the entry at the ref's location is current.
+    const size_t len = SizeClassBytes(RefSizeClass(r.ref));
     RacyLoad(entry.data(), s->log_base() + r.log_offset, len);
-    EXPECT_EQ(DecodeEntry(std::span(entry).first(len), Key(i), r.slot, s->config().seed, true).verdict,
+    EXPECT_EQ(DecodeEntry(std::span(entry).first(len), Key(i), r.ref, s->config().seed, true).verdict,
               EntryVerdict::kValue)
         << i;
   }
@@ -158,12 +158,12 @@ TEST(Cleaner, ReuseWaitsForTheGracePeriod) {
   StoreStats st = s->Stats();
   EXPECT_GT(st.segments_retired, 0u);
   // Until the grace period passes, the retired segment keeps its old bytes: a
-  // slow reader that read the old slot still validates the old entry.
+  // slow reader that read the old ref still validates the old entry.
   for (int ver = 201; ver <= 400; ++ver) ASSERT_TRUE(s->Put(0, "k", Value(0, ver, 200)).ok());
   EXPECT_EQ(s->SegmentGeneration(first.log_offset), gen);
-  std::vector<std::byte> old(SizeClassBytes(SlotSizeClass(first.slot)));
+  std::vector<std::byte> old(SizeClassBytes(RefSizeClass(first.ref)));
   RacyLoad(old.data(), s->log_base() + first.log_offset, old.size());
-  EntryView ev = DecodeEntry(old, "k", first.slot, c.seed, false);
+  EntryView ev = DecodeEntry(old, "k", first.ref, c.seed, false);
   EXPECT_EQ(ev.verdict, EntryVerdict::kValue);
   EXPECT_TRUE(ev.superseded);
   std::this_thread::sleep_for(std::chrono::milliseconds(350));

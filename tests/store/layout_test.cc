@@ -7,33 +7,33 @@
 
 #include "common/format/entry.h"
 #include "common/format/hash.h"
-#include "common/format/slot.h"
+#include "common/format/entry_ref.h"
 #include "common/format/window.h"
 
 namespace kvrdma {
 namespace {
 
 TEST(Layout, IndexWords) {
-  EXPECT_EQ(kSlotBytes, 8u);
-  EXPECT_EQ(kMaxWindowSlots, 128u);  // one READ of 1 KiB
+  EXPECT_EQ(kWordBytes, 8u);
+  EXPECT_EQ(kMaxWindowWords, 128u);  // one READ of 1 KiB
   EXPECT_EQ(IndexWords(1 << 20, 128), (1u << 20) + 127);
   EXPECT_EQ(IndexWords(1, 14), 14u);
   // | fingerprint:12 | size class:11 | tag:5 | location:36 |
   EXPECT_EQ(kWordTagShift, 36u);
   EXPECT_EQ(kWordTagMask, uint64_t{0x1f} << 36);
-  EXPECT_EQ(kSlotSizeClassShift, 41u);
-  EXPECT_EQ(kSlotFingerprintShift, 52u);
+  EXPECT_EQ(kRefSizeClassShift, 41u);
+  EXPECT_EQ(kRefFingerprintShift, 52u);
 }
 
 TEST(Layout, MoveTagsBelongToTheWord) {
-  const uint64_t slot = PackSlot(0xabc, 40, 8 * 999);
-  const uint64_t tagged = WordWith(slot, kTagSetBit | 7);
-  EXPECT_EQ(WordSlot(tagged), slot);
+  const uint64_t ref = PackRef(0xabc, 40, 8 * 999);
+  const uint64_t tagged = WordWith(ref, kTagSetBit | 7);
+  EXPECT_EQ(WordRef(tagged), ref);
   EXPECT_EQ(WordTag(tagged), kTagSetBit | 7);
-  EXPECT_EQ(SlotFingerprint(WordSlot(tagged)), 0xabc);
-  EXPECT_EQ(SlotLogOffset(WordSlot(tagged)), 8u * 999);
-  // An empty word can carry a tag: the slot is empty, the word is not 0.
-  EXPECT_EQ(WordSlot(WordWith(kEmptySlot, kTagSetBit | 3)), kEmptySlot);
+  EXPECT_EQ(RefFingerprint(WordRef(tagged)), 0xabc);
+  EXPECT_EQ(RefLogOffset(WordRef(tagged)), 8u * 999);
+  // An empty word can carry a tag: the ref is empty, the word is not 0.
+  EXPECT_EQ(WordRef(WordWith(kEmptyRef, kTagSetBit | 3)), kEmptyRef);
   // A second key leaving a tagged word makes the tag match every key.
   EXPECT_EQ(TagAfterMove(kTagSetBit | 3, 3), kTagSetBit | 3);
   EXPECT_EQ(TagAfterMove(kTagSetBit | 3, 4), kTagSetBit | kTagAnyKey);
@@ -61,27 +61,27 @@ TEST(Layout, EntryHeader) {
   EXPECT_TRUE(LengthsTombstone(PackLengths(5, 0, true)));
 }
 
-TEST(Layout, SlotPacking) {
+TEST(Layout, RefPacking) {
   const uint64_t off = (kMaxLogBytes - 4);
-  const uint64_t s = PackSlot(0xfff, kMaxSizeClass, off);
-  EXPECT_EQ(SlotFingerprint(s), 0xfff);
+  const uint64_t s = PackRef(0xfff, kMaxSizeClass, off);
+  EXPECT_EQ(RefFingerprint(s), 0xfff);
   EXPECT_EQ(WordTag(s), 0u);
-  EXPECT_EQ(SlotSizeClass(s), kMaxSizeClass);
-  EXPECT_EQ(SlotLogOffset(s), off);
-  EXPECT_TRUE(SlotLooksValid(s));
+  EXPECT_EQ(RefSizeClass(s), kMaxSizeClass);
+  EXPECT_EQ(RefLogOffset(s), off);
+  EXPECT_TRUE(RefLooksValid(s));
   // All 11 bits round-trip (code 2047 is packable though never valid).
-  EXPECT_EQ(SlotSizeClass(PackSlot(0, kSlotSizeClassMask, 0)), 2047u);
+  EXPECT_EQ(RefSizeClass(PackRef(0, kRefSizeClassMask, 0)), 2047u);
   EXPECT_EQ(SizeClassFor(16), 4u);
   EXPECT_EQ(SizeClassFor(20), 5u);
   EXPECT_EQ(SizeClassFor(4092), 1023u);
   EXPECT_EQ(SizeClassFor(4096), 1024u);
   EXPECT_EQ(SizeClassFor(EntryBytes(kMaxKeyBytes, kMaxValueBytes)), kMaxSizeClass);
   EXPECT_EQ(kMaxSizeClass, 1024u + 9 * 32 + 1);
-  EXPECT_NE(PackSlot(0, kMinSizeClass, 0), kEmptySlot);
-  EXPECT_EQ(SlotLogOffset(PackSlot(0, kMinSizeClass, 4)), 4u);  // locations in 4-byte units
+  EXPECT_NE(PackRef(0, kMinSizeClass, 0), kEmptyRef);
+  EXPECT_EQ(RefLogOffset(PackRef(0, kMinSizeClass, 4)), 4u);  // locations in 4-byte units
   // Codes 0..3 are never entries.
-  for (uint64_t code = 0; code < kMinSizeClass; ++code) EXPECT_FALSE(SlotLooksValid(PackSlot(0x123, code, 64)));
-  EXPECT_FALSE(SlotLooksValid(PackSlot(0x123, kMaxSizeClass + 1, 64)));
+  for (uint64_t code = 0; code < kMinSizeClass; ++code) EXPECT_FALSE(RefLooksValid(PackRef(0x123, code, 64)));
+  EXPECT_FALSE(RefLooksValid(PackRef(0x123, kMaxSizeClass + 1, 64)));
   EXPECT_EQ(kMaxLogBytes, uint64_t{256} << 30);
 }
 

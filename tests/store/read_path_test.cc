@@ -14,7 +14,7 @@ constexpr uint64_t kSeed = 1234;
 
 struct Encoded {
   std::vector<std::byte> bytes;
-  uint64_t slot;
+  uint64_t ref;
 };
 
 // An entry encoded as at log offset `off` (off % 8 says where its guard is).
@@ -23,7 +23,7 @@ Encoded Make(std::string_view key, std::string_view value, bool tomb = false, ui
   e.bytes.resize(EntryBytes(key.size(), value.size()));
   EXPECT_EQ(EncodeEntry(e.bytes, off, key, value, tomb, kSeed), e.bytes.size());
   const KeyHash kh = MakeKeyHash(key, kSeed, 1024);
-  e.slot = PackSlot(kh.fingerprint, SizeClassFor(e.bytes.size()), off);
+  e.ref = PackRef(kh.fingerprint, SizeClassFor(e.bytes.size()), off);
   return e;
 }
 
@@ -48,19 +48,19 @@ TEST(ReadPath, KeyWindowRead) {
 // ProbeWindow scans four words at a time (SSE2); the one-word-at-a-time scan
 // is the reference. Random windows of every size, whose words are drawn so
 // that fingerprint matches, tags (the key's, any key's, another key's, unset
-// set bit), empty words and implausible slots all occur often, must give the
+// set bit), empty words and implausible refs all occur often, must give the
 // same probe.
 TEST(ReadPath, TheFourWordScanAgreesWithTheOneWordScan) {
   std::mt19937_64 rng(7);
-  uint64_t w[kMaxWindowSlots];
+  uint64_t w[kMaxWindowWords];
   for (int round = 0; round < 20000; ++round) {
-    const uint64_t n = 1 + rng() % kMaxWindowSlots;
+    const uint64_t n = 1 + rng() % kMaxWindowWords;
     IndexParams p{1024, n, kSeed, uint64_t{1} << (10 + rng() % 20)};
     KeyHash kh = MakeKeyHash("k" + std::to_string(round), kSeed, 1024);
     for (uint64_t i = 0; i < n; ++i) {
       const uint64_t fp = rng() % 3 == 0 ? kh.fingerprint : rng();
-      const uint64_t code = rng() % 4 == 0 ? rng() % (kSlotSizeClassMask + 1) : 3 + rng() % 40;
-      uint64_t slot = rng() % 5 == 0 ? kEmptySlot : PackSlot(fp, code, (rng() % (p.log_bytes / 4)) * 8);
+      const uint64_t code = rng() % 4 == 0 ? rng() % (kRefSizeClassMask + 1) : 3 + rng() % 40;
+      uint64_t ref = rng() % 5 == 0 ? kEmptyRef : PackRef(fp, code, (rng() % (p.log_bytes / 4)) * 8);
       uint64_t tag = 0;
       switch (rng() % 6) {
         case 0: tag = kTagSetBit | kh.tag_nibble; break;
@@ -69,11 +69,11 @@ TEST(ReadPath, TheFourWordScanAgreesWithTheOneWordScan) {
         case 3: tag = rng() & kTagNibbleMask; break;  // set bit clear: no tag
         default: break;
       }
-      w[i] = rng() % 50 == 0 ? rng() : WordWith(slot, tag);  // now and then any 64 bits
+      w[i] = rng() % 50 == 0 ? rng() : WordWith(ref, tag);  // now and then any 64 bits
     }
     // Rarely a tag at all, so that tag_matched is false often enough.
     if (round % 2 == 0) {
-      for (uint64_t i = 0; i < n; ++i) w[i] = WordWith(WordSlot(w[i]), 0);
+      for (uint64_t i = 0; i < n; ++i) w[i] = WordWith(WordRef(w[i]), 0);
     }
     const auto bytes = std::as_bytes(std::span(w, n));
     WindowProbe fast, ref;
@@ -90,12 +90,12 @@ TEST(ReadPath, ProbeWindowFindsFingerprintMatchesAndTags) {
   IndexParams p{1024, 16, kSeed, 1 << 20};
   const KeyHash kh = MakeKeyHash("hello", kSeed, 1024);
   uint64_t w[16] = {};
-  w[3] = PackSlot(kh.fingerprint, 4, 800);
-  w[4] = PackSlot(kh.fingerprint ^ 1, 4, 800);          // other fingerprint
-  w[15] = PackSlot(kh.fingerprint, 4, (1 << 20) - 8);   // outside the log (no room for a header)
-  w[0] = PackSlot(kh.fingerprint, 4, 1 << 21);          // outside the log
-  w[1] = PackSlot(kh.fingerprint, 1, 64);               // impossible size class
-  w[9] = WordWith(PackSlot(kh.fingerprint, 4, 960), kTagSetBit | ((kh.tag_nibble + 1) & 15));  // another key's tag
+  w[3] = PackRef(kh.fingerprint, 4, 800);
+  w[4] = PackRef(kh.fingerprint ^ 1, 4, 800);          // other fingerprint
+  w[15] = PackRef(kh.fingerprint, 4, (1 << 20) - 8);   // outside the log (no room for a header)
+  w[0] = PackRef(kh.fingerprint, 4, 1 << 21);          // outside the log
+  w[1] = PackRef(kh.fingerprint, 1, 64);               // impossible size class
+  w[9] = WordWith(PackRef(kh.fingerprint, 4, 960), kTagSetBit | ((kh.tag_nibble + 1) & 15));  // another key's tag
   WindowProbe r;
   const auto bytes = [&] { return std::as_bytes(std::span(w)); };
   ASSERT_TRUE(ProbeWindow(bytes(), kh, p, &r).ok());
@@ -105,30 +105,30 @@ TEST(ReadPath, ProbeWindowFindsFingerprintMatchesAndTags) {
   EXPECT_EQ(NextCandidate(r, 0), 3);
   EXPECT_EQ(NextCandidate(r, 4), 9);
   EXPECT_EQ(NextCandidate(r, 10), -1);
-  SlotCandidate c = CandidateAt(bytes(), 9, p);
-  EXPECT_EQ(c.slot, PackSlot(kh.fingerprint, 4, 960));  // the tag is not part of the slot
+  Candidate c = CandidateAt(bytes(), 9, p);
+  EXPECT_EQ(c.ref, PackRef(kh.fingerprint, 4, 960));  // the tag is not part of the ref
   EXPECT_EQ(c.entry.offset, 960u);
   EXPECT_EQ(c.entry.length, 16u);  // code 4: 4 units of 4 bytes
-  w[15] = PackSlot(kh.fingerprint, 4, (1 << 20) - 12);  // a header's room: a clamped read
+  w[15] = PackRef(kh.fingerprint, 4, (1 << 20) - 12);  // a header's room: a clamped read
   ASSERT_TRUE(ProbeWindow(bytes(), kh, p, &r).ok());
   EXPECT_EQ(r.count, 3);
   EXPECT_EQ(CandidateAt(bytes(), 15, p).entry.length, 12u);
   // A tag matching the key, on an empty word: no candidate, but no proof of a miss.
-  w[7] = WordWith(kEmptySlot, kTagSetBit | kh.tag_nibble);
+  w[7] = WordWith(kEmptyRef, kTagSetBit | kh.tag_nibble);
   ASSERT_TRUE(ProbeWindow(bytes(), kh, p, &r).ok());
   EXPECT_TRUE(r.tag_matched);
   EXPECT_FALSE(MissIsProven(r, true));
-  w[7] = WordWith(kEmptySlot, kTagSetBit | kTagAnyKey);
+  w[7] = WordWith(kEmptyRef, kTagSetBit | kTagAnyKey);
   ASSERT_TRUE(ProbeWindow(bytes(), kh, p, &r).ok());
   EXPECT_TRUE(r.tag_matched);
   w[7] = 0;
   ASSERT_TRUE(ProbeWindow(bytes(), kh, p, &r).ok());
   EXPECT_TRUE(MissIsProven(r, true));
-  EXPECT_FALSE(MissIsProven(r, false));  // a round over the deadline proves nothing
+  EXPECT_FALSE(MissIsProven(r, false));  // a round over the round limit proves nothing
   EXPECT_FALSE(ProbeWindow(std::as_bytes(std::span(w)).first(120), kh, p, &r).ok());
   // Codes 0..2 and codes beyond the largest entry's are never followed.
-  for (uint64_t code : {uint64_t{2}, kMaxSizeClass + 1, kSlotSizeClassMask}) {
-    uint64_t c[4] = {PackSlot(kh.fingerprint, code, 64), 0, 0, 0};
+  for (uint64_t code : {uint64_t{2}, kMaxSizeClass + 1, kRefSizeClassMask}) {
+    uint64_t c[4] = {PackRef(kh.fingerprint, code, 64), 0, 0, 0};
     WindowProbe rc;
     ASSERT_TRUE(ProbeWindow(std::as_bytes(std::span(c)), kh, IndexParams{1024, 4, kSeed, 1 << 20}, &rc).ok());
     EXPECT_EQ(rc.count, 0) << code;
@@ -149,13 +149,13 @@ TEST(ReadPath, NextCandidateWalksAllWordsOfTheWidestWindow) {
 TEST(ReadPath, DecodeValidEntryAtEitherAlignment) {
   for (uint64_t off : {64, 68}) {
     Encoded e = Make("key", "the value", false, off);
-    EntryView v = DecodeEntry(e.bytes, "key", e.slot, kSeed, true);
+    EntryView v = DecodeEntry(e.bytes, "key", e.ref, kSeed, true);
     ASSERT_EQ(v.verdict, EntryVerdict::kValue) << off;
     EXPECT_EQ(std::string_view(reinterpret_cast<const char*>(v.value.data()), v.value.size()), "the value");
     EXPECT_EQ(v.total_bytes, 24u);  // 12 + 3 + 9
     EXPECT_TRUE(EntryVerdictStatus(v.verdict).ok());
     // Read as if at the other alignment, the header's words are swapped: rejected.
-    const uint64_t other = PackSlot(SlotFingerprint(e.slot), SlotSizeClass(e.slot), off ^ 4);
+    const uint64_t other = PackRef(RefFingerprint(e.ref), RefSizeClass(e.ref), off ^ 4);
     EXPECT_NE(DecodeEntry(e.bytes, "key", other, kSeed, false).verdict, EntryVerdict::kValue) << off;
   }
 }
@@ -168,7 +168,7 @@ TEST(ReadPath, RejectsEveryByteFlip) {
       for (int bit = 0; bit < 8; ++bit) {
         std::vector<std::byte> b = e.bytes;
         b[i] ^= std::byte(1 << bit);
-        EntryView v = DecodeEntry(b, "key", e.slot, kSeed, false);
+        EntryView v = DecodeEntry(b, "key", e.ref, kSeed, false);
         if (i == not_current_byte && bit == 7) {  // the not-current bit is outside the checksum
           EXPECT_EQ(v.verdict, EntryVerdict::kValue);
           EXPECT_TRUE(v.superseded);
@@ -191,7 +191,7 @@ TEST(ReadPath, PaddingIsNotCovered) {
     EXPECT_EQ(p.bytes[i], std::byte{0});
     std::vector<std::byte> b = p.bytes;
     b[i] = std::byte{0xff};
-    EXPECT_EQ(DecodeEntry(b, "key", p.slot, kSeed, false).verdict, EntryVerdict::kValue);
+    EXPECT_EQ(DecodeEntry(b, "key", p.ref, kSeed, false).verdict, EntryVerdict::kValue);
   }
 }
 
@@ -215,7 +215,7 @@ TEST(ReadPath, TornEntryIsRejected) {
       for (size_t w = 0; w < words; ++w) {
         if (mask & (1u << w)) std::memcpy(&m[cuts[w]], &b.bytes[cuts[w]], cuts[w + 1] - cuts[w]);
       }
-      EntryView v = DecodeEntry(m, "key", a.slot, kSeed, false);
+      EntryView v = DecodeEntry(m, "key", a.ref, kSeed, false);
       if (v.verdict == EntryVerdict::kValue) {
         // Only a mix whose bytes equal one of the two (the pieces it took
         // from the other were identical: the lengths) may decode.
@@ -230,22 +230,22 @@ TEST(ReadPath, TornEntryIsRejected) {
 
 TEST(ReadPath, WrongKeyRecycledAndMalformed) {
   Encoded e = Make("key", "value");
-  EXPECT_EQ(DecodeEntry(e.bytes, "kez", e.slot, kSeed, false).verdict, EntryVerdict::kWrongKey);
-  EXPECT_EQ(DecodeEntry(e.bytes, "key2", e.slot, kSeed, false).verdict, EntryVerdict::kWrongKey);
+  EXPECT_EQ(DecodeEntry(e.bytes, "kez", e.ref, kSeed, false).verdict, EntryVerdict::kWrongKey);
+  EXPECT_EQ(DecodeEntry(e.bytes, "key2", e.ref, kSeed, false).verdict, EntryVerdict::kWrongKey);
   // Recycled: another entry of a different length now lives at the location.
   Encoded other = Make("other-key-long", "some other value that is longer");
-  EXPECT_EQ(DecodeEntry(other.bytes, "key", e.slot, kSeed, false).verdict, EntryVerdict::kMalformed);
+  EXPECT_EQ(DecodeEntry(other.bytes, "key", e.ref, kSeed, false).verdict, EntryVerdict::kMalformed);
   // Recycled with the same length: the key check rejects it.
   Encoded same_len = Make("kez", "value");
-  EXPECT_EQ(DecodeEntry(same_len.bytes, "key", e.slot, kSeed, false).verdict, EntryVerdict::kWrongKey);
+  EXPECT_EQ(DecodeEntry(same_len.bytes, "key", e.ref, kSeed, false).verdict, EntryVerdict::kWrongKey);
   // Zeroed (freshly mapped or scrubbed) memory.
   std::vector<std::byte> zero(64);
-  EXPECT_EQ(DecodeEntry(zero, "key", e.slot, kSeed, false).verdict, EntryVerdict::kMalformed);
+  EXPECT_EQ(DecodeEntry(zero, "key", e.ref, kSeed, false).verdict, EntryVerdict::kMalformed);
   // Too short for a header.
-  EXPECT_EQ(DecodeEntry(std::span(e.bytes).first(15), "key", e.slot, kSeed, false).verdict,
+  EXPECT_EQ(DecodeEntry(std::span(e.bytes).first(15), "key", e.ref, kSeed, false).verdict,
             EntryVerdict::kMalformed);
   // Other seed (another server's data): checksum mismatch.
-  EXPECT_EQ(DecodeEntry(e.bytes, "key", e.slot, kSeed + 1, false).verdict, EntryVerdict::kTorn);
+  EXPECT_EQ(DecodeEntry(e.bytes, "key", e.ref, kSeed + 1, false).verdict, EntryVerdict::kTorn);
   // Status mapping.
   EXPECT_EQ(EntryVerdictStatus(EntryVerdict::kTorn).code(), Status::Code::kRetry);
   EXPECT_EQ(EntryVerdictStatus(EntryVerdict::kMalformed).code(), Status::Code::kRetry);
@@ -255,10 +255,10 @@ TEST(ReadPath, WrongKeyRecycledAndMalformed) {
 TEST(ReadPath, SupersededAndTombstone) {
   Encoded e = Make("key", "value");
   e.bytes[7] |= std::byte{0x80};
-  EXPECT_EQ(DecodeEntry(e.bytes, "key", e.slot, kSeed, false).verdict, EntryVerdict::kValue);
-  EXPECT_EQ(DecodeEntry(e.bytes, "key", e.slot, kSeed, true).verdict, EntryVerdict::kSuperseded);
+  EXPECT_EQ(DecodeEntry(e.bytes, "key", e.ref, kSeed, false).verdict, EntryVerdict::kValue);
+  EXPECT_EQ(DecodeEntry(e.bytes, "key", e.ref, kSeed, true).verdict, EntryVerdict::kSuperseded);
   Encoded t = Make("key", "", true);
-  EntryView v = DecodeEntry(t.bytes, "key", t.slot, kSeed, true);
+  EntryView v = DecodeEntry(t.bytes, "key", t.ref, kSeed, true);
   EXPECT_EQ(v.verdict, EntryVerdict::kTombstone);
 }
 
@@ -291,7 +291,7 @@ TEST(ReadPath, CoarseClassEntryDecodesFromOneRead) {
   // 12 + 3 + 40000 -> 40016 bytes: code 1024 + 3 * 32 + 8, a READ of (32 + 8) << 10 = 40960.
   const std::string big(40000, 'x');
   Encoded e = Make("big", big);
-  const uint64_t code = SlotSizeClass(e.slot);
+  const uint64_t code = RefSizeClass(e.ref);
   EXPECT_EQ(code, kFirstCoarseSizeClass + 3 * 32 + 8);
   EXPECT_GE(code, kFirstCoarseSizeClass);
   const uint64_t read = SizeClassBytes(code);
@@ -299,44 +299,44 @@ TEST(ReadPath, CoarseClassEntryDecodesFromOneRead) {
   // What the READ returns: the entry, then whatever follows it in the log.
   std::vector<std::byte> bytes = e.bytes;
   bytes.resize(read, std::byte{0xa5});
-  EntryView v = DecodeEntry(bytes, "big", e.slot, kSeed, false);
+  EntryView v = DecodeEntry(bytes, "big", e.ref, kSeed, false);
   ASSERT_EQ(v.verdict, EntryVerdict::kValue);
   EXPECT_EQ(v.total_bytes, e.bytes.size());
   EXPECT_EQ(v.value.size(), big.size());
   EXPECT_EQ(std::string_view(reinterpret_cast<const char*>(v.value.data()), v.value.size()), big);
   // Bytes short of the entry are rejected, by one 8-byte word or by many.
   for (size_t len : {e.bytes.size() - 1, e.bytes.size() - 8, size_t{32760}, size_t{16}}) {
-    EXPECT_EQ(DecodeEntry(std::span(bytes).first(len), "big", e.slot, kSeed, false).verdict, EntryVerdict::kMalformed)
+    EXPECT_EQ(DecodeEntry(std::span(bytes).first(len), "big", e.ref, kSeed, false).verdict, EntryVerdict::kMalformed)
         << len;
   }
   // The exact entry, no more, is enough.
-  EXPECT_EQ(DecodeEntry(e.bytes, "big", e.slot, kSeed, false).verdict, EntryVerdict::kValue);
+  EXPECT_EQ(DecodeEntry(e.bytes, "big", e.ref, kSeed, false).verdict, EntryVerdict::kValue);
 }
 
 TEST(ReadPath, SizeClassDisagreeingWithTheHeaderIsMalformed) {
   // Exact codes: one unit off either way.
   Encoded e = Make("key", "value");
-  const uint64_t code = SlotSizeClass(e.slot);
-  const uint64_t off = SlotLogOffset(e.slot);
-  const uint16_t fp = SlotFingerprint(e.slot);
+  const uint64_t code = RefSizeClass(e.ref);
+  const uint64_t off = RefLogOffset(e.ref);
+  const uint16_t fp = RefFingerprint(e.ref);
   std::vector<std::byte> padded = e.bytes;
   padded.resize(e.bytes.size() + 64);
-  EXPECT_EQ(DecodeEntry(padded, "key", PackSlot(fp, code, off), kSeed, false).verdict, EntryVerdict::kValue);
-  EXPECT_EQ(DecodeEntry(padded, "key", PackSlot(fp, code + 1, off), kSeed, false).verdict, EntryVerdict::kMalformed);
-  EXPECT_EQ(DecodeEntry(padded, "key", PackSlot(fp, code - 1, off), kSeed, false).verdict, EntryVerdict::kMalformed);
+  EXPECT_EQ(DecodeEntry(padded, "key", PackRef(fp, code, off), kSeed, false).verdict, EntryVerdict::kValue);
+  EXPECT_EQ(DecodeEntry(padded, "key", PackRef(fp, code + 1, off), kSeed, false).verdict, EntryVerdict::kMalformed);
+  EXPECT_EQ(DecodeEntry(padded, "key", PackRef(fp, code - 1, off), kSeed, false).verdict, EntryVerdict::kMalformed);
   // Coarse codes: the neighbouring codes, a code whose bytes would cover the
   // entry but is not the smallest, and a coarse code on a small entry.
   Encoded big = Make("big", std::string(100 << 10, 'y'));
-  const uint64_t bc = SlotSizeClass(big.slot);
+  const uint64_t bc = RefSizeClass(big.ref);
   std::vector<std::byte> bb = big.bytes;
   bb.resize(SizeClassBytes(bc + 1));
-  ASSERT_EQ(DecodeEntry(bb, "big", big.slot, kSeed, false).verdict, EntryVerdict::kValue);
+  ASSERT_EQ(DecodeEntry(bb, "big", big.ref, kSeed, false).verdict, EntryVerdict::kValue);
   for (uint64_t other : {bc - 1, bc + 1, bc + 64, kFirstCoarseSizeClass - 1}) {
-    EXPECT_EQ(DecodeEntry(bb, "big", PackSlot(SlotFingerprint(big.slot), other, 64), kSeed, false).verdict,
+    EXPECT_EQ(DecodeEntry(bb, "big", PackRef(RefFingerprint(big.ref), other, 64), kSeed, false).verdict,
               EntryVerdict::kMalformed)
         << other;
   }
-  EXPECT_EQ(DecodeEntry(padded, "key", PackSlot(fp, kFirstCoarseSizeClass, off), kSeed, false).verdict,
+  EXPECT_EQ(DecodeEntry(padded, "key", PackRef(fp, kFirstCoarseSizeClass, off), kSeed, false).verdict,
             EntryVerdict::kMalformed);
 }
 
@@ -349,18 +349,18 @@ TEST(ReadPath, RandomBytesNeverDecodeAsValue) {
       std::memcpy(&buf[i], &w, 8);
     }
     const size_t len = rng() % buf.size();
-    const uint64_t slot = rng();
-    const EntryView v = DecodeEntry(std::span(buf).first(len), "key", slot, kSeed, false);
+    const uint64_t ref = rng();
+    const EntryView v = DecodeEntry(std::span(buf).first(len), "key", ref, kSeed, false);
     ASSERT_NE(v.verdict, EntryVerdict::kValue);
     ASSERT_NE(v.verdict, EntryVerdict::kTombstone);
     IndexParams p{uint64_t{1} << (rng() % 20), 1 + rng() % 32, rng(), (rng() % (1 << 20) + 1) * 8};
     WindowProbe r;
-    const KeyHash kh = MakeKeyHash("key", p.seed, p.slot_count);
-    const auto window = std::span(buf).first(p.window_slots * 8);
+    const KeyHash kh = MakeKeyHash("key", p.seed, p.home_count);
+    const auto window = std::span(buf).first(p.window_words * 8);
     ASSERT_TRUE(ProbeWindow(window, kh, p, &r).ok());
     int n = 0;
     for (int w = NextCandidate(r, 0); w >= 0; w = NextCandidate(r, w + 1), ++n) {
-      const SlotCandidate c = CandidateAt(window, w, p);
+      const Candidate c = CandidateAt(window, w, p);
       ASSERT_LE(c.entry.offset + c.entry.length, p.log_bytes);
       ASSERT_GE(c.entry.length, kEntryHeaderBytes);
     }

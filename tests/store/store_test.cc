@@ -28,11 +28,11 @@ TEST(Store, PutGetUpdateDelete) {
   EXPECT_EQ(*r, 2u);
   ASSERT_TRUE(ReadNative(*s, "a", &v).ok());
   EXPECT_EQ(v, "two, longer");
-  // The old entry was marked superseded before the slot moved.
-  std::vector<std::byte> old(SizeClassBytes(SlotSizeClass(first.slot)));
+  // The old entry was marked superseded before the key's word took the new ref.
+  std::vector<std::byte> old(SizeClassBytes(RefSizeClass(first.ref)));
   RacyLoad(old.data(), s->log_base() + first.log_offset, old.size());
-  EXPECT_EQ(DecodeEntry(old, "a", first.slot, s->config().seed, true).verdict, EntryVerdict::kSuperseded);
-  EXPECT_EQ(DecodeEntry(old, "a", first.slot, s->config().seed, false).verdict, EntryVerdict::kValue);
+  EXPECT_EQ(DecodeEntry(old, "a", first.ref, s->config().seed, true).verdict, EntryVerdict::kSuperseded);
+  EXPECT_EQ(DecodeEntry(old, "a", first.ref, s->config().seed, false).verdict, EntryVerdict::kValue);
 
   r = s->Delete(0, "a");
   ASSERT_TRUE(r.ok());
@@ -55,7 +55,7 @@ TEST(Store, PutGetUpdateDelete) {
   StoreStats st = s->Stats();
   EXPECT_EQ(st.items, 2u);
   EXPECT_EQ(st.tombstones, 0u);
-  EXPECT_EQ(st.index_slots, 8192u);
+  EXPECT_EQ(st.index_homes, 8192u);
   EXPECT_EQ(st.index_bytes_used, 16u);
 }
 
@@ -67,7 +67,7 @@ TEST(Store, RejectsBadArguments) {
   EXPECT_EQ(s->Put(0, std::string(1024, 'k'), "x").status().code(), Status::Code::kTooLarge);
   EXPECT_EQ(s->Put(0, "k", std::string((16 << 10) + 1, 'v')).status().code(), Status::Code::kTooLarge);
   StoreConfig bad = SmallConfig();
-  bad.index_slots = 1000;
+  bad.index_homes = 1000;
   EXPECT_FALSE(Store::Open(bad).ok());
   bad = SmallConfig();
   bad.log_bytes = 3 * bad.segment_bytes;
@@ -100,7 +100,7 @@ TEST(Store, EveryValueSizeTakesOneEntryRead) {
     ASSERT_TRUE(NativeGet(s->index_params(), s->index_base(), s->log_base(), key, buf, &r, &c).ok()) << size;
     EXPECT_EQ(std::string_view(reinterpret_cast<const char*>(r.value.data()), r.value.size()), value) << size;
     const uint64_t entry = EntryBytes(key.size(), size);
-    EXPECT_EQ(SlotSizeClass(r.slot), SizeClassFor(entry)) << size;
+    EXPECT_EQ(RefSizeClass(r.ref), SizeClassFor(entry)) << size;
     EXPECT_EQ(c.rounds, 1u) << size;
     EXPECT_EQ(c.restarts, 0u) << size;
     EXPECT_EQ(c.entry_reads, 1u) << size;
@@ -112,16 +112,16 @@ TEST(Store, EveryValueSizeTakesOneEntryRead) {
 // A hop tags the word it leaves: a reader that READ the hop's destination
 // before the hop and its source after it (a responder may read the bytes of
 // one READ in any order) sees the moved key nowhere, but sees its tag, so it
-// does not conclude a miss (DESIGN.md, "Misses while slots move"). Staged by
+// does not conclude a miss (DESIGN.md, "Misses while entry refs move"). Staged by
 // hand on a 4-home index with windows of 2 words (5 words):
 //   X (home 0) -> word 0, K (home 1) -> word 1, Y (home 2) -> word 2;
 //   the reader of Y copies word 3 (empty) ...
 //   Z (home 1): its window [1, 2] is full, word 3 is free: Y hops 2 -> 3, Z
 //   takes word 2;
-//   ... then the reader copies word 2 (Z's slot).
+//   ... then the reader copies word 2 (Z's ref).
 TEST(Store, AHopTagsTheWordItLeaves) {
   StoreConfig c = SmallConfig();
-  c.index_slots = 4;
+  c.index_homes = 4;
   c.index_window = 2;
   c.grace_period = std::chrono::milliseconds(50);
   auto s = OpenOrDie(c);
@@ -130,7 +130,7 @@ TEST(Store, AHopTagsTheWordItLeaves) {
   auto key_with_home = [&](uint64_t home, int from) {
     for (int i = from;; ++i) {
       const std::string k = Key(i);
-      if (MakeKeyHash(k, p.seed, p.slot_count).home == home) return k;
+      if (MakeKeyHash(k, p.seed, p.home_count).home == home) return k;
     }
   };
   const std::string x = key_with_home(0, 0), k = key_with_home(1, 0), y = key_with_home(2, 0),
@@ -143,20 +143,20 @@ TEST(Store, AHopTagsTheWordItLeaves) {
     RacyLoad(reinterpret_cast<std::byte*>(&v), s->index_base() + w * 8, 8);
     return v;
   };
-  const KeyHash yh = MakeKeyHash(y, p.seed, p.slot_count);
-  ASSERT_EQ(SlotFingerprint(WordSlot(word(2))), yh.fingerprint) << "Y is not in word 2";
+  const KeyHash yh = MakeKeyHash(y, p.seed, p.home_count);
+  ASSERT_EQ(RefFingerprint(WordRef(word(2))), yh.fingerprint) << "Y is not in word 2";
   uint64_t window[2];
   window[1] = word(3);  // the reader copies the higher word first
-  ASSERT_EQ(window[1], kEmptySlot);
+  ASSERT_EQ(window[1], kEmptyRef);
   ASSERT_TRUE(s->Put(0, z, "z").ok());
   EXPECT_EQ(s->Stats().index_moves, 1u);
   window[0] = word(2);  // ... and the lower one after the hop
-  ASSERT_EQ(SlotFingerprint(WordSlot(word(3))), yh.fingerprint) << "Y did not hop to word 3";
+  ASSERT_EQ(RefFingerprint(WordRef(word(3))), yh.fingerprint) << "Y did not hop to word 3";
   WindowProbe probe;
   ASSERT_TRUE(ProbeWindow(std::as_bytes(std::span(window)), yh, p, &probe).ok());
   if (probe.count == 0) {  // (Z's fingerprint could collide with Y's: then the entry says "another key")
     EXPECT_TRUE(probe.tag_matched) << "the word Y left carries no tag matching Y";
-    EXPECT_FALSE(MissIsProven(probe, /*round_within_deadline=*/true));
+    EXPECT_FALSE(MissIsProven(probe, /*round_within_limit=*/true));
   }
   EXPECT_TRUE(TagMatches(WordTag(word(2)), yh.tag_nibble));
   EXPECT_EQ(s->Stats().index_tags, 1u);
@@ -166,7 +166,7 @@ TEST(Store, AHopTagsTheWordItLeaves) {
     ASSERT_TRUE(ReadNative(*s, key, &v).ok()) << key;
     EXPECT_EQ(v, val);
   }
-  // The tag expires after tag_ttl (the grace period); the slot stays.
+  // The tag expires after tag_ttl (the grace period); the ref in the word stays.
   std::this_thread::sleep_for(c.grace_period + std::chrono::milliseconds(5));
   ASSERT_TRUE(s->Put(0, x, "x2").ok());  // any write expires due tags
   EXPECT_EQ(WordTag(word(2)), 0u);
@@ -181,10 +181,10 @@ TEST(Store, IndexFillsBeyond90PercentThenServerFull) {
   auto s = OpenOrDie(c);
   ASSERT_TRUE(s);
   // Load against every word a key can use (homes + the last window's tail).
-  const int slots = static_cast<int>(IndexWords(c.index_slots, c.index_window));
+  const int words = static_cast<int>(IndexWords(c.index_homes, c.index_window));
   int n = 0;
   Status last;
-  for (; n < slots + 10; ++n) {
+  for (; n < words + 10; ++n) {
     auto r = s->Put(n % 2, Key(n), Value(n, 1, 8));
     if (!r.ok()) {
       last = r.status();
@@ -192,8 +192,8 @@ TEST(Store, IndexFillsBeyond90PercentThenServerFull) {
     }
   }
   EXPECT_EQ(last.code(), Status::Code::kServerFull);
-  const double load = static_cast<double>(n) / slots;
-  std::printf("index load at first ServerFull: %.4f (%d of %d words, %llu index moves)\n", load, n, slots,
+  const double load = static_cast<double>(n) / words;
+  std::printf("index load at first ServerFull: %.4f (%d of %d words, %llu index moves)\n", load, n, words,
               static_cast<unsigned long long>(s->Stats().index_moves));
   EXPECT_GE(load, 0.90);
   EXPECT_GT(s->Stats().index_moves, 0u);

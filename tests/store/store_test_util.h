@@ -13,7 +13,7 @@ namespace kvrdma::test {
 
 inline StoreConfig SmallConfig() {
   StoreConfig c;
-  c.index_slots = 8192;
+  c.index_homes = 8192;
   c.log_bytes = 4 << 20;
   c.segment_bytes = 64 << 10;
   c.workers = 2;

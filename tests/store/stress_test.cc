@@ -30,10 +30,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kKeys = 6000;            // in 8192 slots (windows of 128): 73% load
+constexpr int kKeys = 6000;            // in 8192 homes (windows of 128): 73% load
 constexpr int kStableKeys = kKeys / 2; // never deleted: a miss on them is a bug
 constexpr auto kGrace = std::chrono::milliseconds(20);
-constexpr auto kDeadline = std::chrono::milliseconds(10);  // < grace (DESIGN.md rule)
+constexpr auto kRoundLimit = std::chrono::milliseconds(10);  // < grace (DESIGN.md rule)
 
 uint64_t EnvOr(const char* name, uint64_t def) {
   const char* v = std::getenv(name);
@@ -70,7 +70,7 @@ bool CheckValue(uint64_t k, std::span<const std::byte> v, uint64_t* seq) {
 }
 
 struct Totals {
-  std::atomic<uint64_t> reads{0}, hits{0}, misses{0}, restarts{0}, torn{0}, malformed{0}, deadline{0},
+  std::atomic<uint64_t> reads{0}, hits{0}, misses{0}, restarts{0}, torn{0}, malformed{0}, round_limit{0},
       gave_up{0}, wrong{0}, stale{0}, false_miss{0};
   std::atomic<uint64_t> inj_reads{0}, inj_tears{0}, inj_malformed{0}, inj_wrong_key{0}, inj_values{0},
       inj_waited{0}, inj_wrong{0};
@@ -81,7 +81,7 @@ void RunStress(uint64_t target_reads, uint64_t min_tears) {
   const int readers = static_cast<int>(EnvOr("KVRDMA_STRESS_READERS", 2));
   const int writers = static_cast<int>(EnvOr("KVRDMA_STRESS_WRITERS", 2));
   StoreConfig c;
-  c.index_slots = 8192;
+  c.index_homes = 8192;
   c.segment_bytes = 16 << 10;
   c.log_bytes = 256 * c.segment_bytes;
   c.workers = static_cast<uint32_t>(writers);
@@ -154,7 +154,7 @@ void RunStress(uint64_t target_reads, uint64_t min_tears) {
           const std::string key = KeyName(k);
           const uint64_t fl = floor[k].load(std::memory_order_acquire);
           NativeGetResult res;
-          Status st = NativeGet(params, s.index_base(), s.log_base(), key, buf, &res, &rc, kDeadline);
+          Status st = NativeGet(params, s.index_base(), s.log_base(), key, buf, &res, &rc, kRoundLimit);
           ++reads;
           if (st.ok()) {
             ++hits;
@@ -182,14 +182,14 @@ void RunStress(uint64_t target_reads, uint64_t min_tears) {
       t.restarts += rc.restarts;
       t.torn += rc.torn;
       t.malformed += rc.malformed;
-      t.deadline += rc.deadline;
+      t.round_limit += rc.round_limit;
       (void)reads;
     });
   }
   const int injectors = static_cast<int>(EnvOr("KVRDMA_STRESS_INJECTORS", 4));
   for (int inj = 0; inj < injectors; ++inj) threads.emplace_back([&, inj] {  // injectors: very slow NICs
     std::mt19937_64 rng(300 + inj);
-    alignas(64) std::byte window[kMaxWindowSlots * kSlotBytes];
+    alignas(64) std::byte window[kMaxWindowWords * kWordBytes];
     std::vector<std::byte> buf(4096);
     while (!stop.load(std::memory_order_relaxed)) {
       const int k = static_cast<int>(rng() % kKeys);
@@ -198,7 +198,7 @@ void RunStress(uint64_t target_reads, uint64_t min_tears) {
       RacyLoad(window, s.index_base() + kw->read.offset, kw->read.length);
       WindowProbe probe;
       if (!ProbeWindow({window, kw->read.length}, kw->hash, params, &probe).ok() || probe.count == 0) continue;
-      const SlotCandidate cand = CandidateAt({window, kw->read.length}, NextCandidate(probe, 0), params);
+      const Candidate cand = CandidateAt({window, kw->read.length}, NextCandidate(probe, 0), params);
       const size_t len = std::min<size_t>(cand.entry.length, buf.size());
       const std::byte* src = s.log_base() + cand.entry.offset;
       const uint64_t gen = s.SegmentGeneration(cand.entry.offset);
@@ -221,7 +221,7 @@ void RunStress(uint64_t target_reads, uint64_t min_tears) {
         std::this_thread::yield();
       }
       t.inj_reads.fetch_add(1, std::memory_order_relaxed);
-      const EntryView v = DecodeEntry(std::span(buf).first(len), key, cand.slot, params.seed, false);
+      const EntryView v = DecodeEntry(std::span(buf).first(len), key, cand.ref, params.seed, false);
       uint64_t seq;
       switch (v.verdict) {
         case EntryVerdict::kTorn: t.inj_tears.fetch_add(1, std::memory_order_relaxed); break;
@@ -252,7 +252,7 @@ void RunStress(uint64_t target_reads, uint64_t min_tears) {
   std::printf(
       "stress: %.1f s, %d writers, %d readers, %d injectors, cleaner thread\n"
       "  readers : reads %llu, hits %llu, misses %llu, restarts %llu (checksum failures %llu, malformed %llu, "
-      "deadline %llu), gave up %llu\n"
+      "round limit %llu), gave up %llu\n"
       "            WRONG VALUES %llu, STALE VALUES %llu, FALSE MISSES %llu\n"
       "  injector: reads %llu (held open across reuse %llu), detected tears (checksum failures) %llu, "
       "malformed/recycled %llu, wrong key %llu, valid values %llu, WRONG VALUES %llu\n"
@@ -262,7 +262,7 @@ void RunStress(uint64_t target_reads, uint64_t min_tears) {
       secs, writers, readers, injectors, (unsigned long long)t.reads.load(), (unsigned long long)t.hits.load(),
       (unsigned long long)t.misses.load(), (unsigned long long)t.restarts.load(),
       (unsigned long long)t.torn.load(), (unsigned long long)t.malformed.load(),
-      (unsigned long long)t.deadline.load(), (unsigned long long)t.gave_up.load(),
+      (unsigned long long)t.round_limit.load(), (unsigned long long)t.gave_up.load(),
       (unsigned long long)t.wrong.load(), (unsigned long long)t.stale.load(),
       (unsigned long long)t.false_miss.load(), (unsigned long long)t.inj_reads.load(),
       (unsigned long long)t.inj_waited.load(), (unsigned long long)t.inj_tears.load(),
@@ -301,10 +301,10 @@ void RunStress(uint64_t target_reads, uint64_t min_tears) {
 // window a word at a time, last word first, with a yield between words (a
 // hop's destination is read before its source). Without the move tag some of
 // those GETs would report NotFound for a key present throughout; with it:
-// none (DESIGN.md, "Misses while slots move").
+// none (DESIGN.md, "Misses while entry refs move").
 void RunDisplacement(uint64_t target_reads) {
   StoreConfig c;
-  c.index_slots = 128;
+  c.index_homes = 128;
   c.index_window = 16;
   c.segment_bytes = 4096;
   c.log_bytes = 128 * c.segment_bytes;
@@ -356,7 +356,7 @@ void RunDisplacement(uint64_t target_reads) {
       while (reads.load(std::memory_order_relaxed) < target_reads) {
         const int k = stable[rng() % stable.size()];
         NativeGetResult res;
-        Status st = NativeGet(params, s.index_base(), s.log_base(), KeyName(k), buf, &res, &rc, kDeadline, 1000,
+        Status st = NativeGet(params, s.index_base(), s.log_base(), KeyName(k), buf, &res, &rc, kRoundLimit, 1000,
                               /*slow_window=*/true);
         uint64_t seq;
         if (st.IsNotFound()) false_miss.fetch_add(1, std::memory_order_relaxed);
@@ -371,7 +371,7 @@ void RunDisplacement(uint64_t target_reads) {
   stop = true;
   writer.join();
   const StoreStats st = s.Stats();
-  std::printf("displacement: reads %llu, window rounds %llu (%llu repeated for a tag or the deadline), index moves %llu, "
+  std::printf("displacement: reads %llu, window rounds %llu (%llu repeated for a tag or the round limit), index moves %llu, "
               "false misses %llu, wrong %llu\n",
               (unsigned long long)reads.load(), (unsigned long long)rounds.load(),
               (unsigned long long)miss_rounds.load(), (unsigned long long)st.index_moves,

@@ -34,7 +34,7 @@ namespace kvrdma {
 
 enum class PutMode : uint8_t {
   kSend,      // requests travel as SENDs into the server's shared receive queue
-  kWriteImm,  // requests are RDMA-written into this connection's ring slot, with an immediate
+  kWriteImm,  // requests are RDMA-written into a message buffer of this connection's ring, with an immediate
 };
 
 struct ClientOptions {
@@ -86,7 +86,7 @@ struct Op {
   std::string_view key;
   std::string_view value;        // kPut
   std::string* result = nullptr;  // kGet: receives the value (reuse it to avoid allocations)
-  void* user = nullptr;           // the caller's tag, untouched
+  void* user = nullptr;           // the caller's pointer, untouched
   // Set when the operation completes:
   Status status;                  // as the synchronous call of the same name would return
   uint64_t version = 0;           // kPut/kDelete: the write's version (see Client::last_version)

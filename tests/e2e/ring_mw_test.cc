@@ -17,7 +17,7 @@
 namespace kvrdma::testing {
 namespace {
 
-class RingWindowTest : public ::testing::TestWithParam<Kind> {
+class RingMwTest : public ::testing::TestWithParam<Kind> {
  protected:
   void SetUp() override {
     env_ = TransportEnv::Make(GetParam());
@@ -41,7 +41,7 @@ class RingWindowTest : public ::testing::TestWithParam<Kind> {
   std::unique_ptr<Client> good_;
 };
 
-TEST_P(RingWindowTest, AnotherConnectionCannotWriteARingItWasNotGiven) {
+TEST_P(RingMwTest, AnotherConnectionCannotWriteARingItWasNotGiven) {
   RogueClient a;
   { Status st = a.Connect(env_, server_->port(), PutPath::kWriteImm); ASSERT_TRUE(st.ok()) << st.ToString(); }
   // A stages a PUT in its ring position 0 with a plain WRITE (no request yet).
@@ -66,7 +66,7 @@ TEST_P(RingWindowTest, AnotherConnectionCannotWriteARingItWasNotGiven) {
 
   // A's position 0 still holds A's bytes: A rewrites only its first byte with
   // an immediate that names the whole message, and the server applies what
-  // is in the slot.
+  // is in the message buffer.
   ASSERT_TRUE(a.WriteImm(std::span(mine).first(1), 0, static_cast<uint32_t>(mine.size())).ok());
   RawReply r = a.Reply();
   EXPECT_EQ(r.code, Status::Code::kOk) << r.body;
@@ -88,7 +88,7 @@ TEST_P(RingWindowTest, AnotherConnectionCannotWriteARingItWasNotGiven) {
   ExpectValue(**c, "precious", "value that must survive");
 }
 
-TEST_P(RingWindowTest, ARingsRkeyDiesWithItsConnection) {
+TEST_P(RingMwTest, ARingsRkeyDiesWithItsConnection) {
   ServerDescriptor old;
   {
     RogueClient a;
@@ -104,7 +104,7 @@ TEST_P(RingWindowTest, ARingsRkeyDiesWithItsConnection) {
   ExpectValue(*good_, "precious", "value that must survive");
 }
 
-TEST_P(RingWindowTest, EachConnectionGetsItsOwnRingKey) {
+TEST_P(RingMwTest, EachConnectionGetsItsOwnRingKey) {
   RogueClient a, b;
   { Status st = a.Connect(env_, server_->port(), PutPath::kWriteImm); ASSERT_TRUE(st.ok()) << st.ToString(); }
   { Status st = b.Connect(env_, server_->port(), PutPath::kWriteImm); ASSERT_TRUE(st.ok()) << st.ToString(); }
@@ -121,8 +121,8 @@ TEST_P(RingWindowTest, EachConnectionGetsItsOwnRingKey) {
   ExpectValue(*good_, "kb", "vb");
 }
 
-INSTANTIATE_TEST_SUITE_P(Loopback, RingWindowTest, ::testing::Values(Kind::kLoopback), KindName);
-INSTANTIATE_TEST_SUITE_P(Verbs, RingWindowTest, ::testing::Values(Kind::kVerbs), KindName);
+INSTANTIATE_TEST_SUITE_P(Loopback, RingMwTest, ::testing::Values(Kind::kLoopback), KindName);
+INSTANTIATE_TEST_SUITE_P(Verbs, RingMwTest, ::testing::Values(Kind::kVerbs), KindName);
 
 }  // namespace
 }  // namespace kvrdma::testing

@@ -1,5 +1,6 @@
-// Index slot: what an 8-byte index word names (window.h has the word, whose
-// move tag sits between the size class and the location).
+// Entry ref: the part of an 8-byte index word that names one log entry
+// (window.h has the word, whose move tag sits between the size class and the
+// location).
 //
 //   bit 63           52 51         41 40   36 35                           0
 //      | fingerprint:12 | size class:11 | (tag) | location:36              |
@@ -9,7 +10,7 @@
 //   size class   how many bytes to READ at `location` to get the whole entry
 //                (header + key + value + padding) in one READ:
 //                  0 .. 3         never a real entry (the smallest is 4 units);
-//                                 SlotLooksValid rejects them
+//                                 RefLooksValid rejects them
 //                  4 .. 1023      the exact length in 4-byte units (<= 4092 B)
 //                  1024 + 32*e + m  (e >= 0, 0 <= m < 32): the entry is at most
 //                                 (32 + m) << (e + 7) bytes and longer than the
@@ -22,8 +23,9 @@
 //   location     the entry's offset in the value log in 4-byte units
 //                (entries are 4-aligned): a log of up to 256 GiB.
 //
-// A slot of 0 is empty. A used slot is never 0: its size class is >= 4.
-// A slot never has tag bits (bits 40..36); the word holding it may.
+// An entry ref of 0 (kEmptyRef): the word names no entry. A real ref is never
+// 0: its size class is >= 4. A ref never has tag bits (bits 40..36); the word
+// holding it may.
 #pragma once
 
 #include <cstdint>
@@ -32,17 +34,17 @@
 
 namespace kvrdma {
 
-inline constexpr uint64_t kEmptySlot = 0;
-inline constexpr uint64_t kSlotLocationMask = (uint64_t{1} << kSlotLocationBits) - 1;
-inline constexpr uint64_t kSlotSizeClassMask = (uint64_t{1} << kSlotSizeClassBits) - 1;
-inline constexpr uint64_t kSlotFingerprintMask = (uint64_t{1} << kSlotFingerprintBits) - 1;
-inline constexpr unsigned kSlotSizeClassShift = kSlotLocationBits + kWordTagBits;  // the word's tag sits below
-inline constexpr unsigned kSlotFingerprintShift = kSlotSizeClassShift + kSlotSizeClassBits;
-static_assert(kSlotFingerprintShift + kSlotFingerprintBits == 64);
+inline constexpr uint64_t kEmptyRef = 0;
+inline constexpr uint64_t kRefLocationMask = (uint64_t{1} << kRefLocationBits) - 1;
+inline constexpr uint64_t kRefSizeClassMask = (uint64_t{1} << kRefSizeClassBits) - 1;
+inline constexpr uint64_t kRefFingerprintMask = (uint64_t{1} << kRefFingerprintBits) - 1;
+inline constexpr unsigned kRefSizeClassShift = kRefLocationBits + kWordTagBits;  // the word's tag sits below
+inline constexpr unsigned kRefFingerprintShift = kRefSizeClassShift + kRefSizeClassBits;
+static_assert(kRefFingerprintShift + kRefFingerprintBits == 64);
 
 // ---- size classes
 // Codes below kFirstCoarseSizeClass are exact lengths in kEntryAlign units.
-inline constexpr uint64_t kFirstCoarseSizeClass = uint64_t{1} << (kSlotSizeClassBits - 1);  // 1024
+inline constexpr uint64_t kFirstCoarseSizeClass = uint64_t{1} << (kRefSizeClassBits - 1);  // 1024
 inline constexpr uint64_t kMaxExactEntryBytes = (kFirstCoarseSizeClass - 1) * kEntryAlign;  // 4092
 // A coarse code steps by 1/32 of its exponent's base: a READ is at most
 // (1 + 1/kSizeClassSteps) x the entry.
@@ -53,7 +55,7 @@ static_assert((kSizeClassSteps << kSizeClassBaseShift) == kMaxExactEntryBytes + 
 inline constexpr uint64_t kMinSizeClass = EntryBytes(1, 0) / kEntryAlign;
 static_assert(kMinSizeClass == 4);
 
-// Bytes a reader READs for `code` (REQUIRES code <= kSlotSizeClassMask): the
+// Bytes a reader READs for `code` (REQUIRES code <= kRefSizeClassMask): the
 // exact length for exact codes, else the most the code's entries can be.
 constexpr uint64_t SizeClassBytes(uint64_t code) noexcept {
   if (code < kFirstCoarseSizeClass) return code * kEntryAlign;
@@ -77,11 +79,11 @@ constexpr uint64_t SizeClassFor(uint64_t entry_bytes) noexcept {
   return kFirstCoarseSizeClass + e * kSizeClassSteps + (mant - kSizeClassSteps);
 }
 
-// The largest entry and its code: every valid slot has a code in
+// The largest entry and its code: every valid ref has a code in
 // [kMinSizeClass, kMaxSizeClass].
 inline constexpr uint64_t kMaxEntryBytes = EntryBytes(kMaxKeyBytes, kMaxValueBytes);
 inline constexpr uint64_t kMaxSizeClass = SizeClassFor(kMaxEntryBytes);
-static_assert(kMaxSizeClass <= kSlotSizeClassMask, "every entry size needs a code that fits 11 bits");
+static_assert(kMaxSizeClass <= kRefSizeClassMask, "every entry size needs a code that fits 11 bits");
 static_assert((kMaxSizeClass - kFirstCoarseSizeClass) / kSizeClassSteps <= 9, "the largest entry needs e <= 9");
 static_assert(SizeClassBytes(kMaxSizeClass) >= kMaxEntryBytes);
 static_assert(SizeClassBytes(kMaxSizeClass - 1) < kMaxEntryBytes);
@@ -106,31 +108,31 @@ static_assert(SizeClassBytes(kFirstCoarseSizeClass + 9 * 32 + 1) * kSizeClassSte
 
 // REQUIRES: log_offset % kEntryAlign == 0, log_offset < kMaxLogBytes,
 // kMinSizeClass <= size_class <= kMaxSizeClass.
-constexpr uint64_t PackSlot(uint16_t fingerprint, uint64_t size_class, uint64_t log_offset) noexcept {
-  return ((uint64_t{fingerprint} & kSlotFingerprintMask) << kSlotFingerprintShift) |
-         ((size_class & kSlotSizeClassMask) << kSlotSizeClassShift) | ((log_offset / kEntryAlign) & kSlotLocationMask);
+constexpr uint64_t PackRef(uint16_t fingerprint, uint64_t size_class, uint64_t log_offset) noexcept {
+  return ((uint64_t{fingerprint} & kRefFingerprintMask) << kRefFingerprintShift) |
+         ((size_class & kRefSizeClassMask) << kRefSizeClassShift) | ((log_offset / kEntryAlign) & kRefLocationMask);
 }
-constexpr uint16_t SlotFingerprint(uint64_t slot) noexcept {
-  return static_cast<uint16_t>(slot >> kSlotFingerprintShift);
+constexpr uint16_t RefFingerprint(uint64_t ref) noexcept {
+  return static_cast<uint16_t>(ref >> kRefFingerprintShift);
 }
-constexpr uint64_t SlotSizeClass(uint64_t slot) noexcept { return (slot >> kSlotSizeClassShift) & kSlotSizeClassMask; }
+constexpr uint64_t RefSizeClass(uint64_t ref) noexcept { return (ref >> kRefSizeClassShift) & kRefSizeClassMask; }
 // Byte offset of the entry in the value log.
-constexpr uint64_t SlotLogOffset(uint64_t slot) noexcept {
-  return (slot & kSlotLocationMask) * kEntryAlign;
+constexpr uint64_t RefLogOffset(uint64_t ref) noexcept {
+  return (ref & kRefLocationMask) * kEntryAlign;
 }
-// A slot a reader may follow: not empty and with the size class of a
+// A ref a reader may follow: not empty and with the size class of a
 // possible entry (codes 0..3 are never entries; codes above kMaxSizeClass
 // would describe an entry larger than the format allows).
-constexpr bool SlotLooksValid(uint64_t slot) noexcept {
-  return slot != kEmptySlot && SlotSizeClass(slot) >= kMinSizeClass && SlotSizeClass(slot) <= kMaxSizeClass;
+constexpr bool RefLooksValid(uint64_t ref) noexcept {
+  return ref != kEmptyRef && RefSizeClass(ref) >= kMinSizeClass && RefSizeClass(ref) <= kMaxSizeClass;
 }
 
-static_assert(SlotLogOffset(PackSlot(0xabc, 77, 4 * 12345)) == 4 * 12345);
-static_assert(SlotSizeClass(PackSlot(0xabc, 77, 4 * 12345)) == 77);
-static_assert(SlotFingerprint(PackSlot(0xabc, 77, 4 * 12345)) == 0xabc);
-static_assert(PackSlot(0, kMinSizeClass, 0) != kEmptySlot);
-static_assert(((PackSlot(0xfff, kSlotSizeClassMask, kMaxLogBytes - 8) >> kSlotLocationBits) &
+static_assert(RefLogOffset(PackRef(0xabc, 77, 4 * 12345)) == 4 * 12345);
+static_assert(RefSizeClass(PackRef(0xabc, 77, 4 * 12345)) == 77);
+static_assert(RefFingerprint(PackRef(0xabc, 77, 4 * 12345)) == 0xabc);
+static_assert(PackRef(0, kMinSizeClass, 0) != kEmptyRef);
+static_assert(((PackRef(0xfff, kRefSizeClassMask, kMaxLogBytes - 8) >> kRefLocationBits) &
                ((uint64_t{1} << kWordTagBits) - 1)) == 0,
-              "a slot leaves the tag bits clear");
+              "a ref leaves the tag bits clear");
 
 }  // namespace kvrdma
