@@ -4,10 +4,11 @@
 //
 // A GET is always in one phase (OpState::phase) and one step: kGetPost (its
 // READs wait to be posted: READ credits, or the large buffer) or kGetRead
-// (they are in flight; their completion carries WrKind::kGetRead and the ref).
+// (they are in flight; their completion carries WrKind::kGetRead and the op
+// state's index).
 //
-//   StartGet ──cache hit──> kCachedEntry ──current──────────────> done
-//      │                        └─not current/torn/other──┐
+//   StartGet ──cache hit──> kCachedEntry (word + entry) ──word names it──> done
+//      │                        └─moved/late/torn/other──┐
 //      └──────────────────────> kWindow <─────────────────┴── NewRound
 //                                   │ probe: candidates; none: the miss rule
 //                                   │ (MissIsProven: done, or another round)
@@ -17,21 +18,29 @@
 //                                   │   if they fit, else the shared large buffer)
 //                                   v
 //                               done, the next candidate (kEntry), the miss
-//                               rule, or NewRound
+//                               rule, NewRound, or (a late round) kRecheck:
+//                               the word again, done if it still names the entry
 //
 // Every entry, up to the largest, comes in that one READ: the ref's size
 // class covers it (common/format/entry_ref.h), so there is no second entry READ.
-// Rules: an entry read after the window READ of the same round, within the
-// round limit, is trusted as the reuse rule allows; an entry read at a
-// cached location, or by a round that outlived the round limit, only if its
-// NOT-CURRENT bit was clear. Torn/malformed bytes start a new round.
+// The rule (DESIGN.md, "Why a GET returns a value the key had during the
+// GET"): bytes at a log offset are trusted only as the entry an index word
+// named, read within a bounded time of that word: the reuse rule. Bytes a
+// client wrote can lie at any stale offset (a value may carry a complete,
+// checksummed image of another key's entry), so neither a checksum nor the
+// NOT-CURRENT bit proves anything on its own. Torn/malformed bytes start a
+// new round.
+#include <cstring>
+
 #include "client/client_impl.h"
 
 namespace kvrdma {
 
 void Client::Impl::StartGet(OpState& s, Clock::time_point now) {
   s.round_start = now;
-  s.cached_ref = cache_.Lookup(s.kw.hash.hash);
+  const LocationCache::Location loc = cache_.Lookup(s.kw.hash.hash);
+  s.cached_ref = loc.ref;
+  s.cached_word = loc.word;
   s.phase = s.cached_ref != 0 ? GetPhase::kCachedEntry : GetPhase::kWindow;
   s.step = Step::kGetPost;
   s.not_before = Clock::time_point{};
@@ -59,22 +68,28 @@ bool Client::Impl::StageGet(OpState& s) {
     // The cached READ goes into the op buffer. OnEntry caches only refs
     // whose READ fits it; anything else cannot be: treat it as stale and take
     // the index path.
-    if (RefLogOffset(s.cached_ref) + len > desc_.log.length || len > kOpEntryBytes) {
+    if (RefLogOffset(s.cached_ref) + len > desc_.log.length || len > kOpEntryBytes ||
+        s.cached_word >= params_.window_words) {
       cache_.Erase(s.kw.hash.hash);
       s.phase = GetPhase::kWindow;
     }
   }
   if (s.phase == GetPhase::kWindow && now < s.not_before) return false;  // backing off (NextCandidateOrMiss)
-  // Every step posts one READ.
-  if (reads_in_flight_ + 1 > std::max<uint32_t>(conn_->max_rd_atomic(), 1)) return false;
+  // Every step posts one READ but kCachedEntry, which posts two.
+  const uint32_t reads = s.phase == GetPhase::kCachedEntry ? 2 : 1;
+  if (reads_in_flight_ + reads > std::max<uint32_t>(conn_->max_rd_atomic(), 2)) return false;
   if (s.phase == GetPhase::kEntry && UsesLargeBuffer(s)) {
     if (large_owner_ != -1 && large_owner_ != static_cast<int32_t>(idx)) return false;
     large_owner_ = static_cast<int32_t>(idx);  // released in OnEntry or Finish
   }
   switch (s.phase) {
     case GetPhase::kCachedEntry:
+      // The word first, then the entry, in one doorbell: the QP's READs run
+      // in order at the server, so the entry's bytes are read after the word.
       s.round_start = now;
       s.entry_len = static_cast<uint32_t>(SizeClassBytes(RefSizeClass(s.cached_ref)));  // <= kOpEntryBytes
+      PostGetRead(idx, desc_.index, s.kw.read.offset + s.cached_word * kWordBytes,
+                  WindowOff(idx) + s.cached_word * kWordBytes, kWordBytes, false);
       PostGetRead(idx, desc_.log, RefLogOffset(s.cached_ref), EntryOff(idx), s.entry_len, true);
       break;
     case GetPhase::kWindow:
@@ -87,11 +102,15 @@ bool Client::Impl::StageGet(OpState& s) {
       PostGetRead(idx, desc_.log, s.candidate.entry.offset, UsesLargeBuffer(s) ? large_off_ : EntryOff(idx),
                   s.entry_len, true);
       break;
+    case GetPhase::kRecheck:  // the candidate's word, where the window READ put it
+      PostGetRead(idx, desc_.index, s.kw.read.offset + uint64_t(s.cand) * kWordBytes,
+                  WindowOff(idx) + size_t(s.cand) * kWordBytes, kWordBytes, true);
+      break;
   }
   s.step = Step::kGetRead;
-  ++reads_in_flight_;
-  ++stats_.reads;
-  ++s.reads;
+  reads_in_flight_ += reads;
+  stats_.reads += reads;
+  s.reads += reads;
   return true;
 }
 
@@ -109,12 +128,21 @@ void Client::Impl::PostGetRead(uint32_t idx, const RemoteRegion& region, uint64_
 
 void Client::Impl::OnGetReadDone(OpState& s) {
   if (s.step != Step::kGetRead) return;
-  --reads_in_flight_;
+  // One completion per step: kCachedEntry's word READ is unsignaled, and the
+  // entry READ's completion implies it.
+  reads_in_flight_ -= s.phase == GetPhase::kCachedEntry ? 2 : 1;
   switch (s.phase) {
     case GetPhase::kCachedEntry: return OnCachedEntry(s);
     case GetPhase::kWindow: return OnWindow(s);
     case GetPhase::kEntry: return OnEntry(s);
+    case GetPhase::kRecheck: return OnRecheck(s);
   }
+}
+
+uint64_t Client::Impl::WindowWord(const OpState& s, uint64_t word) {
+  uint64_t w;
+  std::memcpy(&w, Mem(WindowOff(IndexOf(s)) + word * kWordBytes), sizeof w);
+  return w;
 }
 
 // Posts the GET's next phase (from a completion handler).
@@ -135,13 +163,16 @@ void Client::Impl::NewRound(OpState& s, bool retry, const char* why) {
 
 void Client::Impl::OnCachedEntry(OpState& s) {
   const auto* bytes = reinterpret_cast<const std::byte*>(Mem(EntryOff(IndexOf(s))));
-  // Accepted only when current: checksum, key, and the NOT-CURRENT bit clear.
-  // The server clears it only after a ref of the key names the entry and
-  // sets it before the ref moves away, so a clear bit proves the entry was
-  // the key's current one when the READ read it, however old the cached
-  // location and whatever became of its segment since (DESIGN.md, "Location
-  // cache"). No round limit is needed.
-  EntryView v = DecodeEntry({bytes, s.entry_len}, s.op->key, s.cached_ref, params_.seed, /*require_current=*/true);
+  // Accepted only when the word READ just before the entry still named it
+  // and the round took less than the round limit: the entry was the key's
+  // current one when the word was read, and its segment cannot have been
+  // reused before the entry READ (DESIGN.md, "Location cache"). A checksum
+  // and a clear NOT-CURRENT bit alone prove nothing at an old location: the
+  // bytes there may be another client's value.
+  const bool named = WordRef(WindowWord(s, s.cached_word)) == s.cached_ref && !RoundIsLate(s);
+  EntryView v = named ? DecodeEntry({bytes, s.entry_len}, s.op->key, s.cached_ref, params_.seed,
+                                    /*require_current=*/false)
+                      : EntryView{};
   if (v.verdict == EntryVerdict::kValue) {
     ++stats_.cache_hits;
     s.op->result->assign(reinterpret_cast<const char*>(v.value.data()), v.value.size());
@@ -151,7 +182,7 @@ void Client::Impl::OnCachedEntry(OpState& s) {
     cache_.Erase(s.kw.hash.hash);
     return Finish(s, Status::NotFound());
   }
-  // Not current, recycled, torn or another key: the index path decides (and
+  // Moved, late, recycled, torn or another key: the index path decides (and
   // refreshes the cache).
   ++stats_.cache_stale;
   cache_.Erase(s.kw.hash.hash);
@@ -210,19 +241,21 @@ void Client::Impl::OnEntry(OpState& s) {
   const Candidate& c = s.candidate;
   const auto* bytes = reinterpret_cast<const std::byte*>(Mem(large ? large_off_ : EntryOff(idx)));
   EntryView v = DecodeEntry({bytes, s.entry_len}, s.op->key, c.ref, params_.seed, /*require_current=*/false);
-  // Within the round limit the ref READ of this round vouches for the entry
-  // (the reuse rule). A round that outlived it (a large value on a busy
-  // link) is still sound when the entry's NOT-CURRENT bit was clear: the
-  // entry was the key's current one when READ, whatever the ref said.
-  if (RoundIsLate(s) && (v.superseded || v.verdict == EntryVerdict::kWrongKey)) {
-    return NewRound(s, /*retry=*/true, "the round outlived the round limit and its entry was no longer current");
+  // Within the round limit the window READ of this round vouches for the
+  // entry (the reuse rule). A round that outlived it (a large value on a busy
+  // link) proves nothing yet: READ the word again (kRecheck).
+  if (RoundIsLate(s) && (v.verdict == EntryVerdict::kValue || v.verdict == EntryVerdict::kTombstone)) {
+    s.recheck_found = v.verdict == EntryVerdict::kValue;
+    if (s.recheck_found) s.op->result->assign(reinterpret_cast<const char*>(v.value.data()), v.value.size());
+    cache_.Erase(s.kw.hash.hash);
+    return NextPhase(s, GetPhase::kRecheck);
   }
   switch (v.verdict) {
     case EntryVerdict::kValue:
       s.op->result->assign(reinterpret_cast<const char*>(v.value.data()), v.value.size());
       // Cached only if the cached READ fits the op buffer.
       if (!large) {
-        cache_.Insert(s.kw.hash.hash, c.ref);
+        cache_.Insert(s.kw.hash.hash, {c.ref, static_cast<uint64_t>(s.cand)});
       } else {
         cache_.Erase(s.kw.hash.hash);
       }
@@ -237,6 +270,22 @@ void Client::Impl::OnEntry(OpState& s) {
                       v.verdict == EntryVerdict::kTorn ? "a torn entry READ (a writer was changing it)"
                                                        : "a malformed entry READ");
   }
+}
+
+// A late round's entry decoded (its value is in the result already): it is
+// the key's entry only if its word, READ after it, still names it within
+// kRecheckLimits round limits of the round's start. Were the bytes not the
+// entry the window READ named, its segment was reused after that READ (a
+// grace period later at least) and the word names the offset again only
+// after another reuse (one more grace period): more time than this allows
+// (DESIGN.md, "Why a GET returns a value the key had during the GET").
+void Client::Impl::OnRecheck(OpState& s) {
+  const auto limit = std::chrono::microseconds(uint64_t{desc_.round_limit_us} * kRecheckLimits);
+  if (WordRef(WindowWord(s, static_cast<uint64_t>(s.cand))) != s.candidate.ref ||
+      Clock::now() - s.round_start > limit) {
+    return NewRound(s, /*retry=*/true, "a late round whose entry ref had moved or that took too long");
+  }
+  return Finish(s, s.recheck_found ? Status::OK() : Status::NotFound());
 }
 
 }  // namespace kvrdma

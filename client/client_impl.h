@@ -70,6 +70,11 @@ class Client::Impl {
   static constexpr size_t kOpEntryBytes = 16 << 10;
   static_assert(kOpEntryBytes == SizeClassBytes(kFirstCoarseSizeClass + 2 * kSizeClassSteps));
   static_assert(kOpEntryBytes >= kMaxExactEntryBytes);
+  // A late round's entry is accepted if its word, READ again after it, still
+  // names it within this many round limits of the round's start (OnRecheck):
+  // kvserver's round limit is half its grace period, so 3 of them stay below
+  // the two grace periods a forged entry needs (DESIGN.md).
+  static constexpr uint64_t kRecheckLimits = 3;
 
   Impl(const ClientOptions& o, std::shared_ptr<Device> dev)
       : opts_(o),
@@ -122,10 +127,11 @@ class Client::Impl {
   };
   // What a GET reads (client_get.cc).
   enum class GetPhase : uint8_t {
-    kCachedEntry,  // the entry the location cache's ref names (one READ)
+    kCachedEntry,  // the cached word, then the entry its ref names (two READs, one round trip)
     kWindow,       // the key's window of the index (one READ)
     kEntry,        // candidate `cand`'s entry, its size class's bytes, into the op's
                    // buffer if they fit, else the shared large buffer (UsesLargeBuffer)
+    kRecheck,      // a late round's entry was decoded: its word again (one READ)
   };
   struct OpState {
     Op* op = nullptr;
@@ -142,7 +148,9 @@ class Client::Impl {
     uint32_t tag_rounds = 0;        // rounds that a matching move tag sent back (the back-off's exponent)
     int16_t cand = -1;              // kEntry: the window word of the candidate being read
     Candidate candidate;        // ... and its entry ref and entry READ
-    uint64_t cached_ref = 0;       // kCachedEntry: the location cache's entry ref
+    uint64_t cached_ref = 0;       // kCachedEntry: the location cache's entry ref ...
+    uint64_t cached_word = 0;      // ... and the word of the window that held it
+    bool recheck_found = false;    // kRecheck: the decoded entry was a value (else a tombstone)
     uint32_t entry_len = 0;         // bytes of the entry READ
     uint32_t restarts = 0;           // rounds thrown away (NewRound with retry)
     uint32_t reads = 0;              // READs this GET posted
@@ -198,6 +206,10 @@ class Client::Impl {
   static bool UsesLargeBuffer(const OpState& s) { return s.entry_len > kOpEntryBytes; }
   void OnEntry(OpState& s);
   void OnCachedEntry(OpState& s);
+  void OnRecheck(OpState& s);
+  // Bytes of the index word `word` of the GET's window in the op buffer (the
+  // window READ put it there; kCachedEntry and kRecheck READ it there).
+  uint64_t WindowWord(const OpState& s, uint64_t word);
   // Starts the GET over from the window READ; `retry`: what this round read
   // cannot be trusted (`why` names it for a later Timeout message).
   void NewRound(OpState& s, bool retry, const char* why = "");

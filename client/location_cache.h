@@ -1,12 +1,13 @@
-// The client's location cache: key hash -> the entry ref last seen for the
-// key (entry location + size class), so a GET of a hot key reads the entry
-// with one READ instead of the window READ + entry READ.
+// The client's location cache: key hash -> where the key's entry ref was last
+// seen (the ref, so the entry's location and size class, and the word of the
+// key's window that held it), so a GET of a hot key reads the entry and that
+// one word in one round trip instead of the window READ + entry READ.
 //
-// Safe without invalidation messages: a cached entry is accepted only if its
-// checksum holds, the key matches and its superseded word is clear, and the
-// server sets that word before the entry ref moves away from the entry
-// (docs/DESIGN.md, "Client: location cache"). Anything else falls back to the
-// index path, which refreshes the cache.
+// Safe without invalidation messages: a cached GET READs the index word and
+// then the entry in one doorbell, and accepts the entry only if the word
+// still names it, the round took less than the round limit, its checksum
+// holds and the key matches (docs/DESIGN.md, "Client: location cache").
+// Anything else falls back to the index path, which refreshes the cache.
 //
 // Bounded, allocation-free after construction: a set-associative table of
 // kWays entries per set, least-recently-used replacement within a set (an
@@ -32,23 +33,30 @@ class LocationCache {
     sets_ = sets;
     e_ = std::make_unique<Entry[]>(sets * kWays);
   }
+  // A cached location: `ref` (0 = none) and the word of the key's window
+  // (0 .. window words - 1) that held it.
+  struct Location {
+    uint64_t ref = 0;
+    uint64_t word = 0;
+  };
+
   bool enabled() const noexcept { return sets_ != 0; }
   size_t capacity() const noexcept { return sets_ * kWays; }
 
-  // The ref cached for `hash`, or 0.
-  uint64_t Lookup(uint64_t hash) noexcept {
-    if (!enabled()) return 0;
+  // The location cached for `hash` (ref 0: none).
+  Location Lookup(uint64_t hash) noexcept {
+    if (!enabled()) return {};
     Entry* set = Set(hash);
     for (size_t w = 0; w < kWays; ++w) {
       if (set[w].hash == hash && set[w].ref != 0) {
         set[w].used = ++clock_;
-        return set[w].ref;
+        return {set[w].ref, set[w].word};
       }
     }
-    return 0;
+    return {};
   }
-  void Insert(uint64_t hash, uint64_t ref) noexcept {
-    if (!enabled() || ref == 0) return;
+  void Insert(uint64_t hash, Location loc) noexcept {
+    if (!enabled() || loc.ref == 0) return;
     Entry* set = Set(hash);
     Entry* victim = &set[0];
     for (size_t w = 0; w < kWays; ++w) {
@@ -58,7 +66,7 @@ class LocationCache {
       }
       if (set[w].used < victim->used) victim = &set[w];
     }
-    *victim = Entry{hash, ref, ++clock_};
+    *victim = Entry{hash, loc.ref, loc.word, ++clock_};
   }
   void Erase(uint64_t hash) noexcept {
     if (!enabled()) return;
@@ -74,7 +82,8 @@ class LocationCache {
  private:
   struct Entry {
     uint64_t hash = 0;
-    uint64_t ref = 0;  // 0 = empty
+    uint64_t ref = 0;   // 0 = empty
+    uint64_t word = 0;  // the word of the key's window that held ref
     uint64_t used = 0;  // last use (clock_ value)
   };
   Entry* Set(uint64_t hash) noexcept {

@@ -273,8 +273,8 @@ TEST_P(E2eTest, ConcurrentRewritesNeverYieldATornOrUnwrittenValue) {
   }
   w.join();
   for (auto& r : readers) r.join();
-  // With the location cache on (the default), many GETs are one READ of a
-  // cached entry that may have been superseded meanwhile: none may be returned.
+  // With the location cache on (the default), many GETs are one round trip (its word, then the
+  // cached entry) to an entry that may have been superseded meanwhile: none may be returned.
   std::printf("concurrent rewrite: %d writes, %llu reads (%llu from the location cache, %llu stale cached "
               "locations refused), %llu bad\n",
               kWrites, static_cast<unsigned long long>(reads.load()), static_cast<unsigned long long>(cache_hits.load()),

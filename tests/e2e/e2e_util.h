@@ -17,6 +17,10 @@
 
 namespace kvrdma::testing {
 
+// READs of a GET from the location cache: the index word that named the
+// entry, then the entry, posted together (one round trip).
+inline constexpr uint64_t kCachedGetReads = 2;
+
 struct E2eParam {
   Kind kind;
   PutMode put_mode;

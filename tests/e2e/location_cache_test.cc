@@ -1,4 +1,4 @@
-// The client's location cache: one READ for a cached, unchanged key; a
+// The client's location cache: one round trip for a cached, unchanged key; a
 // correct fallback (and refresh) after the key is updated, deleted, or moved
 // by the cleaner. Counted with the client's transport statistics.
 #include <gtest/gtest.h>
@@ -41,14 +41,14 @@ class LocationCacheTest : public ::testing::TestWithParam<Kind> {
   std::unique_ptr<Client> reader_, writer_;
 };
 
-TEST_P(LocationCacheTest, CachedUnchangedKeyIsOneRead) {
+TEST_P(LocationCacheTest, CachedUnchangedKeyIsOneRoundTrip) {
   ASSERT_TRUE(writer_->Put("hot", "v1").ok());
   Status st;
   std::string v;
   EXPECT_EQ(ReadsFor("hot", &st, &v), 2u);  // the window READ + 1 entry READ, then cached
   ASSERT_TRUE(st.ok());
   for (int i = 0; i < 20; ++i) {
-    EXPECT_EQ(ReadsFor("hot", &st, &v), 1u);
+    EXPECT_EQ(ReadsFor("hot", &st, &v), kCachedGetReads);
     ASSERT_TRUE(st.ok());
     EXPECT_EQ(v, "v1");
   }
@@ -72,7 +72,7 @@ TEST_P(LocationCacheTest, GetCountersSplitHitsAndMisses) {
   const ClientStats after = reader_->stats();  // a copy: reader_ keeps counting
   EXPECT_EQ(after.get_hits - before.get_hits, 2u);
   EXPECT_EQ(after.get_hit_reads - before.get_hit_reads, uncached + cached);
-  EXPECT_EQ(cached, 1u);
+  EXPECT_EQ(cached, kCachedGetReads);
   EXPECT_EQ(after.get_misses - before.get_misses, 1u);
   const uint64_t miss_rounds = after.get_rounds - rounds_before_miss;
   EXPECT_EQ(after.get_miss_rounds - before.get_miss_rounds, miss_rounds);
@@ -91,14 +91,14 @@ TEST_P(LocationCacheTest, FallsBackAfterUpdateAndDelete) {
   Status st;
   std::string v;
   ReadsFor("k", &st, &v);
-  ASSERT_EQ(ReadsFor("k", &st, &v), 1u);
+  ASSERT_EQ(ReadsFor("k", &st, &v), kCachedGetReads);
   // Another client updates: the cached entry is superseded.
   ASSERT_TRUE(writer_->Put("k", "new value").ok());
-  EXPECT_EQ(ReadsFor("k", &st, &v), 3u);  // stale cached READ + window + entry
+  EXPECT_EQ(ReadsFor("k", &st, &v), kCachedGetReads + 2);  // stale cached READs + window + entry
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(v, "new value");
   EXPECT_EQ(reader_->stats().cache_stale, 1u);
-  EXPECT_EQ(ReadsFor("k", &st, &v), 1u);  // refreshed
+  EXPECT_EQ(ReadsFor("k", &st, &v), kCachedGetReads);  // refreshed
   EXPECT_EQ(v, "new value");
   // Deleted by another client: never the old value.
   ASSERT_TRUE(writer_->Delete("k").ok());
@@ -112,7 +112,7 @@ TEST_P(LocationCacheTest, FallsBackAfterTheCleanerRelocatesTheEntry) {
   Status st;
   std::string v;
   ReadsFor("survivor", &st, &v);
-  ASSERT_EQ(ReadsFor("survivor", &st, &v), 1u);
+  ASSERT_EQ(ReadsFor("survivor", &st, &v), kCachedGetReads);
   // Fill the survivor's segment with entries, then supersede them, so the
   // segment's live ratio drops and the cleaner compacts it.
   const std::string filler(4000, 'f');
@@ -124,11 +124,11 @@ TEST_P(LocationCacheTest, FallsBackAfterTheCleanerRelocatesTheEntry) {
   StoreStats after = server_->backend().store().Stats();
   ASSERT_GT(after.relocations, before.relocations) << "the cleaner did not relocate anything";
   uint64_t stale = reader_->stats().cache_stale;
-  EXPECT_GT(ReadsFor("survivor", &st, &v), 1u);
+  EXPECT_GT(ReadsFor("survivor", &st, &v), kCachedGetReads);
   ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_EQ(v, "moved but intact");
   EXPECT_EQ(reader_->stats().cache_stale, stale + 1);
-  EXPECT_EQ(ReadsFor("survivor", &st, &v), 1u);
+  EXPECT_EQ(ReadsFor("survivor", &st, &v), kCachedGetReads);
   EXPECT_EQ(v, "moved but intact");
 }
 

@@ -11,6 +11,8 @@
 // the reused segment 0 at offset 0: exactly the reader's cached location.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstring>
 #include <thread>
 
 #include "tests/e2e/e2e_util.h"
@@ -66,9 +68,9 @@ class SegmentReuseTest : public ::testing::TestWithParam<Kind> {
     std::string v;
     ASSERT_TRUE(reader_->Get("k", &v).ok());
     ASSERT_EQ(v, "abc");
-    const uint64_t reads = reader_->stats().reads;
+    const uint64_t hits = reader_->stats().cache_hits;
     ASSERT_TRUE(reader_->Get("k", &v).ok());
-    ASSERT_EQ(reader_->stats().reads - reads, 1u) << "the location of k is not cached";
+    ASSERT_EQ(reader_->stats().cache_hits - hits, 1u) << "the location of k is not cached";
   }
 
   TransportEnv env_;
@@ -119,6 +121,101 @@ TEST_P(SegmentReuseTest, CachedGetIgnoresTheEntryOfAPutAnsweredServerFull) {
   std::string v;
   Status st = reader_->Get("k", &v);
   EXPECT_TRUE(st.IsNotFound()) << st.ToString() << " value '" << v << "'";
+}
+
+// (c) Issue 25, finding 1: any client knows the hash seed, so it can put a
+// complete, checksummed image of an entry of k (NOT-CURRENT clear) inside
+// the value of its own PUT. Written over k's stale cached location after the
+// segment's reuse, the image passed every check of the one-READ cached GET
+// (on 494e690 the GET returned the forged "EVL"). The GET, started after k
+// was updated to "abd", must return "abd".
+TEST_P(SegmentReuseTest, CachedGetIgnoresAnEntryImageInsideAnotherClientsValue) {
+  Start(1 << 13);
+  if (IsSkipped()) return;
+  // k's entry is not the first of segment 0, so that B's value can cover it.
+  const std::string g(100, 'g');
+  ASSERT_TRUE(a_->Put("g", g).ok());
+  const uint64_t k_off = EntryBytes(1, g.size());  // where "abc" lands
+  ASSERT_TRUE(a_->Put("k", "abc").ok());
+  CacheLocationOfK();
+  ASSERT_TRUE(a_->Put("k", "abd").ok());  // k's entry moves on; the reader's cache does not know
+  SealSegmentZero();
+  RetireSegmentZeroAndWait();  // relocates "abd", drops "abc"
+  const uint64_t gen = store().SegmentGeneration(0);
+  // B's first write opens the reused segment 0 at offset 0: entry header,
+  // key "x", then its value, which holds at k_off an image of k -> "EVL"
+  // (the same size class as "abc"), laid out for that offset.
+  std::string value(k_off + 64, 'v');
+  const uint64_t value_off = kEntryHeaderBytes + 1;
+  std::byte image[64];
+  const size_t n = EncodeEntry(image, k_off, "k", "EVL", false, store().config().seed);
+  ASSERT_EQ(n, EntryBytes(1, 3));
+  std::memcpy(value.data() + (k_off - value_off), image, n);
+  ASSERT_TRUE(b_->Put("x", value).ok());
+  ASSERT_GT(store().SegmentGeneration(0), gen) << "segment 0 was not reused";
+  std::string v;
+  Status st = reader_->Get("k", &v);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(v, "abd");
+}
+
+// (d) The same image, read by a round that outlived the round limit: the
+// window READ named k's entry at k_off; before the entry READ runs, k is
+// updated, segment 0 retired, reused, and the image written at k_off (the
+// loopback NIC runs the steps from its fault hook, through the store, while
+// the READ waits). On 494e690 such a late round accepted any entry whose
+// NOT-CURRENT bit was clear and the GET returned the forged "EVL"; the
+// word, READ again after the entry, no longer names k_off.
+TEST_P(SegmentReuseTest, LateRoundIgnoresAnEntryImageInsideAnotherClientsValue) {
+  if (GetParam() != Kind::kLoopback) GTEST_SKIP() << "needs the loopback fabric's fault hooks";
+  Start(1 << 13);
+  if (IsSkipped()) return;
+  ClientOptions o;
+  o.host = env_.addr;
+  o.port = server_->port();
+  o.location_cache_entries = 0;  // every GET takes the index path
+  auto uncached = ClientFactory::ConnectWith(env_.client, o);
+  ASSERT_TRUE(uncached.ok()) << uncached.status().ToString();
+  const std::string g(100, 'g');
+  ASSERT_TRUE(a_->Put("g", g).ok());
+  const uint64_t k_off = EntryBytes(1, g.size());
+  ASSERT_TRUE(a_->Put("k", "abc").ok());
+  std::string value(k_off + 64, 'v');
+  std::byte image[64];
+  const size_t n = EncodeEntry(image, k_off, "k", "EVL", false, store().config().seed);
+  ASSERT_EQ(n, EntryBytes(1, 3));
+  std::memcpy(value.data() + (k_off - (kEntryHeaderBytes + 1)), image, n);
+
+  std::atomic<int> fired{0};
+  std::string hook_error;
+  const uint64_t entry_addr = reinterpret_cast<uint64_t>(store().log_base()) + k_off;
+  LoopbackFaults f;
+  f.fail_wr = [&](const SendWr& wr) {
+    if (wr.opcode != WrOpcode::kRead || wr.remote_addr != entry_addr || fired.fetch_add(1) != 0) {
+      return WcStatus::kSuccess;
+    }
+    // Writer A's head is worker 1's (1); B's fresh head is worker 0's (0).
+    auto write = [&](uint32_t head, std::string_view key, std::string_view v) {
+      Result<uint64_t> r = store().Put(head, key, v);
+      if (!r.ok() && hook_error.empty()) hook_error = std::string(key) + ": " + r.status().ToString();
+    };
+    write(1, "k", "abd");
+    for (int i = 0; i < 9; ++i) write(1, "f", std::string(495, 'f'));
+    const uint64_t gen = store().SegmentGeneration(0);
+    store().RunCleanerOnce();
+    std::this_thread::sleep_for(std::chrono::milliseconds(3 * kGraceMs));
+    write(0, "x", value);
+    if (store().SegmentGeneration(0) <= gen && hook_error.empty()) hook_error = "segment 0 was not reused";
+    return WcStatus::kSuccess;
+  };
+  env_.fabric->SetFaults(f);
+  std::string v;
+  Status st = (*uncached)->Get("k", &v);
+  env_.fabric->SetFaults(LoopbackFaults{});
+  ASSERT_GE(fired.load(), 1) << "the entry READ was not seen";
+  ASSERT_TRUE(hook_error.empty()) << hook_error;
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(v, "abd");
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, SegmentReuseTest, ::testing::Values(Kind::kLoopback), KindName);
