@@ -64,6 +64,7 @@ void Index::Hop(uint64_t from, uint64_t to, uint64_t ref, uint64_t hash) {
   std::lock_guard<std::mutex> l(tags_mu_);
   tag_fifo_.push_back(TagExpiry{from, due});
   tag_due_[from] = due;
+  tags_pending_.store(tag_due_.size(), std::memory_order_relaxed);
   const int64_t due_ns = due.time_since_epoch().count();
   if (due_ns < next_tag_due_ns_.load(std::memory_order_relaxed)) {
     next_tag_due_ns_.store(due_ns, std::memory_order_relaxed);
@@ -133,14 +134,12 @@ void Index::ExpireTags(Clock::time_point now) {
     auto it = tag_due_.find(due[i].word);
     if (it == tag_due_.end() || it->second != due[i].at) continue;  // tagged again since: a later expiry
     tag_due_.erase(it);
+    tags_pending_.store(tag_due_.size(), std::memory_order_relaxed);
     std::atomic_ref<uint64_t> a(words_base_[due[i].word]);
     a.store(WordRef(a.load(std::memory_order_relaxed)), std::memory_order_release);
   }
 }
 
-uint64_t Index::tags_pending() const {
-  std::lock_guard<std::mutex> l(tags_mu_);
-  return tag_due_.size();
-}
+uint64_t Index::tags_pending() const { return tags_pending_.load(std::memory_order_relaxed); }
 
 }  // namespace kvrdma

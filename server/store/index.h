@@ -90,7 +90,7 @@ class Index {
   void ExpireTags(Clock::time_point now);
 
   uint64_t moves() const noexcept { return moves_.load(std::memory_order_relaxed); }
-  uint64_t tags_pending() const;
+  uint64_t tags_pending() const;  // lock-free (a relaxed load)
 
  private:
   struct alignas(64) Stripe {
@@ -123,6 +123,9 @@ class Index {
   std::deque<TagExpiry> tag_fifo_;                          // guarded by tags_mu_
   std::unordered_map<uint64_t, Clock::time_point> tag_due_; // word -> latest expiry, guarded by tags_mu_
   std::atomic<int64_t> next_tag_due_ns_{INT64_MAX};        // earliest expiry queued (a hint)
+  // tag_due_.size(), stored under tags_mu_ and read without it (STATS and the
+  // metrics thread never take a lock a worker's hop takes).
+  std::atomic<uint64_t> tags_pending_{0};
 };
 
 }  // namespace kvrdma
