@@ -29,8 +29,8 @@
 
 namespace kvrdma {
 
-void Client::Impl::StartGet(OpState& s, Clock::time_point now) {
-  s.round_start = now;
+void Client::Impl::StartGet(OpState& s) {
+  s.round_start = RoundClock::time_point{};  // set when its first READ is posted (StageGet)
   s.cached_ref = cache_.Lookup(s.kw.hash.hash);
   s.phase = s.cached_ref != 0 ? GetPhase::kCachedEntry : GetPhase::kWindow;
   s.step = Step::kGetPost;
@@ -73,12 +73,12 @@ bool Client::Impl::StageGet(OpState& s) {
   }
   switch (s.phase) {
     case GetPhase::kCachedEntry:
-      s.round_start = now;
+      s.round_start = RoundClock::now();
       s.entry_len = static_cast<uint32_t>(SizeClassBytes(RefSizeClass(s.cached_ref)));  // <= kOpEntryBytes
       PostGetRead(idx, desc_.log, RefLogOffset(s.cached_ref), EntryOff(idx), s.entry_len, true);
       break;
     case GetPhase::kWindow:
-      s.round_start = now;
+      s.round_start = RoundClock::now();
       ++stats_.get_rounds;
       ++s.rounds;
       PostGetRead(idx, desc_.index, s.kw.read.offset, WindowOff(idx), s.kw.read.length, true);
@@ -199,7 +199,7 @@ void Client::Impl::NextCandidateOrMiss(OpState& s, int from) {
 }
 
 bool Client::Impl::RoundIsLate(const OpState& s) const {
-  return Clock::now() - s.round_start > std::chrono::microseconds(desc_.round_limit_us);
+  return RoundClock::now() - s.round_start > std::chrono::microseconds(desc_.round_limit_us);
 }
 
 void Client::Impl::OnEntry(OpState& s) {
