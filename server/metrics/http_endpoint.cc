@@ -123,6 +123,7 @@ struct HttpCallbacks {
       auto* conn = static_cast<HttpEndpoint::Conn*>(*socket_context);
       auto& v = self->conns_;
       v.erase(std::remove_if(v.begin(), v.end(), [conn](const auto& k) { return k.get() == conn; }), v.end());
+      *socket_context = nullptr;  // a later callback on this connection finds no Conn (ConnOf)
       self->open_.fetch_sub(1, std::memory_order_relaxed);
     }
   }
