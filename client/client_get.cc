@@ -36,8 +36,8 @@
 
 namespace kvrdma {
 
-void Client::Impl::StartGet(OpState& s, Clock::time_point now) {
-  s.round_start = now;
+void Client::Impl::StartGet(OpState& s) {
+  s.round_start = RoundClock::time_point{};  // set when its first READ is posted (StageGet)
   const LocationCache::Location loc = cache_.Lookup(s.kw.hash.hash);
   s.cached_ref = loc.ref;
   s.cached_word = loc.word;
@@ -86,14 +86,14 @@ bool Client::Impl::StageGet(OpState& s) {
     case GetPhase::kCachedEntry:
       // The word first, then the entry, in one doorbell: the QP's READs run
       // in order at the server, so the entry's bytes are read after the word.
-      s.round_start = now;
+      s.round_start = RoundClock::now();
       s.entry_len = static_cast<uint32_t>(SizeClassBytes(RefSizeClass(s.cached_ref)));  // <= kOpEntryBytes
       PostGetRead(idx, desc_.index, s.kw.read.offset + s.cached_word * kWordBytes,
                   WindowOff(idx) + s.cached_word * kWordBytes, kWordBytes, false);
       PostGetRead(idx, desc_.log, RefLogOffset(s.cached_ref), EntryOff(idx), s.entry_len, true);
       break;
     case GetPhase::kWindow:
-      s.round_start = now;
+      s.round_start = RoundClock::now();
       ++stats_.get_rounds;
       ++s.rounds;
       PostGetRead(idx, desc_.index, s.kw.read.offset, WindowOff(idx), s.kw.read.length, true);
@@ -230,7 +230,7 @@ void Client::Impl::NextCandidateOrMiss(OpState& s, int from) {
 }
 
 bool Client::Impl::RoundIsLate(const OpState& s) const {
-  return Clock::now() - s.round_start > std::chrono::microseconds(desc_.round_limit_us);
+  return RoundClock::now() - s.round_start > std::chrono::microseconds(desc_.round_limit_us);
 }
 
 void Client::Impl::OnEntry(OpState& s) {
@@ -274,15 +274,15 @@ void Client::Impl::OnEntry(OpState& s) {
 
 // A late round's entry decoded (its value is in the result already): it is
 // the key's entry only if its word, READ after it, still names it within
-// kRecheckLimits round limits of the round's start. Were the bytes not the
+// kRecheckRoundLimits round limits of the round's start. Were the bytes not the
 // entry the window READ named, its segment was reused after that READ (a
 // grace period later at least) and the word names the offset again only
 // after another reuse (one more grace period): more time than this allows
 // (DESIGN.md, "Why a GET returns a value the key had during the GET").
 void Client::Impl::OnRecheck(OpState& s) {
-  const auto limit = std::chrono::microseconds(uint64_t{desc_.round_limit_us} * kRecheckLimits);
+  const auto limit = std::chrono::microseconds(uint64_t{desc_.round_limit_us} * kRecheckRoundLimits);
   if (WordRef(WindowWord(s, static_cast<uint64_t>(s.cand))) != s.candidate.ref ||
-      Clock::now() - s.round_start > limit) {
+      RoundClock::now() - s.round_start > limit) {
     return NewRound(s, /*retry=*/true, "a late round whose entry ref had moved or that took too long");
   }
   return Finish(s, s.recheck_found ? Status::OK() : Status::NotFound());

@@ -26,6 +26,7 @@
 #include "client/fixed_ring.h"
 #include "client/location_cache.h"
 #include "common/format/read_path.h"
+#include "common/format/round_clock.h"
 #include "common/protocol/handshake.h"
 #include "common/protocol/messages.h"
 
@@ -61,6 +62,8 @@ inline constexpr int kSleepSliceMs = 5;
 
 class Client::Impl {
  public:
+  // Operation timeouts, back-off, reconnects. GET rounds are timed against
+  // the round limit on RoundClock (CLOCK_BOOTTIME, common/format/round_clock.h).
   using Clock = std::chrono::steady_clock;
   static constexpr uint32_t kMaxInFlight = 64;
   // Each in-flight GET's own entry buffer (registered, x kMaxInFlight): 16 KiB
@@ -70,11 +73,6 @@ class Client::Impl {
   static constexpr size_t kOpEntryBytes = 16 << 10;
   static_assert(kOpEntryBytes == SizeClassBytes(kFirstCoarseSizeClass + 2 * kSizeClassSteps));
   static_assert(kOpEntryBytes >= kMaxExactEntryBytes);
-  // A late round's entry is accepted if its word, READ again after it, still
-  // names it within this many round limits of the round's start (OnRecheck):
-  // kvserver's round limit is half its grace period, so 3 of them stay below
-  // the two grace periods a forged entry needs (DESIGN.md).
-  static constexpr uint64_t kRecheckLimits = 3;
 
   Impl(const ClientOptions& o, std::shared_ptr<Device> dev)
       : opts_(o),
@@ -141,7 +139,7 @@ class Client::Impl {
     // GET
     KeyWindow kw;
     WindowProbe probe;              // of the last window READ (its bytes stay in the op buffer's window part)
-    Clock::time_point round_start;  // of the round (or cached READ) in progress
+    RoundClock::time_point round_start;  // of the round (or cached READ) in progress; BOOTTIME (round_clock.h)
     GetPhase phase = GetPhase::kWindow;
     bool window_late = false;       // the last window READ took longer than the round limit
     Clock::time_point not_before;   // kWindow: not posted before (back-off after a matching move tag)
@@ -189,7 +187,7 @@ class Client::Impl {
   void Progress();
   void FlushBatch();
   // GET (client_get.cc).
-  void StartGet(OpState& s, Clock::time_point now);
+  void StartGet(OpState& s);
   bool StageGet(OpState& s);
   void PostGetRead(uint32_t idx, const RemoteRegion& region, uint64_t offset, size_t local_off, uint32_t len,
                    bool signaled);

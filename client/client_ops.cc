@@ -64,7 +64,7 @@ void Client::Impl::Start(Op* op, std::optional<Opcode> query) {
     auto kw = KeyWindowRead(params_, op->key);
     if (!kw.ok()) return Finish(s, kw.status());
     s.kw = *kw;
-    return StartGet(s, now);  // client_get.cc
+    return StartGet(s);  // client_get.cc
   }
   s.opcode = query ? *query : op->type == Op::Type::kPut ? Opcode::kPut : Opcode::kDelete;
   std::string_view value = s.opcode == Opcode::kPut ? op->value : std::string_view{};

@@ -4,6 +4,7 @@
 // not depend on index and log internals.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -23,6 +24,10 @@ struct StoreRegions {
   uint64_t hash_seed = 0;
   void* log_base = nullptr;
   size_t log_bytes = 0;
+  // How long a freed segment waits before reuse, and a move tag lives
+  // (StoreConfig::grace_period): the round limit clients get must be
+  // shorter (Server::Start refuses otherwise).
+  std::chrono::nanoseconds grace_period{0};
 };
 
 class Backend {

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <unordered_set>
 
+#include "common/format/round_clock.h"
 #include "common/log.h"
 #include "common/protocol/handshake.h"
 #include "common/protocol/locks.h"
@@ -42,6 +44,22 @@ Status Server::Start() {
   }
   KVRDMA_RETURN_IF_ERROR(CheckMessageLimits(cfg_.message_bytes, cfg_.max_key_bytes));
   StoreRegions r = backend_.regions();
+  // A GET round younger than the round limit trusts what its window READ
+  // named; that is sound only while the store keeps freed segments and move
+  // tags longer than that (DESIGN "Reclamation", "Misses while entry refs
+  // move"), and a late round's recheck only while kRecheckRoundLimits of it
+  // stay below two grace periods ("Why a GET returns a value the key had
+  // during the GET", (b)). The limit comes from --grace-ms, the store's grace
+  // period from its own config: refuse a pair that breaks it, whoever built
+  // them.
+  round_limit_us_ = uint64_t{cfg_.grace_period_ms} * 1000 / 2;
+  if (round_limit_us_ == 0 || round_limit_us_ > UINT32_MAX ||
+      std::chrono::microseconds(round_limit_us_ * kRecheckRoundLimits) >= 2 * r.grace_period) {
+    return Status::InvalidArgument(
+        "the round limit clients get (" + std::to_string(round_limit_us_) +
+        " us, half of --grace-ms) must be above 0 and below two thirds of the store's grace period (" +
+        std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(r.grace_period).count()) + " us)");
+  }
   auto reg = [&](void* p, size_t n, uint32_t access, const char* what) -> Result<std::unique_ptr<MemoryRegion>> {
     auto mr = device_->RegisterMemory(p, n, access);
     if (!mr.ok()) return Status(mr.status().code(), std::string("registering the ") + what + ": " + mr.status().message());
@@ -188,7 +206,7 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
   d.credits = static_cast<uint16_t>(cfg_.credits);
   d.max_key_bytes = static_cast<uint16_t>(cfg_.max_key_bytes);
   d.max_value_bytes = cfg_.max_value_bytes;
-  d.round_limit_us = cfg_.grace_period_ms * 1000 / 2;
+  d.round_limit_us = static_cast<uint32_t>(round_limit_us_);  // checked in Start
   d.lock_words = cfg_.lock_words;
   uint8_t buf[kMaxAcceptData];
   size_t n = EncodeServerDescriptor(d, buf);

@@ -61,6 +61,7 @@ class Server {
   void Shutdown();
 
   ServerConfig cfg_;
+  uint64_t round_limit_us_ = 0;  // the descriptor's; < the store's grace period (Start)
   std::shared_ptr<Device> device_;
   Backend& backend_;
   ServerCounters counters_;

@@ -33,7 +33,7 @@ class StoreBackend final : public Backend {
   StoreRegions regions() const override {
     IndexParams p = store_->index_params();
     return StoreRegions{store_->index_base(), store_->index_bytes(), p.home_count, static_cast<uint16_t>(p.window_words),
-                        p.seed, store_->log_base(), store_->log_bytes()};
+                        p.seed, store_->log_base(), store_->log_bytes(), store_->config().grace_period};
   }
   void AppendStats(std::vector<std::pair<std::string_view, uint64_t>>* out) const override {
     StoreStats s = store_->Stats();

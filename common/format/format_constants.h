@@ -25,7 +25,10 @@ static_assert(std::endian::native == std::endian::little,
 // 5: the entry header is 12 bytes (guard + lengths; no per-key version) and
 //    entries are 4-aligned: the guard sits at whichever of the first two
 //    4-byte offsets is 8-aligned (entry.h). Locations are in 4-byte units.
-inline constexpr uint32_t kFormatVersion = 5;
+// 6: a key's tag nibble is 0..14 (hash.h TagNibbleOf: bits 40..47 mod 15);
+//    15 is only the any-key tag (window.h), so a key's first hop no longer
+//    leaves a tag that blocks the one-round misses of every key of its window.
+inline constexpr uint32_t kFormatVersion = 6;
 
 // ---- index (see window.h): words of 8 bytes; a key's window of them
 inline constexpr size_t kWordBytes = 8;            // one 8-byte-atomic word

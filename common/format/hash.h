@@ -4,8 +4,11 @@
 //   home        = h & (home_count - 1): the first word of the key's window
 //                 (window.h); the window is words [home, home + window_words)
 //   fingerprint = h >> 52 (12 bits, stored in the entry ref)
-//   tag nibble  = (h >> 44) & 15 (a move of the key tags the word it left)
-// The three use disjoint bits of h as long as home_count <= 2^44.
+//   tag nibble  = ((h >> 40) & 255) % 15, in 0..14 (a move of the key tags
+//                 the word it left); 15 is the any-key tag (window.h
+//                 kTagAnyKey), never a key's (format 6; format 5 took bits
+//                 44..47, so a key of nibble 15 left an any-key tag)
+// The three use disjoint bits of h as long as home_count <= 2^40 (kMaxHomeCount).
 #pragma once
 
 #include <cstdint>
@@ -17,11 +20,20 @@ namespace kvrdma {
 
 inline constexpr uint64_t kMaxHomeCount = uint64_t{1} << 40;
 
+// Keys' tag nibbles are 0..kKeyTagNibbles-1; the nibble value kKeyTagNibbles
+// (15) is reserved for the any-key tag (window.h static_asserts the two agree).
+inline constexpr uint64_t kKeyTagNibbles = 15;
+// The one place a key's tag nibble is computed (server and client). 256 values
+// of bits 40..47 onto 15 nibbles: nibble 0 gets 18 of them, the others 17.
+constexpr uint8_t TagNibbleOf(uint64_t hash) noexcept {
+  return static_cast<uint8_t>(((hash >> 40) & 0xff) % kKeyTagNibbles);
+}
+
 struct KeyHash {
   uint64_t hash = 0;         // XXH3-64 of the key
   uint64_t home = 0;         // first word of the key's window
   uint16_t fingerprint = 0;  // top kRefFingerprintBits bits of hash
-  uint8_t tag_nibble = 0;    // hash bits 44..47
+  uint8_t tag_nibble = 0;    // TagNibbleOf(hash): 0..14
 };
 
 uint64_t HashKeyBytes(std::string_view key, uint64_t seed) noexcept;
@@ -32,7 +44,7 @@ constexpr KeyHash KeyHashOf(uint64_t hash, uint64_t home_count) noexcept {
   kh.hash = hash;
   kh.home = hash & (home_count - 1);
   kh.fingerprint = static_cast<uint16_t>(hash >> (64 - kRefFingerprintBits));
-  kh.tag_nibble = static_cast<uint8_t>((hash >> 44) & 15);
+  kh.tag_nibble = TagNibbleOf(hash);
   return kh;
 }
 

@@ -17,9 +17,10 @@
 //   tag bit 4 (word bit 40)  set: a key's ref LEFT this word (a move to
 //                            another word of its window) less than tag_ttl
 //                            ago, by the server's clock;
-//   tag bits 0..3            that key's tag nibble (hash bits 44..47), or
-//                            kTagAnyKey once a second key left the word
-//                            while the first tag was still set.
+//   tag bits 0..3            that key's tag nibble (hash.h TagNibbleOf,
+//                            0..14), or kTagAnyKey (15, no key's nibble)
+//                            once a second key left the word while the
+//                            first tag was still set.
 //
 // Every store of a word's ref keeps the word's tag; only the server's tag
 // expiry clears it (after tag_ttl). So a word a move vacated is reusable at
@@ -36,6 +37,7 @@
 
 #include "common/format/format_constants.h"
 #include "common/format/entry_ref.h"
+#include "common/format/hash.h"
 
 namespace kvrdma {
 
@@ -77,5 +79,18 @@ static_assert(TagAfterMove(0, 5) == (kTagSetBit | 5) && TagAfterMove(kTagSetBit 
 static_assert(TagAfterMove(kTagSetBit | 5, 6) == (kTagSetBit | kTagAnyKey));
 static_assert(TagMatches(kTagSetBit | 5, 5) && !TagMatches(kTagSetBit | 5, 6) && !TagMatches(5, 5));
 static_assert(TagMatches(kTagSetBit | kTagAnyKey, 3));
+// No key's nibble is the any-key code: a key's first hop leaves a tag that
+// matches only keys of its nibble (format 5 gave nibble 15 to 1 key in 16,
+// whose hop blocked one-round misses of every key of the window).
+static_assert(kKeyTagNibbles == kTagAnyKey && kKeyTagNibbles <= kTagNibbleMask);
+constexpr bool NoHashGivesTheAnyKeyNibble() {
+  for (uint64_t bits = 0; bits < 256; ++bits) {
+    if (TagNibbleOf(bits << 40) >= kKeyTagNibbles) return false;
+    if (TagAfterMove(0, TagNibbleOf(bits << 40)) == (kTagSetBit | kTagAnyKey)) return false;
+  }
+  return true;
+}
+static_assert(NoHashGivesTheAnyKeyNibble());
+static_assert(TagNibbleOf(uint64_t{15} << 44) != kTagAnyKey && TagNibbleOf(~uint64_t{0}) != kTagAnyKey);
 
 }  // namespace kvrdma

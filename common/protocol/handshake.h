@@ -35,7 +35,9 @@ inline constexpr uint32_t kWireMagic = 0x4452564b;  // bytes "KVRD"
 // 7: format 5 (common/format/format_constants.h): a 12-byte entry header
 //    without a per-key version, entries 4-aligned, locations in 4-byte units;
 //    a write's version is the server's write sequence number.
-inline constexpr uint16_t kProtocolMajor = 7;
+// 8: format 6: a key's tag nibble is 0..14, computed from hash bits 40..47
+//    (15 is only the any-key tag); client and server must agree on it.
+inline constexpr uint16_t kProtocolMajor = 8;
 inline constexpr uint16_t kProtocolMinor = 0;
 
 inline constexpr size_t kMaxRequestData = 56;

@@ -54,28 +54,28 @@ TEST(HandshakeTest, DescriptorFromAnotherMajorVersionIsRefusedWithBothVersions) 
       << back.status().ToString();
 }
 
-// Protocol 7 (format 5: 12-byte entry headers, 4-byte locations) and 6 would
-// misread each other's entry refs and entries, so each side refuses the other,
-// naming both.
+// Protocol 8 (format 6: tag nibbles 0..14 from hash bits 40..47) and 7 would
+// disagree on which keys a move tag matches (a miss proven where a key hopped),
+// so each side refuses the other, naming both.
 TEST(HandshakeTest, PeersOfAnOlderFormatAreRefusedBothWays) {
-  static_assert(kProtocolMajor == 7);
+  static_assert(kProtocolMajor == 8);
   std::array<uint8_t, kMaxAcceptData> buf{};
   ServerDescriptor d = SampleDescriptor();
-  d.major = 6;
+  d.major = 7;
   EncodeServerDescriptor(d, buf);
   auto back = DecodeServerDescriptor(buf);
   ASSERT_FALSE(back.ok());
   EXPECT_EQ(back.status().code(), Status::Code::kProtocol);
-  EXPECT_NE(back.status().message().find("protocol 6.0, this build speaks 7.0"), std::string::npos)
+  EXPECT_NE(back.status().message().find("protocol 7.0, this build speaks 8.0"), std::string::npos)
       << back.status().ToString();
   std::array<uint8_t, kMaxRequestData> req{};
   ConnectRequestMsg m;
-  m.major = 6;
+  m.major = 7;
   ASSERT_GT(EncodeConnectRequest(m, req), 0u);
   auto r = DecodeConnectRequest(req);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kProtocol);
-  EXPECT_NE(r.status().message().find("protocol 6.0, this build speaks 7.0"), std::string::npos)
+  EXPECT_NE(r.status().message().find("protocol 7.0, this build speaks 8.0"), std::string::npos)
       << r.status().ToString();
 }
 

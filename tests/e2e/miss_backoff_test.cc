@@ -75,5 +75,58 @@ TEST(MissBackoffTest, AMissBehindAMatchingTagReadsTheWindowAboutOncePerMilliseco
   EXPECT_LE(static_cast<double>(rounds), ms + 10.0) << "the GET did not back off between rounds";
 }
 
+// Issue 25, item 10: format 5 took a key's tag nibble from hash bits 44..47,
+// and nibble 15 is the any-key code, so the first hop of 1 key in 16 left a
+// tag matching every key: every absent key of the window took rounds until
+// the tag expired. Now no key's nibble is 15: the hop of a key whose bits
+// 44..47 are 1111 tags its word for its own nibble only, and the miss of
+// another absent key of the window is one round.
+TEST(MissBackoffTest, AHopOfAKeyWithHashBits1111LeavesATagOfItsNibbleOnly) {
+  TransportEnv env = TransportEnv::Make(Kind::kLoopback);
+  TestServer server(env, TestServer::Defaults(), [](StoreConfig& c) {
+    c.index_homes = 4;
+    c.index_window = 2;
+  });
+  Store& store = server.backend().store();
+  const IndexParams p = store.index_params();
+  auto hash = [&](const std::string& k) { return MakeKeyHash(k, p.seed, p.home_count); };
+  auto key_with = [&](uint64_t home, int from, bool bits_1111) {
+    for (int i = from;; ++i) {
+      const std::string k = "key" + std::to_string(i);
+      if (hash(k).home == home && (!bits_1111 || ((hash(k).hash >> 44) & 15) == 15)) return k;
+    }
+  };
+  const std::string x = key_with(0, 0, false), k = key_with(1, 0, false), y = key_with(2, 0, true),
+                    z = key_with(1, 1000, false);
+  auto client = server.Connect(PutMode::kSend);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  Client& c = **client;
+  for (const std::string& key : {x, k, y, z}) ASSERT_TRUE(c.Put(key, "v").ok());  // z makes y hop
+  ASSERT_EQ(store.Stats().index_moves, 1u);
+  uint64_t word2;
+  RacyLoad(reinterpret_cast<std::byte*>(&word2), store.index_base() + 2 * 8, 8);
+  const uint64_t tag = WordTag(word2);
+  ASSERT_TRUE(TagMatches(tag, hash(y).tag_nibble)) << "word 2 carries no tag of y";
+  EXPECT_NE(tag, kTagSetBit | kTagAnyKey) << "y's first hop left an any-key tag";
+  for (uint64_t n = 0; n < kKeyTagNibbles; ++n) {
+    EXPECT_EQ(TagMatches(tag, n), n == hash(y).tag_nibble) << "nibble " << n << ", tag " << tag;
+  }
+  // An absent key of home 2 with another nibble and no stored fingerprint:
+  // its miss is proven by its first window READ.
+  std::string q;
+  for (int i = 2000; q.empty(); ++i) {
+    const std::string cand = "absent" + std::to_string(i);
+    const KeyHash h = hash(cand);
+    if (h.home == 2 && h.tag_nibble != hash(y).tag_nibble && h.fingerprint != hash(y).fingerprint &&
+        h.fingerprint != hash(z).fingerprint) {
+      q = cand;
+    }
+  }
+  const ClientStats before = c.stats();
+  std::string v;
+  EXPECT_TRUE(c.Get(q, &v).IsNotFound());
+  EXPECT_EQ(c.stats().get_miss_rounds - before.get_miss_rounds, 1u) << "the miss of an unrelated key took rounds";
+}
+
 }  // namespace
 }  // namespace kvrdma::testing

@@ -17,13 +17,18 @@ namespace kvrdma::testing {
 
 class RawHttp {
  public:
-  explicit RawHttp(uint16_t port) {
+  // from: the local address to connect from (any 127.0.0.x is this host's).
+  explicit RawHttp(uint16_t port, uint32_t from = INADDR_LOOPBACK) {
     fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in src{};
+    src.sin_family = AF_INET;
+    src.sin_addr.s_addr = htonl(from);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = fd_ >= 0 && connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    connected_ = fd_ >= 0 && bind(fd_, reinterpret_cast<sockaddr*>(&src), sizeof src) == 0 &&
+                 connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
   }
   ~RawHttp() {
     if (fd_ >= 0) close(fd_);

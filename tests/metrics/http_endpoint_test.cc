@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -35,7 +36,8 @@ class HttpEndpointTest : public ::testing::Test {
   void StartWith(HttpLimits limits) {
     auto e = HttpEndpoint::Start("127.0.0.1:0", [this] {
       renders_.fetch_add(1);
-      return std::string("# HELP x_total x\n# TYPE x_total counter\nx_total 1\n");
+      const size_t big = big_body_.load();
+      return big != 0 ? std::string(big, 'x') : std::string("# HELP x_total x\n# TYPE x_total counter\nx_total 1\n");
     }, limits);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     ep_ = std::move(e).value();
@@ -47,6 +49,7 @@ class HttpEndpointTest : public ::testing::Test {
     StartWith(l);
   }
   std::atomic<int> renders_{0};
+  std::atomic<size_t> big_body_{0};  // 0: the small body
   std::unique_ptr<HttpEndpoint> ep_;
 };
 
@@ -127,13 +130,17 @@ TEST_F(HttpEndpointTest, SlowClientIsClosedAfterIdleTimeout) {
   EXPECT_EQ(RawHttp::StatusOf(RawHttp::Request(ep_->port(), "GET", "/metrics")), 200);
 }
 
-TEST_F(HttpEndpointTest, BusyEndpointAnswers503AndFullOneWaitsInBacklog) {
+// 503 counts responses being sent (bodies held for clients that do not read
+// them), not connections: idle ones never make a scrape 503.
+TEST_F(HttpEndpointTest, Busy503CountsResponsesNotIdleConnections) {
   ep_.reset();
   HttpLimits l;
-  l.max_connections = 6;
+  l.max_connections = 8;
   l.per_ip_connections = 0;
-  l.busy_connections = 3;
+  l.busy_connections = 1;
   l.idle_timeout_s = 30;
+  l.header_timeout_s = 30;
+  big_body_ = size_t{32} << 20;  // more than the loopback socket buffers hold
   StartWith(l);
   std::vector<std::unique_ptr<RawHttp>> idle;
   for (int i = 0; i < 3; ++i) {
@@ -141,31 +148,82 @@ TEST_F(HttpEndpointTest, BusyEndpointAnswers503AndFullOneWaitsInBacklog) {
     ASSERT_TRUE(idle.back()->connected());
   }
   ASSERT_TRUE(WaitUntil([&] { return ep_->open_connections() == 3; })) << ep_->open_connections();
-  std::string r = RawHttp::Request(ep_->port(), "GET", "/metrics");  // the 4th: over busy_connections
-  EXPECT_EQ(RawHttp::StatusOf(r), 503) << r;
-  EXPECT_NE(r.find("Retry-After: 1"), std::string::npos) << r;
-  EXPECT_EQ(renders_.load(), 0);
-  for (int i = 0; i < 3; ++i) {
-    idle.push_back(std::make_unique<RawHttp>(ep_->port()));
-    ASSERT_TRUE(idle.back()->connected());
-  }
-  ASSERT_TRUE(WaitUntil([&] { return ep_->open_connections() == 6; })) << ep_->open_connections();
-  // The 7th waits in the listen backlog: no answer while 6 are open ...
-  RawHttp over(ep_->port());
-  ASSERT_TRUE(over.Send("GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  auto stuck = std::make_unique<RawHttp>(ep_->port());  // asks, never reads: its response stays being sent
+  ASSERT_TRUE(stuck->Send("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_TRUE(WaitUntil([&] { return renders_.load() == 1; }));
+  std::string r = RawHttp::Request(ep_->port(), "GET", "/metrics");
+  EXPECT_EQ(RawHttp::StatusOf(r), 503) << r.substr(0, 200);
+  EXPECT_NE(r.find("Retry-After: 1"), std::string::npos) << r.substr(0, 200);
+  EXPECT_EQ(renders_.load(), 1);
+  // Once the stuck one is gone, three idle connections do not make a request 503.
+  stuck.reset();
+  ASSERT_TRUE(WaitUntil([&] { return ep_->open_connections() == 3; })) << ep_->open_connections();
+  big_body_ = 0;
+  std::string ok = RawHttp::Request(ep_->port(), "GET", "/metrics");
+  EXPECT_EQ(RawHttp::StatusOf(ok), 200) << ok;
+}
+
+// Item 7 of issue 25: a header line every so often kept a connection open
+// for ever (the idle timeout restarts with every byte).
+TEST_F(HttpEndpointTest, TrickledHeadIsClosedAtTheHeaderDeadline) {
+  ep_.reset();
+  HttpLimits l;
+  l.idle_timeout_s = 30;
+  l.header_timeout_s = 1;
+  StartWith(l);
+  RawHttp slow(ep_->port());
+  ASSERT_TRUE(slow.connected());
+  auto t0 = std::chrono::steady_clock::now();
+  bool sent = slow.Send("GET /metrics HTTP/1.1\r\n");
   bool closed = false;
-  r = over.ReadAll(500, &closed);
-  EXPECT_FALSE(closed);
-  EXPECT_EQ(r, "");
-  EXPECT_EQ(ep_->open_connections(), 6u);
-  // ... and is answered once the others have gone (200, or 503 when it is
-  // accepted before the endpoint has seen the others close).
-  idle.clear();
-  r = over.ReadAll(5000, &closed);
-  int st = RawHttp::StatusOf(r);
-  EXPECT_TRUE(st == 200 || st == 503) << r;
-  ASSERT_TRUE(WaitUntil([&] { return ep_->open_connections() == 0; })) << ep_->open_connections();
+  while (sent && !closed && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(4)) {
+    (void)slow.ReadAll(200, &closed);
+    if (!closed) sent = slow.Send("X-Slow: 1\r\n");  // a header line every 200 ms, never the blank line
+  }
+  auto held = std::chrono::steady_clock::now() - t0;
+  EXPECT_TRUE(closed || !sent) << "a head trickled for 4 s was not closed (header deadline 1 s)";
+  EXPECT_LT(held, std::chrono::milliseconds(2500));
+  EXPECT_EQ(ep_->late_heads(), 1u);
+  EXPECT_EQ(renders_.load(), 0);
+  // Meanwhile and afterwards, others are served (each answer closes its
+  // connection: libmicrohttpd does so for a response queued on the first call).
   EXPECT_EQ(RawHttp::StatusOf(RawHttp::Request(ep_->port(), "GET", "/metrics")), 200);
+}
+
+// The issue's reproduction: 16 connections from each of 4 addresses, each
+// trickling its head, filled the 64 connections and blocked every scrape
+// (33 of them made every accepted scrape 503). A fresh address is served at once.
+TEST_F(HttpEndpointTest, ScrapeIsServedWhileFourAddressesHoldEveryConnection) {
+  ep_.reset();
+  StartWith(HttpLimits{});  // the defaults kvserver runs with
+  const HttpLimits d;
+  std::vector<std::unique_ptr<RawHttp>> abusers;
+  for (uint32_t from = 2; from <= 5; ++from) {
+    for (unsigned i = 0; i < d.per_ip_connections; ++i) {
+      abusers.push_back(std::make_unique<RawHttp>(ep_->port(), INADDR_LOOPBACK - 1 + from));
+      ASSERT_TRUE(abusers.back()->connected());
+      ASSERT_TRUE(abusers.back()->Send("GET /metrics HTTP/1.1\r\n"));
+    }
+  }
+  ASSERT_EQ(abusers.size(), d.max_connections);
+  ASSERT_TRUE(WaitUntil([&] { return ep_->open_connections() == d.max_connections; })) << ep_->open_connections();
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {  // a header line from each, well within the idle timeout
+    while (!stop.load()) {
+      for (auto& a : abusers) (void)a->Send("X-Slow: 1\r\n");
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+  });
+  for (int i = 0; i < 3; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    std::string r = RawHttp::Request(ep_->port(), "GET", "/metrics");
+    EXPECT_EQ(RawHttp::StatusOf(r), 200) << i << ": " << r;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1)) << i;
+  }
+  EXPECT_GE(ep_->evicted(), 1u);  // the first scrape made room; the evicted one did not come back
+  EXPECT_LE(ep_->open_connections(), d.max_connections + 1);
+  stop = true;
+  trickle.join();
 }
 
 TEST_F(HttpEndpointTest, PerAddressLimit) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/format/read_path.h"
+#include "common/format/round_clock.h"
 #include "common/memory/racy_copy.h"
 #include "common/status.h"
 
@@ -45,7 +46,7 @@ inline Status NativeGet(const IndexParams& p, const std::byte* index, const std:
                         std::string_view key, std::vector<std::byte>& buf, NativeGetResult* out,
                         ReadCounters* c, std::chrono::nanoseconds round_limit = std::chrono::seconds(1),
                         int max_attempts = 1000, bool slow_window = false) {
-  using Clock = std::chrono::steady_clock;
+  using Clock = RoundClock;  // as the client times its rounds (round_clock.h)
   auto kw = KeyWindowRead(p, key);
   if (!kw.ok()) return kw.status();
   ++c->gets;
