@@ -104,7 +104,8 @@ int main(int argc, char** argv) {
   app.add_option("--auth-token", cfg.auth_token,
                  "Shared secret (<= 32 bytes) clients must present when they connect; without it they\n"
                  "are refused before they learn any rkey (prefer --auth-token-file: argv is visible)");
-  app.add_option("--auth-token-file", token_file, "Read the shared secret from this file (trailing newline dropped)")
+  app.add_option("--auth-token-file", token_file,
+                 "Read the shared secret from this file (trailing newline dropped; an empty secret is refused)")
       ->check(CLI::ExistingFile)->excludes("--auth-token");
   std::string metrics_listen;
   app.add_option("--metrics-listen", metrics_listen,
@@ -143,9 +144,29 @@ int main(int argc, char** argv) {
   }
   if (!token_file.empty()) {
     std::ifstream f(token_file, std::ios::binary);
+    if (!f) {
+      std::fprintf(stderr, "kvserver: cannot read --auth-token-file %s\n", token_file.c_str());
+      return 2;
+    }
     std::string t((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
     cfg.auth_token = t;
+  }
+  // An empty token would mean "no authentication" (Server treats an empty
+  // auth_token as off): an empty or unreadable file, or --auth-token "", must
+  // not open the server to every client. Checked before any device is opened.
+  if ((!token_file.empty() || app.count("--auth-token") > 0) && cfg.auth_token.empty()) {
+    if (!token_file.empty()) {
+      std::fprintf(stderr,
+                   "kvserver: --auth-token-file %s is empty: refusing to start without authentication "
+                   "(put the shared secret in the file, or leave the option out to accept every client)\n",
+                   token_file.c_str());
+    } else {
+      std::fprintf(stderr,
+                   "kvserver: --auth-token is empty: refusing to start without authentication "
+                   "(leave the option out to accept every client)\n");
+    }
+    return 2;
   }
   if (kvrdma::Status st = kvrdma::CheckMessageLimits(cfg.message_bytes, cfg.max_key_bytes); !st.ok()) {
     std::fprintf(stderr, "kvserver: %s\n", st.message().c_str());
