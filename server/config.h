@@ -36,9 +36,10 @@ struct ServerConfig {
   // receive buffers (a live client that follows the protocol always has a
   // buffer for every reply, so it never waits here). 0 = never.
   uint32_t reply_timeout_ms = 5000;
-  // Memory all fragmented PUTs being reassembled may hold together (a FIRST
-  // fragment that would pass it is refused with NoResource), and how long an
-  // assembly may wait for its next fragment before it is dropped.
+  // Memory all fragmented PUTs being reassembled may hold together, charged
+  // for the bytes received (a fragment that would pass it is refused with
+  // NoResource), and how long an assembly may wait for its next fragment
+  // (from its last one) before it is dropped.
   uint64_t assembly_bytes = 256ull << 20;
   uint32_t assembly_timeout_ms = 10000;
   // After handling a completion, a worker polls its CQ this long before it

@@ -89,11 +89,13 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(0u, 3600000u));
   uint64_t assembly_mb = cfg.assembly_bytes >> 20;
   app.add_option("--assembly-mb", assembly_mb,
-                 "Memory all fragmented PUTs being reassembled may hold together, in MiB; a PUT whose\n"
-                 "value would pass it is answered NoResource (must hold one --max-value-bytes value)")
+                 "Memory all fragmented PUTs being reassembled may hold together, in MiB, charged for the\n"
+                 "bytes received (not the length announced); a fragment that would pass it is answered\n"
+                 "NoResource (must hold one --max-value-bytes value)")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--assembly-timeout-ms", cfg.assembly_timeout_ms,
-                 "Drop a fragmented PUT whose next fragment does not arrive within this long")
+                 "Drop a fragmented PUT when no fragment of it has arrived for this long (counted from its\n"
+                 "last fragment)")
       ->capture_default_str()->check(CLI::Range(10u, 3600000u));
   app.add_option("--busy-poll-us", cfg.busy_poll_us,
                  "After a request, a worker polls this long (microseconds) before it sleeps until the\n"
