@@ -24,6 +24,14 @@ struct ServerConfig {
   uint32_t credits = 8;
   uint32_t message_bytes = 4096;
   uint32_t srq_depth = 4096;
+  // Connections the server holds at once, and from one peer address (0 = no
+  // per-address limit); a connect request beyond either is refused with a
+  // reason the client reports. Each connection pins its ring and reply
+  // buffers (credits * message_bytes + ReplyMemoryBytes(credits): 56 KiB with
+  // the defaults, so 56 MiB of registered memory at 1024), a QP and a memory
+  // window.
+  uint32_t max_connections = 1024;
+  uint32_t max_connections_per_peer = 64;
   uint32_t lock_words = 65536;    // 8-byte lock words in the lock table
   // A freed log segment is reused only after this long; clients are told to
   // finish a GET within half of it (the descriptor's round_limit_us).

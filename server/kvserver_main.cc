@@ -75,6 +75,14 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(256, 1 << 24));
   app.add_option("--srq-depth", cfg.srq_depth, "Receive buffers in the shared receive queue")
       ->capture_default_str()->check(CLI::Range(16, 1 << 20));
+  app.add_option("--max-connections", cfg.max_connections,
+                 "Client connections held at once; one more is refused at connect with the reason (each\n"
+                 "pins --credits x --message-bytes of ring plus 24 reply buffers of 1 KiB at the default\n"
+                 "8 credits: 56 KiB of registered memory, a QP and a memory window)")
+      ->capture_default_str()->check(CLI::Range(1u, 1u << 20));
+  app.add_option("--max-connections-per-peer", cfg.max_connections_per_peer,
+                 "Client connections one source address may hold at once (0 = no per-address limit)")
+      ->capture_default_str()->check(CLI::Range(0u, 1u << 20));
   app.add_option("--lock-words", cfg.lock_words,
                  "Lock words in the lock table (two keys hashing to the same word cannot be locked at the same "
                  "time); 0: no locks (Lock/TryLock answer Unavailable, no write is refused for a lock), for "

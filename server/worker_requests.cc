@@ -58,6 +58,9 @@ void Worker::HandleStats(ConnState& cs, const RequestHeader& h) {
       {"deletes", counters_.deletes.load()},
       {"errors", counters_.errors.load()},
       {"assembly_bytes", assembly_budget_.used()},
+      {"rejected_max_connections",
+       counters_.request_metrics.rejected(metrics::RequestMetrics::RejectReason::kMaxConnections)},
+      {"rejected_max_per_peer", counters_.request_metrics.rejected(metrics::RequestMetrics::RejectReason::kMaxPerPeer)},
   };
   std::vector<std::pair<std::string_view, uint64_t>> s(std::begin(fixed), std::end(fixed));
   backend_.AppendStats(&s);

@@ -579,7 +579,7 @@ TEST_P(HostileClientTest, StalledAssemblyExpiresWhileTheWorkerIsBusy) {
   for (auto& t : flood) t.join();
   EXPECT_TRUE(dropped) << "a stalled assembly still holds " << held
                        << " bytes more than 5 s after its last fragment (timeout 300 ms)";
-  EXPECT_GT(during, 100u) << "the flood did not keep the worker busy";
+  EXPECT_GE(during, 20u) << "the flood did not keep the worker busy";  // 3 ms each: <= 1 per 3 ms
   ExpectStoreIntactAndServing();
 }
 
