@@ -10,8 +10,8 @@
 // The buffer grows with the bytes that arrive (doubling, never past the
 // value's length), and the budget is charged for what the buffer holds, not
 // for the length the FIRST announces: a connection's share of the budget is
-// at most twice what it has sent, and at most one value (DESIGN.md,
-// "Fragmented PUTs"). A fragment the budget cannot hold is NoResource and
+// at most twice what it has sent, and at most one value (DESIGN.md, "The
+// request path on the server"). A fragment the budget cannot hold is NoResource and
 // aborts the assembly. The bytes go back when the assembly completes,
 // aborts, times out (no fragment for assembly_timeout_ms) or its connection
 // closes.
@@ -52,8 +52,6 @@ class Assembly {
   // When its last fragment was accepted (steady clock, ms): the assembly
   // timeout counts from here.
   int64_t last_fragment_ms() const noexcept { return last_fragment_ms_; }
-  // Bytes of the budget it holds (its buffer's capacity).
-  uint32_t charged() const noexcept { return capacity_; }
   uint64_t token() const noexcept { return token_; }
   std::span<const uint8_t> key() const noexcept { return {key_, key_len_}; }
   std::span<const uint8_t> value() const noexcept { return {value_.get(), value_len_}; }

@@ -465,7 +465,7 @@ class Harness {
     if (c.server_asm.active) budget_model_ -= c.server_asm.charged;
     c.server_asm = {};
   }
-  // The budget as DESIGN "Fragmented PUTs" documents it: an assembly is
+  // The budget as DESIGN "The request path on the server" documents it: an assembly is
   // charged for the bytes that arrived, its buffer doubling up to the value's
   // length (or just what it needs when the budget cannot hold the doubling).
   // False: NoResource (the caller drops the assembly).
