@@ -1,7 +1,8 @@
 #include "server/assembly.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
-#include <new>
 #include <string>
 
 namespace kvrdma::server {
@@ -14,33 +15,53 @@ bool AssemblyBudget::Take(uint64_t n) noexcept {
   return true;
 }
 
+bool Assembly::Reserve(uint32_t more, AssemblyBudget& budget) noexcept {
+  const uint32_t need = received_ + more;  // <= value_len_ (checked by the callers)
+  if (need <= capacity_ && value_ != nullptr) return true;
+  // Double (fewer copies), but never past the value, and fall back to just
+  // what is needed when the budget cannot hold the doubling.
+  uint32_t want = std::max(need, std::min(value_len_, capacity_ * 2));
+  want = std::max(want, 1u);
+  if (!budget.Take(want - capacity_)) {
+    want = std::max(need, 1u);
+    if (want <= capacity_ || !budget.Take(want - capacity_)) return false;
+  }
+  void* p = std::realloc(value_.get(), want);
+  if (p == nullptr) {
+    budget.Give(want - capacity_);
+    return false;
+  }
+  (void)value_.release();  // realloc freed or kept it: p is the buffer now
+  value_.reset(static_cast<uint8_t*>(p));
+  capacity_ = want;
+  return true;
+}
+
 Status Assembly::Begin(const RequestHeader& h, std::span<const uint8_t> key, std::span<const uint8_t> frag,
                        AssemblyBudget& budget, int64_t now_ms) {
   Release(budget);
   if (key.size() > sizeof(key_) || key.size() != h.key_len || frag.size() > h.value_len) {
     return Status::InvalidArgument("first fragment does not match its header");
   }
-  if (!budget.Take(h.value_len)) {
+  value_len_ = h.value_len;
+  received_ = 0;
+  if (!Reserve(static_cast<uint32_t>(frag.size()), budget)) {
+    Release(budget);
     return Status::NoResource("the server is reassembling too many large values (" +
                               std::to_string(budget.limit()) + " bytes at most): retry later");
   }
-  value_.reset(new (std::nothrow) uint8_t[h.value_len == 0 ? 1 : h.value_len]);
-  if (value_ == nullptr) {
-    budget.Give(h.value_len);
-    return Status::NoResource("server out of memory for a fragmented value");
-  }
   request_id_ = h.request_id;
   token_ = h.lock_token;
-  value_len_ = h.value_len;
   key_len_ = h.key_len;
-  started_ms_ = now_ms;
+  last_fragment_ms_ = now_ms;
   std::memcpy(key_, key.data(), key.size());
   if (!frag.empty()) std::memcpy(value_.get(), frag.data(), frag.size());
   received_ = static_cast<uint32_t>(frag.size());
   return Status::OK();
 }
 
-Status Assembly::Extend(const RequestHeader& h, std::span<const uint8_t> frag, AssemblyBudget& budget) {
+Status Assembly::Extend(const RequestHeader& h, std::span<const uint8_t> frag, AssemblyBudget& budget,
+                        int64_t now_ms) {
   const char* why = nullptr;
   if (!active()) {
     why = "value fragment without a first fragment";
@@ -57,15 +78,21 @@ Status Assembly::Extend(const RequestHeader& h, std::span<const uint8_t> frag, A
     Release(budget);
     return Status::InvalidArgument(why);
   }
+  if (!Reserve(static_cast<uint32_t>(frag.size()), budget)) {
+    Release(budget);
+    return Status::NoResource("the server is reassembling too many large values (" +
+                              std::to_string(budget.limit()) + " bytes at most): retry later");
+  }
   if (!frag.empty()) std::memcpy(value_.get() + received_, frag.data(), frag.size());
   received_ += static_cast<uint32_t>(frag.size());
+  last_fragment_ms_ = now_ms;
   return Status::OK();
 }
 
 void Assembly::Release(AssemblyBudget& budget) noexcept {
-  if (!active()) return;
+  budget.Give(capacity_);
   value_.reset();
-  budget.Give(value_len_);
+  capacity_ = 0;
   value_len_ = received_ = 0;
   key_len_ = 0;
 }

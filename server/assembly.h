@@ -3,15 +3,23 @@
 //
 // A FIRST fragment fixes everything later fragments must match: the request
 // id, the key length, the lock token and the value's total length, which
-// sizes the buffer. A later fragment is accepted only if it extends the
+// bounds the buffer. A later fragment is accepted only if it extends the
 // assembly exactly (its offset is the bytes received so far) and stays
-// inside that buffer; anything else aborts the assembly. An assembly's bytes
-// are taken from the budget at FIRST (NoResource when it is spent) and given
-// back when it completes, aborts, times out or its connection closes.
+// inside that length; anything else aborts the assembly.
+//
+// The buffer grows with the bytes that arrive (doubling, never past the
+// value's length), and the budget is charged for what the buffer holds, not
+// for the length the FIRST announces: a connection's share of the budget is
+// at most twice what it has sent, and at most one value (DESIGN.md, "The
+// request path on the server"). A fragment the budget cannot hold is NoResource and
+// aborts the assembly. The bytes go back when the assembly completes,
+// aborts, times out (no fragment for assembly_timeout_ms) or its connection
+// closes.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <span>
 
@@ -41,7 +49,9 @@ class AssemblyBudget {
 class Assembly {
  public:
   bool active() const noexcept { return value_ != nullptr; }
-  int64_t started_ms() const noexcept { return started_ms_; }
+  // When its last fragment was accepted (steady clock, ms): the assembly
+  // timeout counts from here.
+  int64_t last_fragment_ms() const noexcept { return last_fragment_ms_; }
   uint64_t token() const noexcept { return token_; }
   std::span<const uint8_t> key() const noexcept { return {key_, key_len_}; }
   std::span<const uint8_t> value() const noexcept { return {value_.get(), value_len_}; }
@@ -49,12 +59,13 @@ class Assembly {
 
   // Starts from a FIRST (not LAST) fragment whose header ParseRequest
   // accepted. Aborts any assembly in progress first. NoResource when the
-  // budget cannot hold value_len bytes.
+  // budget cannot hold the fragment's bytes.
   Status Begin(const RequestHeader& h, std::span<const uint8_t> key, std::span<const uint8_t> frag,
                AssemblyBudget& budget, int64_t now_ms);
-  // Adds a later fragment (not FIRST). InvalidArgument, and the assembly is
-  // aborted, unless the fragment extends this assembly exactly.
-  Status Extend(const RequestHeader& h, std::span<const uint8_t> frag, AssemblyBudget& budget);
+  // Adds a later fragment (not FIRST). InvalidArgument unless the fragment
+  // extends this assembly exactly, NoResource when the budget cannot hold
+  // its bytes; either aborts the assembly.
+  Status Extend(const RequestHeader& h, std::span<const uint8_t> frag, AssemblyBudget& budget, int64_t now_ms);
   // Ends the assembly (completed, aborted, timed out, or closed) and gives
   // its bytes back.
   void Release(AssemblyBudget& budget) noexcept;
@@ -64,10 +75,18 @@ class Assembly {
   uint64_t token_ = 0;
   uint32_t value_len_ = 0;
   uint32_t received_ = 0;
+  uint32_t capacity_ = 0;  // bytes of value_, all charged to the budget
   uint16_t key_len_ = 0;
-  int64_t started_ms_ = 0;
+  int64_t last_fragment_ms_ = 0;
   uint8_t key_[kMaxKeyBytes];
-  std::unique_ptr<uint8_t[]> value_;  // value_len_ bytes, from the budget
+  // Makes room for `more` bytes after received_: grows value_ (doubling, at
+  // most value_len_), charging the growth to the budget. False: no room
+  // (nothing changed).
+  bool Reserve(uint32_t more, AssemblyBudget& budget) noexcept;
+  struct FreeBytes {
+    void operator()(uint8_t* p) const noexcept { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, FreeBytes> value_;  // capacity_ bytes (malloc: grown by realloc)
 };
 
 }  // namespace kvrdma::server

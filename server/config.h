@@ -24,6 +24,14 @@ struct ServerConfig {
   uint32_t credits = 8;
   uint32_t message_bytes = 4096;
   uint32_t srq_depth = 4096;
+  // Connections the server holds at once, and from one peer address (0 = no
+  // per-address limit); a connect request beyond either is refused with a
+  // reason the client reports. Each connection pins its ring and reply
+  // buffers (credits * message_bytes + ReplyMemoryBytes(credits): 56 KiB with
+  // the defaults, so 56 MiB of registered memory at 1024), a QP and a memory
+  // window.
+  uint32_t max_connections = 1024;
+  uint32_t max_connections_per_peer = 64;
   uint32_t lock_words = 65536;    // 8-byte lock words in the lock table
   // A freed log segment is reused only after this long; clients are told to
   // finish a GET within half of it (the descriptor's round_limit_us).
@@ -36,9 +44,10 @@ struct ServerConfig {
   // receive buffers (a live client that follows the protocol always has a
   // buffer for every reply, so it never waits here). 0 = never.
   uint32_t reply_timeout_ms = 5000;
-  // Memory all fragmented PUTs being reassembled may hold together (a FIRST
-  // fragment that would pass it is refused with NoResource), and how long an
-  // assembly may wait for its next fragment before it is dropped.
+  // Memory all fragmented PUTs being reassembled may hold together, charged
+  // for the bytes received (a fragment that would pass it is refused with
+  // NoResource), and how long an assembly may wait for its next fragment
+  // (from its last one) before it is dropped.
   uint64_t assembly_bytes = 256ull << 20;
   uint32_t assembly_timeout_ms = 10000;
   // After handling a completion, a worker polls its CQ this long before it

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/protocol/handshake.h"
@@ -25,6 +26,7 @@ struct FreeDeleter {
 struct ConnState {
   uint32_t id = 0;
   uint32_t worker = 0;
+  std::string peer;  // the client's address (ConnectRequest::peer_address)
   PutPath put_path = PutPath::kSend;
   // Members are destroyed in reverse declaration order: the ring's window
   // first, then the QP (conn), so the NIC no longer touches the ring or the

@@ -75,6 +75,14 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(256, 1 << 24));
   app.add_option("--srq-depth", cfg.srq_depth, "Receive buffers in the shared receive queue")
       ->capture_default_str()->check(CLI::Range(16, 1 << 20));
+  app.add_option("--max-connections", cfg.max_connections,
+                 "Client connections held at once; one more is refused at connect with the reason (each\n"
+                 "pins --credits x --message-bytes of ring plus 24 reply buffers of 1 KiB at the default\n"
+                 "8 credits: 56 KiB of registered memory, a QP and a memory window)")
+      ->capture_default_str()->check(CLI::Range(1u, 1u << 20));
+  app.add_option("--max-connections-per-peer", cfg.max_connections_per_peer,
+                 "Client connections one source address may hold at once (0 = no per-address limit)")
+      ->capture_default_str()->check(CLI::Range(0u, 1u << 20));
   app.add_option("--lock-words", cfg.lock_words,
                  "Lock words in the lock table (two keys hashing to the same word cannot be locked at the same "
                  "time); 0: no locks (Lock/TryLock answer Unavailable, no write is refused for a lock), for "
@@ -89,11 +97,13 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(0u, 3600000u));
   uint64_t assembly_mb = cfg.assembly_bytes >> 20;
   app.add_option("--assembly-mb", assembly_mb,
-                 "Memory all fragmented PUTs being reassembled may hold together, in MiB; a PUT whose\n"
-                 "value would pass it is answered NoResource (must hold one --max-value-bytes value)")
+                 "Memory all fragmented PUTs being reassembled may hold together, in MiB, charged for the\n"
+                 "bytes received (not the length announced); a fragment that would pass it is answered\n"
+                 "NoResource (must hold one --max-value-bytes value)")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--assembly-timeout-ms", cfg.assembly_timeout_ms,
-                 "Drop a fragmented PUT whose next fragment does not arrive within this long")
+                 "Drop a fragmented PUT when no fragment of it has arrived for this long (counted from its\n"
+                 "last fragment)")
       ->capture_default_str()->check(CLI::Range(10u, 3600000u));
   app.add_option("--busy-poll-us", cfg.busy_poll_us,
                  "After a request, a worker polls this long (microseconds) before it sleeps until the\n"
@@ -104,7 +114,8 @@ int main(int argc, char** argv) {
   app.add_option("--auth-token", cfg.auth_token,
                  "Shared secret (<= 32 bytes) clients must present when they connect; without it they\n"
                  "are refused before they learn any rkey (prefer --auth-token-file: argv is visible)");
-  app.add_option("--auth-token-file", token_file, "Read the shared secret from this file (trailing newline dropped)")
+  app.add_option("--auth-token-file", token_file,
+                 "Read the shared secret from this file (trailing newline dropped; an empty secret is refused)")
       ->check(CLI::ExistingFile)->excludes("--auth-token");
   std::string metrics_listen;
   app.add_option("--metrics-listen", metrics_listen,
@@ -143,9 +154,29 @@ int main(int argc, char** argv) {
   }
   if (!token_file.empty()) {
     std::ifstream f(token_file, std::ios::binary);
+    if (!f) {
+      std::fprintf(stderr, "kvserver: cannot read --auth-token-file %s\n", token_file.c_str());
+      return 2;
+    }
     std::string t((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
     cfg.auth_token = t;
+  }
+  // An empty token would mean "no authentication" (Server treats an empty
+  // auth_token as off): an empty or unreadable file, or --auth-token "", must
+  // not open the server to every client. Checked before any device is opened.
+  if ((!token_file.empty() || app.count("--auth-token") > 0) && cfg.auth_token.empty()) {
+    if (!token_file.empty()) {
+      std::fprintf(stderr,
+                   "kvserver: --auth-token-file %s is empty: refusing to start without authentication "
+                   "(put the shared secret in the file, or leave the option out to accept every client)\n",
+                   token_file.c_str());
+    } else {
+      std::fprintf(stderr,
+                   "kvserver: --auth-token is empty: refusing to start without authentication "
+                   "(leave the option out to accept every client)\n");
+    }
+    return 2;
   }
   if (kvrdma::Status st = kvrdma::CheckMessageLimits(cfg.message_bytes, cfg.max_key_bytes); !st.ok()) {
     std::fprintf(stderr, "kvserver: %s\n", st.message().c_str());

@@ -39,6 +39,7 @@ Status Server::Start() {
   if (cfg_.message_bytes < 256 || cfg_.message_bytes > (1u << 24)) {
     return Status::InvalidArgument("--message-bytes must be 256..16777216");
   }
+  if (cfg_.max_connections == 0) return Status::InvalidArgument("--max-connections must be at least 1");
   if (cfg_.assembly_bytes < cfg_.max_value_bytes) {
     return Status::InvalidArgument("--assembly-mb must hold at least one value of --max-value-bytes");
   }
@@ -134,8 +135,8 @@ Status Server::Run() {
   return Status::OK();
 }
 
-void Server::Reject(ConnectRequest& req, const Status& why) {
-  counters_.request_metrics.rejected.fetch_add(1, std::memory_order_relaxed);
+void Server::Reject(ConnectRequest& req, const Status& why, RejectReason reason) {
+  counters_.request_metrics.CountRejected(reason);
   KVRDMA_LOG_WARN("refusing a client: %s", why.ToString().c_str());
   RejectMsg m;
   m.code = why.code();
@@ -159,9 +160,14 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
     }
     if (diff != 0) {
       counters_.errors.fetch_add(1);
-      return Reject(*req, Status::RemoteAccess("authentication failed: missing or wrong auth token"));
+      return Reject(*req, Status::RemoteAccess("authentication failed: missing or wrong auth token"),
+                    RejectReason::kAuth);
     }
   }
+  // Before anything is allocated or registered for it.
+  std::string peer = req->peer_address();
+  RejectReason limit_reason;
+  if (Status st = CheckConnectionLimits(peer, &limit_reason); !st.ok()) return Reject(*req, st, limit_reason);
   auto cs = std::make_shared<ConnState>();
   cs->id = NextConnectionId();
   if (cs->id == 0) {
@@ -169,6 +175,7 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
                                            std::to_string(kLockOwnerMax) +
                                            " ids is held by a connection or named by an unexpired lease"));
   }
+  cs->peer = std::move(peer);
   cs->put_path = msg->put_path;
   cs->worker = next_worker_++ % workers_.size();
   size_t ring_bytes = size_t{cfg_.credits} * cfg_.message_bytes;
@@ -233,11 +240,45 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
     return;
   }
   cs->conn = std::move(conn).value();
-  conns_.push_back(cs);
+  Remember(cs);
   counters_.connections.fetch_add(1);
   counters_.connections_total.fetch_add(1);
   KVRDMA_LOG_DEBUG("connection %u accepted (qp %u, worker %u, put path %s)", cs->id, cs->conn->qp_num(),
                    cs->worker, cs->put_path == PutPath::kSend ? "send" : "write-imm");
+}
+
+Status Server::CheckConnectionLimits(const std::string& peer, RejectReason* reason) const {
+  // Live connections; a closed one leaves the count at once (its worker
+  // releases its state within a batch).
+  if (conns_.size() >= cfg_.max_connections) {
+    *reason = RejectReason::kMaxConnections;
+    return Status::NoResource("too many connections (limit " + std::to_string(cfg_.max_connections) +
+                              ", kvserver --max-connections): retry later");
+  }
+  // An address the transport could not tell is not limited per peer (it
+  // would put every such client under one count).
+  if (cfg_.max_connections_per_peer != 0 && !peer.empty()) {
+    auto it = peer_conns_.find(peer);
+    if (it != peer_conns_.end() && it->second >= cfg_.max_connections_per_peer) {
+      *reason = RejectReason::kMaxPerPeer;
+      return Status::NoResource("too many connections from " + peer + " (limit " +
+                                std::to_string(cfg_.max_connections_per_peer) +
+                                ", kvserver --max-connections-per-peer)");
+    }
+  }
+  return Status::OK();
+}
+
+void Server::Remember(std::shared_ptr<ConnState> cs) {
+  if (!cs->peer.empty()) ++peer_conns_[cs->peer];
+  conns_.push_back(std::move(cs));
+}
+
+std::shared_ptr<ConnState> Server::Forget(std::vector<std::shared_ptr<ConnState>>::iterator it) {
+  std::shared_ptr<ConnState> cs = std::move(*it);
+  conns_.erase(it);
+  if (auto p = peer_conns_.find(cs->peer); p != peer_conns_.end() && --p->second == 0) peer_conns_.erase(p);
+  return cs;
 }
 
 uint32_t Server::NextConnectionId() {
@@ -265,8 +306,7 @@ uint32_t Server::NextConnectionId() {
 void Server::OnDisconnected(Connection* c) {
   auto it = std::find_if(conns_.begin(), conns_.end(), [&](const auto& s) { return s->conn.get() == c; });
   if (it == conns_.end()) return;
-  std::shared_ptr<ConnState> cs = std::move(*it);
-  conns_.erase(it);
+  std::shared_ptr<ConnState> cs = Forget(it);
   counters_.connections.fetch_sub(1);
   counters_.request_metrics.closed_by_client.fetch_add(1, std::memory_order_relaxed);
   KVRDMA_LOG_DEBUG("connection %u closed", cs->id);
@@ -318,8 +358,9 @@ void Server::CloseFailedConnections() {
     // The client sees DISCONNECTED now instead of at its operation timeout.
     cs.conn->Disconnect();
     counters_.connections.fetch_sub(1);
-    std::shared_ptr<ConnState> gone = std::move(*it);
-    it = conns_.erase(it);
+    const auto index = it - conns_.begin();
+    std::shared_ptr<ConnState> gone = Forget(it);
+    it = conns_.begin() + index;
     Retire(std::move(gone));
   }
 }
@@ -330,6 +371,7 @@ void Server::Shutdown() {
   for (auto& cs : conns_) cs->conn->Disconnect();
   // The workers are stopped: they refer to no connection any more.
   conns_.clear();
+  peer_conns_.clear();
   retiring_.clear();
   workers_.clear();  // CQs
   assembly_budget_.reset();

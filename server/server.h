@@ -10,7 +10,9 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "common/transport/transport.h"
@@ -54,7 +56,14 @@ class Server {
   // Closes the connections a worker gave up on (QP failed, protocol broken)
   // and those whose replies stay unacknowledged past reply_timeout_ms.
   void CloseFailedConnections();
-  void Reject(ConnectRequest& req, const Status& why);
+  using RejectReason = metrics::RequestMetrics::RejectReason;
+  void Reject(ConnectRequest& req, const Status& why, RejectReason reason = RejectReason::kOther);
+  // The connection limits (max_connections, max_connections_per_peer): the
+  // refusal a new connection from `peer` gets, or OK.
+  Status CheckConnectionLimits(const std::string& peer, RejectReason* reason) const;
+  // Adds a live connection to conns_ and its peer's count; Forget takes it out.
+  void Remember(std::shared_ptr<ConnState> cs);
+  std::shared_ptr<ConnState> Forget(std::vector<std::shared_ptr<ConnState>>::iterator it);
   // Hands a connection to its worker's Remove and frees it once released.
   void Retire(std::shared_ptr<ConnState> cs);
   void FreeReleased();
@@ -80,8 +89,10 @@ class Server {
   std::unique_ptr<AssemblyBudget> assembly_budget_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<Listener> listener_;
-  // Live connections by Connection* (the manager thread's view).
+  // Live connections by Connection* (the manager thread's view), and how
+  // many of them each peer address holds (no entry: none).
   std::vector<std::shared_ptr<ConnState>> conns_;
+  std::unordered_map<std::string, uint32_t> peer_conns_;
   // Closed connections their worker may still refer to (until released).
   std::vector<std::shared_ptr<ConnState>> retiring_;
   // Connection ids are also lock owner ids (common/protocol/locks.h):

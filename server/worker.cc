@@ -129,6 +129,12 @@ void Worker::Run() {
   Clock::time_point busy_until{};  // start asleep
   for (;;) {
     if (control_pending_.load(std::memory_order_acquire)) ApplyControl();
+    // Abandoned assemblies are looked for every kExpiryCheckMs whether or
+    // not the worker is idle: a worker kept busy by other connections must
+    // not let a stalled assembly hold its bytes (one clock read per batch).
+    const auto now = Clock::now();
+    const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+    if (now_ms - last_expiry_ms_ >= kExpiryCheckMs) ExpireAssemblies(now_ms);
     int n = cq_->Poll(wc_);
     if (n > 0) {
       for (int i = 0; i < n; ++i) Dispatch(wc_[i]);
@@ -137,9 +143,6 @@ void Worker::Run() {
       continue;
     }
     if (n < 0) KVRDMA_LOG_ERROR("worker %u: polling the completion queue failed", index_);
-    const auto now = Clock::now();
-    const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-    if (now_ms - last_expiry_ms_ >= kExpiryCheckMs) ExpireAssemblies(now_ms);
     if (stop_.load(std::memory_order_relaxed)) break;  // nothing left in flight
     // After work, poll briefly (the next request is likely close); then
     // sleep on the completion channel until a completion arrives: a GET-only
@@ -155,7 +158,9 @@ void Worker::Run() {
 void Worker::ExpireAssemblies(int64_t now_ms) {
   last_expiry_ms_ = now_ms;
   for (ConnState* c : conns_.all()) {
-    if (c->assembly.active() && now_ms - c->assembly.started_ms() > int64_t{cfg_.assembly_timeout_ms}) {
+    // The timeout counts from the assembly's last fragment: one whose
+    // fragments keep coming is never dropped, however long the value.
+    if (c->assembly.active() && now_ms - c->assembly.last_fragment_ms() > int64_t{cfg_.assembly_timeout_ms}) {
       KVRDMA_LOG_DEBUG("worker %u: connection %u abandoned a fragmented PUT", index_, c->id);
       c->assembly.Release(assembly_budget_);
       counters_.errors.fetch_add(1, std::memory_order_relaxed);

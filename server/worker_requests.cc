@@ -58,6 +58,9 @@ void Worker::HandleStats(ConnState& cs, const RequestHeader& h) {
       {"deletes", counters_.deletes.load()},
       {"errors", counters_.errors.load()},
       {"assembly_bytes", assembly_budget_.used()},
+      {"rejected_max_connections",
+       counters_.request_metrics.rejected(metrics::RequestMetrics::RejectReason::kMaxConnections)},
+      {"rejected_max_per_peer", counters_.request_metrics.rejected(metrics::RequestMetrics::RejectReason::kMaxPerPeer)},
   };
   std::vector<std::pair<std::string_view, uint64_t>> s(std::begin(fixed), std::end(fixed));
   backend_.AppendStats(&s);
@@ -83,8 +86,9 @@ void Worker::HandleWrite(ConnState& cs, const ParsedRequest& r) {
 
 void Worker::HandleFragment(ConnState& cs, const ParsedRequest& r) {
   const RequestHeader& h = r.header;
-  Status st = (h.flags & kFlagFirst) ? cs.assembly.Begin(h, r.key, r.value, assembly_budget_, SteadyMs())
-                                     : cs.assembly.Extend(h, r.value, assembly_budget_);
+  const int64_t now_ms = SteadyMs();
+  Status st = (h.flags & kFlagFirst) ? cs.assembly.Begin(h, r.key, r.value, assembly_budget_, now_ms)
+                                     : cs.assembly.Extend(h, r.value, assembly_budget_, now_ms);
   if (!st.ok()) {
     if (st.code() != Status::Code::kNoResource) counters_.errors.fetch_add(1, std::memory_order_relaxed);
     return ReplyError(cs, h.request_id, st);

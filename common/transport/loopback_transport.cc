@@ -434,10 +434,12 @@ LoopListener::~LoopListener() {
 
 class LoopConnectRequest final : public ConnectRequest {
  public:
-  LoopConnectRequest(LoopListener* l, std::shared_ptr<Handshake> hs, LoopConn* client, std::vector<uint8_t> d)
-      : listener_(l), hs_(std::move(hs)), client_(client), data_(std::move(d)) {}
+  LoopConnectRequest(LoopListener* l, std::shared_ptr<Handshake> hs, LoopConn* client, std::vector<uint8_t> d,
+                     std::string peer)
+      : listener_(l), hs_(std::move(hs)), client_(client), data_(std::move(d)), peer_(std::move(peer)) {}
   ~LoopConnectRequest() override { Reject({}); }
   std::span<const uint8_t> private_data() const noexcept override { return data_; }
+  std::string peer_address() const override { return peer_; }
 
   Result<std::unique_ptr<Connection>> Accept(const QpConfig& cfg, std::span<const uint8_t> reply,
                                              const std::function<void(Connection&)>& ready) override {
@@ -508,6 +510,7 @@ class LoopConnectRequest final : public ConnectRequest {
   std::shared_ptr<Handshake> hs_;
   LoopConn* client_;  // valid while hs_ is pending (the client waits)
   std::vector<uint8_t> data_;
+  std::string peer_;  // the connecting device's name
   bool answered_ = false;
 };
 
@@ -541,7 +544,7 @@ Result<std::unique_ptr<Connection>> LoopDevice::Connect(const ConnectOptions& op
     }
     it->second->Push(CmEvent{CmEvent::Type::kConnectRequest,
                              std::make_unique<LoopConnectRequest>(it->second, hs, conn.get(),
-                                                                  Padded(private_data, kReqDataMax)),
+                                                                  Padded(private_data, kReqDataMax), info_.name),
                              nullptr});
   }
   std::unique_lock<std::mutex> hl(hs->mu);

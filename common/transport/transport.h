@@ -300,6 +300,10 @@ class ConnectRequest {
  public:
   virtual ~ConnectRequest() = default;
   virtual std::span<const uint8_t> private_data() const noexcept = 0;
+  // Who asks: the peer's IP address without the port ("10.0.0.1", "fe80::1";
+  // loopback: the connecting device's name, one "host" per device). Empty if
+  // unknown.
+  virtual std::string peer_address() const = 0;
   // Creates the QP and accepts, answering with `reply` as private data.
   // `ready`, if given, runs after the QP exists and before the peer is told,
   // so the owner can route the QP's first completions (control path only).

@@ -1,4 +1,5 @@
 // Verbs connections: rdma_cm listener/connect and the QP data path (ibv_wr_*).
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
@@ -279,6 +280,24 @@ class VerbsConnectRequest final : public ConnectRequest {
     if (id_) Reject({});
   }
   std::span<const uint8_t> private_data() const noexcept override { return data_; }
+  std::string peer_address() const override {
+    if (!id_) return {};
+    const sockaddr* sa = rdma_get_peer_addr(id_.get());
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (sa != nullptr && sa->sa_family == AF_INET) {
+      auto* in = reinterpret_cast<const sockaddr_in*>(sa);
+      if (inet_ntop(AF_INET, &in->sin_addr, buf, sizeof(buf)) != nullptr) return buf;
+    } else if (sa != nullptr && sa->sa_family == AF_INET6) {
+      auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
+      // An IPv4 client of a dual-stack listener: report the IPv4 address.
+      if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
+        if (inet_ntop(AF_INET, &in6->sin6_addr.s6_addr[12], buf, sizeof(buf)) != nullptr) return buf;
+      } else if (inet_ntop(AF_INET6, &in6->sin6_addr, buf, sizeof(buf)) != nullptr) {
+        return buf;
+      }
+    }
+    return {};
+  }
 
   Result<std::unique_ptr<Connection>> Accept(const QpConfig& cfg, std::span<const uint8_t> reply,
                                              const std::function<void(Connection&)>& ready) override {

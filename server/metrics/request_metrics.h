@@ -92,12 +92,25 @@ class RequestMetrics {
 
   // Connections that ended with the client's disconnect.
   std::atomic<uint64_t> closed_by_client{0};
-  // Connect requests refused (authentication, malformed, out of memory).
-  std::atomic<uint64_t> rejected{0};
+  // Connect requests refused, by why.
+  enum class RejectReason : uint8_t {
+    kOther,           // malformed request, out of memory or ids, a verbs error
+    kAuth,            // missing or wrong auth token
+    kMaxConnections,  // the server holds --max-connections already
+    kMaxPerPeer,      // the peer address holds --max-connections-per-peer already
+  };
+  static constexpr size_t kRejectReasons = 4;
+  void CountRejected(RejectReason r) noexcept {
+    rejected_[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);
+  }
+  uint64_t rejected(RejectReason r) const noexcept {
+    return rejected_[static_cast<size_t>(r)].load(std::memory_order_relaxed);
+  }
 
  private:
   std::unique_ptr<ServiceTimeHistogram[]> service_;
   std::array<std::atomic<uint64_t>, kStatusCodes> failures_{};
+  std::array<std::atomic<uint64_t>, kRejectReasons> rejected_{};
 };
 
 }  // namespace kvrdma::server::metrics

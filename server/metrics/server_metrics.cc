@@ -60,9 +60,17 @@ void RenderConnections(Exposition& e, const MetricsSources& s) {
   const ServerCounters& c = *s.counters;
   Gauge(e, "kvrdma_connections", "Client connections open now", static_cast<double>(Load(c.connections)));
   Counter(e, "kvrdma_connections_accepted_total", "Client connections accepted", Load(c.connections_total));
-  Counter(e, "kvrdma_connections_rejected_total",
-          "Connect requests refused (wrong auth token, malformed request, out of memory)",
-          Load(c.request_metrics.rejected));
+  using Why = RequestMetrics::RejectReason;
+  e.Family("kvrdma_connections_rejected_total", "counter",
+           "Connect requests refused, by reason: auth (missing or wrong auth token), max_connections "
+           "(kvserver --max-connections reached), max_per_peer (--max-connections-per-peer reached for "
+           "the client's address), other (malformed request, out of memory or connection ids)");
+  e.Sample("kvrdma_connections_rejected_total", {{"reason", "auth"}}, c.request_metrics.rejected(Why::kAuth));
+  e.Sample("kvrdma_connections_rejected_total", {{"reason", "max_connections"}},
+           c.request_metrics.rejected(Why::kMaxConnections));
+  e.Sample("kvrdma_connections_rejected_total", {{"reason", "max_per_peer"}},
+           c.request_metrics.rejected(Why::kMaxPerPeer));
+  e.Sample("kvrdma_connections_rejected_total", {{"reason", "other"}}, c.request_metrics.rejected(Why::kOther));
   e.Family("kvrdma_connections_closed_total", "counter",
            "Client connections that ended, by reason: client (it disconnected), qp_failed (its queue "
            "pair failed, the server closed it), flow_control (it broke flow control, the server closed it)");

@@ -30,6 +30,7 @@ class HookedBackend final : public server::Backend {
   Status Put(uint32_t worker, std::span<const uint8_t> key, std::span<const uint8_t> value,
              const CommitCheck& check, uint64_t* version) override {
     RunHook(key);
+    SlowDown(key);
     return real_->Put(worker, key, value, check, version);
   }
   Status Delete(uint32_t worker, std::span<const uint8_t> key, const CommitCheck& check,
@@ -48,8 +49,24 @@ class HookedBackend final : public server::Backend {
     hook_ = std::move(h);
   }
   Store& store() { return real_->store(); }
+  // Every PUT of a key starting with `prefix` takes `delay` more in the
+  // worker (as a slow store would): traffic that keeps a worker busy.
+  void SlowPutsOf(std::string prefix, std::chrono::microseconds delay) {
+    std::lock_guard<std::mutex> g(mu_);
+    slow_prefix_ = std::move(prefix);
+    slow_delay_ = delay;
+  }
 
  private:
+  void SlowDown(std::span<const uint8_t> key) {
+    std::chrono::microseconds d{0};
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      std::string_view k(reinterpret_cast<const char*>(key.data()), key.size());
+      if (!slow_prefix_.empty() && k.starts_with(slow_prefix_)) d = slow_delay_;
+    }
+    if (d.count() > 0) std::this_thread::sleep_for(d);
+  }
   void RunHook(std::span<const uint8_t> key) {
     std::function<void()> h;
     {
@@ -64,6 +81,8 @@ class HookedBackend final : public server::Backend {
   std::mutex mu_;
   std::string hook_key_;
   std::function<void()> hook_;
+  std::string slow_prefix_;
+  std::chrono::microseconds slow_delay_{0};
 };
 
 class HostileClientTest : public ::testing::TestWithParam<Kind> {
@@ -370,8 +389,9 @@ TEST_P(HostileClientTest, ClosedFloodersDoNotLeakReplyResources) {
 }
 
 // Finding 7: a FIRST fragment pinned up to max_value_bytes per connection,
-// indefinitely. Now assemblies share a server-wide budget; their bytes come
-// back when the connection closes or the assembly times out.
+// indefinitely. Now assemblies share a server-wide budget, charged for the
+// bytes that arrived; their bytes come back when the connection closes or the
+// assembly times out.
 TEST_P(HostileClientTest, AssemblyMemoryIsBoundedAndReleasedOnCloseAndTimeout) {
   server::ServerConfig cfg = TestServer::Defaults();
   cfg.assembly_bytes = 2 * cfg.max_value_bytes;
@@ -382,15 +402,27 @@ TEST_P(HostileClientTest, AssemblyMemoryIsBoundedAndReleasedOnCloseAndTimeout) {
     RequestHeader h = Fragment(kFlagFirst, cfg.max_value_bytes, 0, id);
     return RequestMsg(h, key, std::string(1000, 'f'));
   };
+  // Sends a FIRST and then fragments up to one byte short of the value: the
+  // assembly holds a whole value's bytes (the budget's share of one
+  // connection at most) and never completes.
+  auto fill = [&](RogueClient& r) {
+    ASSERT_TRUE(r.Send(first(1)).ok());
+    ASSERT_EQ(r.Reply().code, Status::Code::kOk);
+    const uint32_t chunk = 3000;
+    for (uint32_t off = 1000; off < cfg.max_value_bytes - 1;) {
+      const uint32_t n = std::min(chunk, cfg.max_value_bytes - 1 - off);
+      ASSERT_TRUE(r.Send(RequestMsg(Fragment(0, cfg.max_value_bytes, off, 1), key, std::string(n, 'g'))).ok());
+      ASSERT_EQ(r.Reply().code, Status::Code::kOk) << "fragment at " << off;
+      off += n;
+    }
+  };
   auto a = std::make_unique<RogueClient>();
   RogueClient b, c;
   ASSERT_TRUE(a->Connect(env_, server_->port()).ok());
   ASSERT_TRUE(b.Connect(env_, server_->port()).ok());
   ASSERT_TRUE(c.Connect(env_, server_->port()).ok());
-  ASSERT_TRUE(a->Send(first(1)).ok());
-  EXPECT_EQ(a->Reply().code, Status::Code::kOk);
-  ASSERT_TRUE(b.Send(first(1)).ok());
-  EXPECT_EQ(b.Reply().code, Status::Code::kOk);
+  fill(*a);
+  fill(b);
   EXPECT_EQ(Stat("assembly_bytes"), 2 * uint64_t{cfg.max_value_bytes});
   // The budget is spent: a third is refused (retry later), not pinned.
   ASSERT_TRUE(c.Send(first(1)).ok());
@@ -413,6 +445,141 @@ TEST_P(HostileClientTest, AssemblyMemoryIsBoundedAndReleasedOnCloseAndTimeout) {
   std::string big(cfg.max_value_bytes, 'v');
   ASSERT_TRUE(good->Put(key, big).ok());
   EXPECT_EQ(Stored(key), big);
+  ExpectStoreIntactAndServing();
+}
+
+// Issue 25, item 5: a FIRST announcing the largest value reserved all of it
+// from the budget while carrying one byte, and a new FIRST restarted the
+// clock: a few connections kept every other client's large PUT answered
+// NoResource. Now the announced length reserves nothing: a connection holds
+// what it sent.
+TEST_P(HostileClientTest, AbusersAnnouncingLargeValuesCannotStarveALargePut) {
+  server::ServerConfig cfg = TestServer::Defaults();
+  cfg.assembly_bytes = 2 * cfg.max_value_bytes;
+  StartServer(cfg);
+  std::vector<std::unique_ptr<RogueClient>> abusers;
+  uint64_t id = 1;
+  auto hold = [&](RogueClient& r) {  // a fresh FIRST: announces 1 MiB, carries 1 byte
+    ASSERT_TRUE(r.Send(RequestMsg(Fragment(kFlagFirst, cfg.max_value_bytes, 0, ++id), "hog", "x")).ok());
+    RawReply rep = r.Reply();
+    ASSERT_EQ(rep.code, Status::Code::kOk) << rep.body;
+  };
+  for (int i = 0; i < 6; ++i) {
+    abusers.push_back(std::make_unique<RogueClient>());
+    ASSERT_TRUE(abusers.back()->Connect(env_, server_->port()).ok());
+    hold(*abusers.back());
+  }
+  EXPECT_LE(Stat("assembly_bytes"), 6u) << "the announced lengths were reserved";
+  for (PutMode mode : {PutMode::kSend, PutMode::kWriteImm}) {
+    auto honest = Connect(mode);
+    ASSERT_TRUE(honest);
+    for (int round = 0; round < 3; ++round) {
+      for (auto& a : abusers) hold(*a);  // renewed while the honest client works
+      std::string big(cfg.max_value_bytes, static_cast<char>('a' + round));
+      Status st = honest->Put("large", big);
+      ASSERT_TRUE(st.ok()) << "round " << round << ": " << st.ToString();
+      EXPECT_EQ(Stored("large"), big);
+    }
+  }
+  ExpectStoreIntactAndServing();
+}
+
+// Issue 25, item 5: the assembly timeout counted from the FIRST, although
+// SECURITY.md promises "for its next fragment": a slow honest PUT whose
+// fragments keep coming was dropped. Now it counts from the last fragment.
+TEST_P(HostileClientTest, AssemblyTimeoutCountsFromTheLastFragment) {
+  server::ServerConfig cfg = TestServer::Defaults();
+  cfg.assembly_timeout_ms = 300;
+  StartServer(cfg);
+  const uint32_t len = 40 * 100;
+  RogueClient slow;
+  ASSERT_TRUE(slow.Connect(env_, server_->port()).ok());
+  ASSERT_TRUE(slow.Send(RequestMsg(Fragment(kFlagFirst, len, 0, 3), "slow", std::string(100, 's'))).ok());
+  ASSERT_EQ(slow.Reply().code, Status::Code::kOk);
+  // A fragment every 100 ms for 1.2 s: four timeouts after the FIRST, never
+  // one after the previous fragment.
+  uint32_t off = 100;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 1; i <= 12; ++i) {
+    std::this_thread::sleep_until(t0 + std::chrono::milliseconds(100 * i));
+    ASSERT_TRUE(slow.Send(RequestMsg(Fragment(0, len, off, 3), "slow", std::string(100, 's'))).ok());
+    RawReply r = slow.Reply();
+    ASSERT_EQ(r.code, Status::Code::kOk) << "fragment " << i << " (" << 100 * i << " ms after the FIRST): " << r.body;
+    off += 100;
+  }
+  ASSERT_TRUE(slow.Send(RequestMsg(Fragment(kFlagLast, len, off, 3), "slow", std::string(len - off, 'e'))).ok());
+  RawReply done = slow.Reply();
+  ASSERT_EQ(done.code, Status::Code::kOk) << done.body;
+  EXPECT_EQ(Stored("slow"), std::string(off, 's') + std::string(len - off, 'e'));
+  // One that stops sending is dropped: its next fragment finds no assembly.
+  ASSERT_TRUE(slow.Send(RequestMsg(Fragment(kFlagFirst, len, 0, 4), "slow", std::string(100, 's'))).ok());
+  ASSERT_EQ(slow.Reply().code, Status::Code::kOk);
+  EXPECT_TRUE(StatBecomes("assembly_bytes", 0, 5000)) << Stat("assembly_bytes");
+  ASSERT_TRUE(slow.Send(RequestMsg(Fragment(0, len, 100, 4), "slow", std::string(100, 's'))).ok());
+  RawReply late = slow.Reply();
+  EXPECT_EQ(late.code, Status::Code::kInvalidArgument) << late.body;
+}
+
+// Issue 25, item 5: abandoned assemblies were looked for only when the
+// worker found its completion queue empty, so traffic that kept it busy let
+// a stalled assembly hold its budget forever. Six connections keep eight
+// slow PUTs each in flight on the only worker (it never finds its queue
+// empty); a stalled assembly must still be dropped.
+TEST_P(HostileClientTest, StalledAssemblyExpiresWhileTheWorkerIsBusy) {
+  server::ServerConfig cfg = TestServer::Defaults();
+  cfg.workers = 1;
+  cfg.assembly_timeout_ms = 300;
+  StartServer(cfg);
+  backend_->SlowPutsOf("busy", std::chrono::microseconds(3000));
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> served{0};
+  std::vector<std::thread> flood;
+  for (int t = 0; t < 6; ++t) {
+    flood.emplace_back([&, t] {
+      RogueClient r;
+      if (!r.Connect(env_, server_->port(), PutPath::kSend, cfg.credits).ok()) {
+        ADD_FAILURE() << "flood connection " << t << " refused";
+        return;
+      }
+      const auto put = WholePut("busy" + std::to_string(t), "v", 1);
+      uint32_t in_flight = 0;
+      while (!stop.load()) {
+        while (in_flight < cfg.credits) {  // within its credits: it breaks no rule
+          if (!r.Send(put).ok()) {
+            ADD_FAILURE() << "flood send failed";
+            return;
+          }
+          ++in_flight;
+        }
+        if (RawReply rep = r.Reply(5000); rep.code != Status::Code::kOk) {
+          ADD_FAILURE() << "flood reply: " << static_cast<int>(rep.code) << " " << rep.body;
+          return;
+        }
+        --in_flight;
+        served.fetch_add(1);
+      }
+      while (in_flight > 0 && r.Reply(5000).code == Status::Code::kOk) --in_flight;
+    });
+  }
+  while (served.load() < 100) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  RogueClient staller;
+  ASSERT_TRUE(staller.Connect(env_, server_->port()).ok());
+  ASSERT_TRUE(staller.Send(RequestMsg(Fragment(kFlagFirst, 4000, 0, 3), "stall", std::string(100, 's'))).ok());
+  ASSERT_EQ(staller.Reply().code, Status::Code::kOk);
+  const uint64_t before = served.load();
+  const auto t_stall = std::chrono::steady_clock::now();
+  const bool dropped = StatBecomes("assembly_bytes", 0, 5000);
+  const auto waited = std::chrono::steady_clock::now() - t_stall;
+  std::printf("the stalled assembly was dropped %lld ms after its last fragment (timeout %u ms)\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()),
+              cfg.assembly_timeout_ms);
+  const uint64_t during = served.load() - before;
+  const uint64_t held = dropped ? 0 : Stat("assembly_bytes");  // while the flood still runs
+  stop.store(true);
+  for (auto& t : flood) t.join();
+  EXPECT_TRUE(dropped) << "a stalled assembly still holds " << held
+                       << " bytes more than 5 s after its last fragment (timeout 300 ms)";
+  EXPECT_GE(during, 20u) << "the flood did not keep the worker busy";  // 3 ms each: <= 1 per 3 ms
   ExpectStoreIntactAndServing();
 }
 

@@ -4,7 +4,9 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "common/protocol/messages.h"
 #include "tests/e2e/e2e_util.h"
@@ -99,6 +101,106 @@ TEST_P(SmallMessageBytesTest, TheLongestKeyAllowedStillPutsAndOneMoreIsTooLarge)
   ASSERT_TRUE(client.Get("short", &got).ok());
   EXPECT_EQ(got, "ok");
 }
+
+// Issue 25, item 6: one client opened 2,000 connections in 0.5 s (each pins
+// 56 KiB of registered memory, a QP and a memory window). Now the server holds
+// at most max_connections, and max_connections_per_peer from one address
+// (loopback: one device is one host); the refused client's Status says why,
+// the refusals are counted, and a freed connection lets a new one in.
+TEST(ConnectionLimitsTest, ExtraConnectionsAreRefusedWithTheReasonAndCounted) {
+  TransportEnv env = TransportEnv::Make(Kind::kLoopback);
+  server::ServerConfig cfg = TestServer::Defaults();
+  cfg.max_connections = 4;
+  cfg.max_connections_per_peer = 2;
+  TestServer server(env, cfg);
+  std::shared_ptr<Device> host_b = env.fabric->CreateDevice("loop-client-b");
+  std::shared_ptr<Device> host_c = env.fabric->CreateDevice("loop-client-c");
+  auto connect = [&](const std::shared_ptr<Device>& from) {
+    ClientOptions o;
+    o.host = env.addr;
+    o.port = server.port();
+    o.connect_timeout_ms = 5000;
+    return ClientFactory::ConnectWith(from, o);
+  };
+  using Why = server::metrics::RequestMetrics::RejectReason;
+  const auto& metrics = server.server().counters().request_metrics;
+  auto open_now = [&] { return server.server().counters().connections.load(); };
+  // The server counts a close when its connection manager sees it: wait for it.
+  auto open_becomes = [&](uint64_t want) {
+    for (int i = 0; i < 500 && open_now() != want; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return open_now() == want;
+  };
+
+  auto a1 = connect(env.client);
+  auto a2 = connect(env.client);
+  ASSERT_TRUE(a1.ok()) << a1.status().ToString();
+  ASSERT_TRUE(a2.ok()) << a2.status().ToString();
+  auto a3 = connect(env.client);  // a third from the same host
+  ASSERT_FALSE(a3.ok()) << "a third connection from one peer was accepted (limit 2)";
+  EXPECT_EQ(a3.status().code(), Status::Code::kNoResource) << a3.status().ToString();
+  EXPECT_NE(a3.status().message().find("refused the connection: too many connections from loop-client (limit 2"),
+            std::string::npos)
+      << a3.status().ToString();
+  EXPECT_EQ(metrics.rejected(Why::kMaxPerPeer), 1u);
+  EXPECT_EQ(StatOf(**a1, "rejected_max_per_peer"), 1u);
+
+  auto b1 = connect(host_b);
+  auto b2 = connect(host_b);
+  ASSERT_TRUE(b1.ok()) << b1.status().ToString();
+  ASSERT_TRUE(b2.ok()) << b2.status().ToString();
+  auto c1 = connect(host_c);  // a fifth, from a host with none
+  ASSERT_FALSE(c1.ok()) << "a fifth connection was accepted (limit 4)";
+  EXPECT_EQ(c1.status().code(), Status::Code::kNoResource) << c1.status().ToString();
+  EXPECT_NE(c1.status().message().find("refused the connection: too many connections (limit 4"), std::string::npos)
+      << c1.status().ToString();
+  EXPECT_EQ(metrics.rejected(Why::kMaxConnections), 1u);
+  EXPECT_EQ(StatOf(**b1, "rejected_max_connections"), 1u);
+  EXPECT_EQ(open_now(), 4u);
+
+  // A freed connection lets a new one in: one of a's makes room for c ...
+  a1->reset();
+  ASSERT_TRUE(open_becomes(3)) << open_now();
+  c1 = connect(host_c);
+  ASSERT_TRUE(c1.ok()) << c1.status().ToString();
+  // ... and, once b frees one, a is below its own limit again.
+  b2->reset();
+  ASSERT_TRUE(open_becomes(3)) << open_now();
+  a1 = connect(env.client);
+  ASSERT_TRUE(a1.ok()) << a1.status().ToString();
+  for (auto* c : {&a1, &a2, &b1, &c1}) {
+    ASSERT_TRUE((**c)->Put("k", "v").ok());
+  }
+  EXPECT_EQ(metrics.rejected(Why::kMaxPerPeer), 1u);
+  EXPECT_EQ(metrics.rejected(Why::kMaxConnections), 1u);
+}
+
+// The per-address limit over each transport: the server names the client's
+// address as the transport reports it (verbs: the IP rdma_cm gives; client
+// and server share the device here, so it is KVRDMA_TEST_ADDR).
+class PeerLimitTest : public ::testing::TestWithParam<Kind> {};
+
+TEST_P(PeerLimitTest, TheRefusalNamesTheClientsAddress) {
+  TransportEnv env = TransportEnv::Make(GetParam());
+  if (!env.skip_reason.empty()) GTEST_SKIP() << env.skip_reason;
+  server::ServerConfig cfg = TestServer::Defaults();
+  cfg.max_connections_per_peer = 3;
+  TestServer server(env, cfg);
+  std::vector<std::unique_ptr<Client>> held;
+  for (int i = 0; i < 3; ++i) {
+    auto c = server.Connect(PutMode::kSend);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    held.push_back(std::move(c).value());
+  }
+  auto extra = server.Connect(PutMode::kSend);
+  ASSERT_FALSE(extra.ok()) << "a 4th connection from one address was accepted (limit 3)";
+  const std::string want = GetParam() == Kind::kLoopback ? "loop-client" : env.addr;
+  EXPECT_NE(extra.status().message().find("too many connections from " + want + " (limit 3"), std::string::npos)
+      << extra.status().ToString();
+  EXPECT_EQ(StatOf(*held[0], "rejected_max_per_peer"), 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Loopback, PeerLimitTest, ::testing::Values(Kind::kLoopback), KindName);
+INSTANTIATE_TEST_SUITE_P(Verbs, PeerLimitTest, ::testing::Values(Kind::kVerbs), KindName);
 
 INSTANTIATE_TEST_SUITE_P(Loopback, SmallMessageBytesTest, ::testing::Values(PutMode::kSend, PutMode::kWriteImm),
                          [](const auto& i) { return i.param == PutMode::kSend ? "send" : "writeimm"; });

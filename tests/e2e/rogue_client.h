@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -160,13 +161,19 @@ class RogueClient {
     return Post(w, true);
   }
   // The next reply (the receive buffer is posted again).
+  // Replies that arrived together wait in arrived_ for the next calls.
   RawReply Reply(int timeout_ms = 10000) {
-    auto got = WaitFor(conn_->recv_cq(), 1, timeout_ms);
-    if (got.empty()) return {};
-    if (got[0].status != WcStatus::kSuccess) return {Status::Code::kConnectionLost, 0, 0, "receive failed"};
-    uint32_t i = static_cast<uint32_t>(got[0].wr_id);
+    if (arrived_.empty()) {
+      auto got = WaitFor(conn_->recv_cq(), 1, timeout_ms);
+      arrived_.insert(arrived_.end(), got.begin(), got.end());
+    }
+    if (arrived_.empty()) return {};
+    const Completion wc = arrived_.front();
+    arrived_.pop_front();
+    if (wc.status != WcStatus::kSuccess) return {Status::Code::kConnectionLost, 0, 0, "receive failed"};
+    uint32_t i = static_cast<uint32_t>(wc.wr_id);
     auto* b = mem_.data() + kReplyOff + size_t{i % kMaxReceives} * kMaxReplySize;
-    auto p = ParseReply({b, got[0].byte_len});
+    auto p = ParseReply({b, wc.byte_len});
     (void)PostReceive(i);
     if (!p.ok()) return {Status::Code::kProtocol, 0, 0, p.status().ToString()};
     return {p->header.status, p->header.flags, p->header.request_id, std::string(p->body.begin(), p->body.end())};
@@ -196,6 +203,7 @@ class RogueClient {
     return CompletionStatus(c[0]);
   }
   std::vector<uint8_t> reject_;
+  std::deque<Completion> arrived_;  // reply receives polled and not yet returned by Reply
   std::unique_ptr<Connection> conn_;
   ServerDescriptor desc_;
   std::vector<uint8_t> mem_;

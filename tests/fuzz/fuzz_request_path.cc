@@ -15,6 +15,7 @@
 // may or may not be there).
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -126,6 +127,7 @@ struct ModelAssembly {
   uint32_t value_len = 0;
   uint16_t key_len = 0;
   std::string key, value;
+  uint64_t charged = 0;  // bytes of the budget the server's assembly holds
 };
 
 struct Conn {
@@ -417,12 +419,13 @@ class Harness {
     ModelAssembly& a = c.server_asm;
     if (first) {
       DropAssembly(c);
-      if (budget_model_ + h.value_len > cfg_.assembly_bytes) {
+      a = {true, h.request_id, h.lock_token, h.value_len, h.key_len, str(p->key), "", 0};
+      if (!ChargeModel(a, p->value.size())) {
+        a = {};  // charged nothing
         e.code = Status::Code::kNoResource;
         return e;
       }
-      a = {true, h.request_id, h.lock_token, h.value_len, h.key_len, str(p->key), str(p->value)};
-      budget_model_ += h.value_len;
+      a.value = str(p->value);
       e.ack = true;
       return e;
     }
@@ -430,6 +433,11 @@ class Harness {
         a.value_len != h.value_len || a.value.size() != h.frag_offset) {
       DropAssembly(c);
       e.code = Status::Code::kInvalidArgument;
+      return e;
+    }
+    if (!ChargeModel(a, p->value.size())) {
+      DropAssembly(c);
+      e.code = Status::Code::kNoResource;
       return e;
     }
     a.value += str(p->value);
@@ -454,8 +462,24 @@ class Harness {
     return e;
   }
   void DropAssembly(Conn& c) {
-    if (c.server_asm.active) budget_model_ -= c.server_asm.value_len;
+    if (c.server_asm.active) budget_model_ -= c.server_asm.charged;
     c.server_asm = {};
+  }
+  // The budget as DESIGN "The request path on the server" documents it: an assembly is
+  // charged for the bytes that arrived, its buffer doubling up to the value's
+  // length (or just what it needs when the budget cannot hold the doubling).
+  // False: NoResource (the caller drops the assembly).
+  bool ChargeModel(ModelAssembly& a, size_t frag) {
+    const uint64_t need = a.value.size() + frag;
+    if (need <= a.charged && a.charged != 0) return true;
+    uint64_t want = std::max<uint64_t>({need, std::min<uint64_t>(a.value_len, 2 * a.charged), 1});
+    if (budget_model_ + (want - a.charged) > cfg_.assembly_bytes) {
+      want = std::max<uint64_t>(need, 1);
+      if (budget_model_ + (want - a.charged) > cfg_.assembly_bytes) return false;
+    }
+    budget_model_ += want - a.charged;
+    a.charged = want;
+    return true;
   }
 
   void Handle(Conn& c, const Completion& wc) {

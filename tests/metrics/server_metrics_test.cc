@@ -180,6 +180,39 @@ TEST_F(ServerMetricsTest, CountersMoveWithRequests) {
   EXPECT_EQ(p.at("kvrdma_connections_closed_total{reason=\"client\"}"), 1);
 }
 
+// Refused connect requests are counted by reason (issue 25, item 6).
+TEST_F(ServerMetricsTest, RefusalsAreCountedByReason) {
+  server::ServerConfig cfg = TestServer::Defaults();
+  cfg.max_connections = 2;
+  cfg.max_connections_per_peer = 1;
+  cfg.auth_token = "t";
+  TestServer s(env_, cfg);
+  auto connect = [&](const std::shared_ptr<Device>& from, const char* token) {
+    ClientOptions o;
+    o.host = env_.addr;
+    o.port = s.port();
+    o.auth_token = token;
+    return ClientFactory::ConnectWith(from, o);
+  };
+  auto other_host = env_.fabric->CreateDevice("loop-client-b");
+  auto third_host = env_.fabric->CreateDevice("loop-client-c");
+  auto a = connect(env_.client, "t");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_FALSE(connect(env_.client, "t").ok());     // max_per_peer
+  EXPECT_FALSE(connect(env_.client, "bad").ok());   // auth (checked first)
+  auto b = connect(other_host, "t");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_FALSE(connect(third_host, "t").ok());      // max_connections
+  EXPECT_FALSE(connect(third_host, "t").ok());
+  Parsed p = Parse(Render(s));
+  ASSERT_TRUE(p.problems.empty()) << p.problems.front();
+  EXPECT_EQ(p.at("kvrdma_connections_rejected_total{reason=\"max_per_peer\"}"), 1);
+  EXPECT_EQ(p.at("kvrdma_connections_rejected_total{reason=\"auth\"}"), 1);
+  EXPECT_EQ(p.at("kvrdma_connections_rejected_total{reason=\"max_connections\"}"), 2);
+  EXPECT_EQ(p.at("kvrdma_connections_rejected_total{reason=\"other\"}"), 0);
+  EXPECT_EQ(p.at("kvrdma_connections"), 2);
+}
+
 // Overwrites in small segments make the cleaner compact and retire them;
 // in cache mode a full log evicts. The metrics show both.
 TEST_F(ServerMetricsTest, CleanerAndEvictionCountersMove) {

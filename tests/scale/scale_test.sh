@@ -14,8 +14,10 @@ CYCLES=${KVRDMA_CHURN_CYCLES:-1000}
 PORT=$((20000 + ($$ + 13) % 20000))
 LOG=$(mktemp)
 ulimit -n 65536 2>/dev/null
+# Every connection comes from this one host: no per-address limit, and room
+# for all of them (kvserver --max-connections defaults to 1024).
 "$BUILD/server/kvserver" --listen "$ADDR" --port "$PORT" --index-mb 8 --log-mb 64 --max-value-bytes 4096 \
-  --srq-depth 8192 > "$LOG" 2>&1 &
+  --srq-depth 8192 --max-connections-per-peer 0 --max-connections $((HOLD + 64)) > "$LOG" 2>&1 &
 PID=$!
 trap 'kill -9 $PID 2>/dev/null; rm -f "$LOG"' EXIT
 TOOL="$BUILD/tests/scale/kvrdma_scale"
