@@ -1,5 +1,6 @@
 #include "server/store/store.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 
@@ -68,16 +69,29 @@ Result<uint64_t> Store::Delete(uint32_t worker, std::string_view key, const Comm
 }
 
 Result<uint64_t> Store::ReserveSpace(uint32_t head, uint64_t bytes) {
-  const auto deadline = ValueLog::Clock::now() + cfg_.full_wait + cfg_.grace_period;
+  auto r = log_->Reserve(head, bytes, /*may_use_reserve=*/false);
+  if (r.ok() || r.status().code() != Status::Code::kNoResource) return r;
+  // The log is short of free segments. Store mode: kick the cleaner and wait
+  // up to full_wait + grace for it, then ServerFull. Cache mode makes room
+  // instead: each waiting writer has a segment of its own on the way (it
+  // evicts the oldest sealed one unless as many are already waiting out
+  // their grace period as there are writers waiting), and a wait ends in
+  // ServerFull only after full_wait + grace without any segment retired (by
+  // a writer or the cleaner): never while room is being made, e.g. when
+  // another writer took the segment this one waited for (issue 25 item 12,
+  // Store.CacheModeSmallLogNeverRefusesAValueThatFits).
+  space_waiters_.fetch_add(1, std::memory_order_relaxed);
+  struct Leave {
+    std::atomic<uint32_t>& n;
+    ~Leave() { n.fetch_sub(1, std::memory_order_relaxed); }
+  } leave{space_waiters_};
+  auto deadline = ValueLog::Clock::now() + cfg_.full_wait + cfg_.grace_period;
+  uint64_t retirements = log_->Retirements();
   for (;;) {
-    auto r = log_->Reserve(head, bytes, /*may_use_reserve=*/false);
-    if (r.ok() || r.status().code() != Status::Code::kNoResource) return r;
     bool evicted = false;
     if (cfg_.mode == CapacityMode::kCache) {
-      // Evict the oldest sealed segment ourselves unless one is already
-      // waiting out its grace period; then wait for it.
       std::unique_lock<std::mutex> lock(evict_mu_, std::try_to_lock);
-      if (lock.owns_lock() && log_->Count().retired == 0) {
+      if (lock.owns_lock() && log_->Count().retired < space_waiters_.load(std::memory_order_relaxed)) {
         const int64_t seg = log_->ClaimOldest();
         if (seg >= 0) {
           EvictSegment(head, static_cast<uint32_t>(seg));
@@ -89,10 +103,19 @@ Result<uint64_t> Store::ReserveSpace(uint32_t head, uint64_t bytes) {
       cleaner_kick_ = true;
       cleaner_cv_.notify_one();
     }
-    if (evicted) continue;
     const auto now = ValueLog::Clock::now();
-    if (now >= deadline) return Status::ServerFull("value log full");
-    log_->WaitForFree(std::min(deadline, now + std::chrono::milliseconds(1)));
+    if (cfg_.mode == CapacityMode::kCache) {
+      if (const uint64_t n = log_->Retirements(); n != retirements) {
+        retirements = n;
+        deadline = std::max(deadline, now + cfg_.full_wait + cfg_.grace_period);
+      }
+    }
+    if (!evicted) {
+      if (now >= deadline) return Status::ServerFull("value log full");
+      log_->WaitForFree(std::min(deadline, now + std::chrono::milliseconds(1)));
+    }
+    r = log_->Reserve(head, bytes, /*may_use_reserve=*/false);
+    if (r.ok() || r.status().code() != Status::Code::kNoResource) return r;
   }
 }
 

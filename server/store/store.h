@@ -152,6 +152,7 @@ class Store {
   std::atomic<uint64_t> write_seq_{0};
 
   std::mutex evict_mu_;  // one segment eviction at a time (cache mode, workers)
+  std::atomic<uint32_t> space_waiters_{0};  // writers in ReserveSpace short of a segment
   std::mutex cleaner_mu_;
   std::condition_variable cleaner_cv_;
   bool cleaner_stop_ = false;     // guarded by cleaner_mu_

@@ -65,8 +65,10 @@ struct StoreConfig {
   bool cleaner_thread = true;
   // Between cleaner passes; idle passes back off to 16x this.
   std::chrono::microseconds cleaner_interval = std::chrono::microseconds(500);
-  // Store mode: how long an append waits for the cleaner to free a segment
-  // before answering ServerFull.
+  // Store mode: how long (plus grace_period) an append waits for the cleaner
+  // to free a segment before answering ServerFull. Cache mode: how long
+  // (plus grace_period) it waits with no segment retired at all; while
+  // evictions make room it keeps waiting.
   std::chrono::milliseconds full_wait = std::chrono::milliseconds(200);
   // Cache mode, tests: called just before an eviction removes a key's value
   // (under the key's window lock, on the evicting thread), so that a

@@ -125,6 +125,7 @@ void ValueLog::Retire(uint32_t seg) {
   si.retired_at = Clock::now();
   retired_[(retired_head_ + retired_len_) % segment_count_] = seg;
   ++retired_len_;
+  retirements_.fetch_add(1, std::memory_order_relaxed);
   PromoteExpiredLocked(si.retired_at);  // grace 0 (tests): free at once
 }
 

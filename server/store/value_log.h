@@ -64,6 +64,8 @@ class ValueLog {
   uint64_t SealedBytes(uint32_t seg) const noexcept { return segs_[seg].used.load(std::memory_order_acquire); }
   // kBusy -> kRetired; reusable after the grace period.
   void Retire(uint32_t seg);
+  // Segments retired so far (room made: a writer short of space waits on).
+  uint64_t Retirements() const noexcept { return retirements_.load(std::memory_order_relaxed); }
   // Waits until a segment may be free (or `until`). Returns false on timeout.
   bool WaitForFree(Clock::time_point until);
 
@@ -104,6 +106,7 @@ class ValueLog {
   std::unique_ptr<SegmentInfo[]> segs_;
   std::unique_ptr<Head[]> heads_;
   std::atomic<uint64_t> next_open_seq_{1};
+  std::atomic<uint64_t> retirements_{0};
 
   mutable std::mutex mu_;  // free list, retired ring, state transitions to/from kFree
   std::condition_variable freed_cv_;

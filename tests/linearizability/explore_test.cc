@@ -5,25 +5,32 @@
 // Per seed: a tiny index (11 to 28 usable words for up to 39 keys, windows
 // that overlap so that hops and move tags are common: PUTs of new keys
 // answered ServerFull; for half the fault seeds READs are copied a word at a
-// time, last word first), 4 KiB log segments, a 2 ms grace period, the cleaner
-// run by the driver at points the seed chooses (no cleaner thread), store or
-// cache mode (evictions enter the history as DELETEs), and a shape of key and
-// value sizes that makes log offsets repeat across the reuses of a segment
-// (every other seed "wide": 1 KiB entries, 4 per segment). Three clients with
-// the location cache on keep up to 3 operations each in flight (client 0 is
-// a slow reader whose cached locations outlive reuses); a single driver
-// thread chooses, from the seed, what happens next: submit a GET / a
-// same-size PUT / a DELETE (often of an absent key) on one of 1-3 hot keys or
-// one of 36 fillers, poll a client, run the cleaner, wait out the grace
-// period, or (half the seeds) break a connection (its operations in flight
-// end unknown; the client reconnects and drops its cache). PUTs answered
-// ServerFull changed nothing and are left out of the history.
+// time, last word first), 4 KiB log segments (8 to 12 of them: little room
+// beyond the live data, so a freed segment is reused soon), a 2 ms grace
+// period, the cleaner run by the driver at points the seed chooses (no
+// cleaner thread), store or cache mode (evictions enter the history as
+// DELETEs), and a shape of key and value sizes that makes log offsets repeat
+// across the reuses of a segment (every other seed "wide": 1016-byte
+// entries, 4 per segment). Three clients with the location cache on keep up
+// to 3 operations each in flight (client 0 is a slow reader whose cached
+// locations outlive reuses); a single driver thread chooses, from the seed,
+// what happens next: submit a GET / a same-size PUT / a DELETE (often of an
+// absent key) on one of 1-3 hot keys or one of 36 fillers (a third of the
+// filler PUTs carry forged entry images of hot keys, ForgedValue), poll a
+// client, run the cleaner, wait out the grace period, or (half the seeds)
+// break a connection (its operations in flight end unknown; the client
+// reconnects and drops its cache). PUTs answered ServerFull changed nothing
+// and are left out of the history.
 //
-// It finds the bug of issue 13 finding 1: with entries born current again
-// (the fix reverted in Store::WriteEntry and CompactSegment) the first
-// violation came after 57, 5, 25 and 15 seeds in four runs ("a GET returned a
+// It finds the bug of issue 13 finding 1 (tests/putback/run 13.1): with
+// entries born current again (the fix reverted in Store::WriteEntry), and no
+// forged values, 29 violations in 632 seeds (4.6 %), at most 84 seeds apart,
+// the first after 7 to 29 seeds in five runs from seed 1 ("a GET returned a
 // value no PUT of this key wrote": a ServerFull leftover under a cached
-// location).
+// location); format 4's shapes in format 5 found it after 235, 246 and 55
+// seeds. With forged values (KVRDMA_EXPLORE_FORGE=1) it finds issue 25
+// item 1 on 494e690 (a cached GET returns a forged image, value "#.."): 20
+// times in seeds 1..198, at most 39 seeds apart.
 //
 // The driver's choices are a function of the seed; the server's worker
 // threads and the loopback transport's completion order are not, so a seed
@@ -31,10 +38,12 @@
 // seed, the minimized history and the file with the whole history are
 // printed; KVRDMA_EXPLORE_SEED=<seed> runs just that seed.
 //
-// KVRDMA_EXPLORE_SEEDS (default: 40 in the unit form, 2000 in the "explore"
+// KVRDMA_EXPLORE_SEEDS (default: 200 in the unit form, 2000 in the "explore"
 // form; ctest sets it per label), KVRDMA_EXPLORE_FIRST (first seed, 1),
-// KVRDMA_EXPLORE_STEPS (steps per seed, 1500), KVRDMA_EXPLORE_SHAPE (0..3:
-// force one shape), KVRDMA_EXPLORE_VERBOSE=1 (a line per seed).
+// KVRDMA_EXPLORE_STEPS (steps per seed, 1500), KVRDMA_EXPLORE_SHAPE (0..4:
+// force one shape), KVRDMA_EXPLORE_FORGE (1: forged values; the default is
+// the build's KVRDMA_EXPLORE_FORGE_DEFAULT, 0 until item 1 is fixed),
+// KVRDMA_EXPLORE_VERBOSE=1 (a line per seed).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -45,6 +54,10 @@
 #include <random>
 #include <thread>
 
+#include "common/format/entry.h"
+#ifndef KVRDMA_EXPLORE_FORGE_DEFAULT
+#define KVRDMA_EXPLORE_FORGE_DEFAULT 1  // tests/linearizability/CMakeLists.txt sets it
+#endif
 #include "tests/e2e/e2e_util.h"
 #include "tests/linearizability/checker.h"
 
@@ -66,21 +79,82 @@ constexpr int kClients = 3;
 constexpr int kDepth = 3;
 constexpr int kFillerKeys = 36;   // other keys ("f0".."fz") that fill the index and the log
 // Key and value sizes are chosen so that log offsets repeat across the reuses
-// of a segment. Keys are a 2-byte name ("h0", "f7") padded to key_bytes. Per
-// seed, one of these shapes:
-//   small: every entry is 24 bytes (6-byte values, and tombstones): every
-//          offset of a segment holds the start of an entry in every use;
-//   mixed: hot values 24-byte entries, filler values 408 (17 x 24) bytes;
-//   large: every value entry is 408 bytes (few offsets per segment);
-//   wide:  1002-byte keys, 6-byte values: every entry, tombstones included,
-//          is 1024 bytes, 4 per segment, and segments are reused constantly.
+// of a segment: every entry is a multiple of one grid unit, the size of a
+// tombstone (entries are 4-aligned with a 12-byte header, entry.h), so every
+// entry of every use starts on the same grid, and an entry of a key often
+// lands exactly where an older entry of the same key was. Keys are a 2-byte
+// name ("h0", "f7") padded to key_bytes (5 = 1 mod 4: a tombstone's 17 bytes
+// round up to 20, the size of an entry with a 3-byte value too). Per seed,
+// one of these shapes:
+//   small: every entry is 20 bytes (3-byte values, and tombstones): every
+//          grid offset of a segment holds the start of an entry in every use;
+//   mixed: hot values 20-byte entries, filler values 400 (20 x 20) bytes;
+//   large: every value entry is 400 bytes, tombstones 20;
+//   wide:  1001-byte keys, 3-byte values: every entry, tombstones included,
+//          is 1016 bytes, 4 per segment, and segments are reused constantly;
+//   half:  493-byte keys, 3-byte values: every entry is 508 bytes, 8 per
+//          segment.
+// (Format 4's shapes, 24-byte entries with a 16-byte header, no longer lined
+// up in format 5: tombstones were 16 bytes and values 20, so the grids of two
+// uses differed and the issue-13 bug was found once per ~300 seeds.)
 struct Shape {
   const char* name;
   size_t key_bytes, hot_value_bytes, filler_value_bytes;
+  // Log segments of 4 KiB: room for the live data (up to 28 words), the
+  // three heads and the cleaner's reserve, and little more, so that a
+  // segment is reused soon after it is freed.
+  uint64_t segments;
 };
-constexpr Shape kShapes[] = {{"small", 2, 6, 6}, {"mixed", 2, 6, 390}, {"large", 2, 390, 390}, {"wide", 1002, 6, 6}};
-static_assert((16 + 2 + 6) % 24 == 0 && (16 + 2 + 390) % 24 == 0 && (16 + 2 + 7) / 8 * 8 == 24);
-static_assert((16 + 1002 + 6) == 1024 && (16 + 1002 + 7) / 8 * 8 == 1024);
+constexpr Shape kShapes[] = {{"small", 5, 3, 3, 8},      {"mixed", 5, 3, 383, 8}, {"large", 5, 383, 383, 8},
+                             {"wide", 1001, 3, 3, 12}, {"half", 493, 3, 3, 10}};
+static_assert(EntryBytes(5, 0) == 20 && EntryBytes(5, 3) == 20 && EntryBytes(5, 383) == 20 * 20);
+static_assert(EntryBytes(1001, 0) == 1016 && EntryBytes(1001, 3) == 1016 && 4096 / 1016 == 4);
+static_assert(EntryBytes(493, 0) == 508 && EntryBytes(493, 3) == 508 && 4096 / 508 == 8);
+constexpr size_t kMaxValueBytes = 1024;  // room for a forged value of the wide shape (below)
+
+// A value unique in its schedule: the sequence number `n` in base 62 at the
+// end (3 characters: 238,328 values), the client's letter first if longer.
+void UniqueValue(std::string* v, size_t len, int client, uint64_t n) {
+  static constexpr char k62[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+  v->assign(len, '0');
+  for (size_t i = len; i > 0 && n != 0; n /= 62) (*v)[--i] = k62[n % 62];
+  if (len > 4) (*v)[0] = static_cast<char>('A' + client);
+}
+
+// A forged value (issue 25 item 1): after a lead of (grid - 12 - key) bytes,
+// so that the value ends on the grid, complete checksummed entry images of
+// hot keys (NOT-CURRENT clear: a value "#.." no PUT wrote, or a tombstone),
+// back to back, each laid out for the parity its offset has when the forged
+// entry itself starts at a log offset of parity `parity` (0 or 4). A filler
+// PUT of it that lands in a reused segment puts an image of a hot key at the
+// grid offsets it covers: where a stale cached location of that key may
+// point.
+template <typename Pick>
+std::string ForgedValue(const Shape& shape, int hot_keys, uint64_t parity, uint64_t hash_seed, Pick&& pick) {
+  const size_t grid = EntryBytes(shape.key_bytes, 0);
+  const size_t lead = grid - kEntryHeaderBytes - shape.key_bytes;
+  const size_t value_image = EntryBytes(shape.key_bytes, shape.hot_value_bytes);
+  // About as large as a filler value of the mixed shape (at least one image).
+  const size_t want = lead + value_image + pick(401);
+  std::string v(lead, '#');
+  while (v.size() + value_image <= want || v.size() == lead) {
+    const bool tombstone = pick(4) == 0;
+    const size_t n = tombstone ? grid : value_image;
+    if (v.size() + n > kMaxValueBytes) break;
+    std::string key = "h" + std::to_string(pick(hot_keys));
+    key.resize(shape.key_bytes, 'k');
+    // "#" and digits: no PUT's value (UniqueValue writes no '#').
+    std::string forged = tombstone ? std::string() : std::string(shape.hot_value_bytes, '#');
+    for (size_t i = 1; i < forged.size() && i < 4; ++i) forged[i] = static_cast<char>('0' + pick(10));
+    const uint64_t off = parity + kEntryHeaderBytes + shape.key_bytes + v.size();  // the image's log offset
+    const size_t at = v.size();
+    v.resize(at + n);
+    const size_t wrote = EncodeEntry({reinterpret_cast<std::byte*>(v.data() + at), n}, off, key, forged, tombstone, hash_seed);
+    EXPECT_EQ(wrote, n);
+  }
+  EXPECT_EQ((kEntryHeaderBytes + shape.key_bytes + v.size()) % grid, 0u);
+  return v;
+}
 
 struct Pending {
   Op op;
@@ -91,7 +165,7 @@ struct Pending {
 
 struct ExploreStats {
   uint64_t ops = 0, server_full = 0, unknown = 0, cache_hits = 0, cache_stale = 0, cleaner_passes = 0,
-           reconnects = 0, segments_cleaned = 0, evictions = 0, index_moves = 0, miss_rounds = 0;
+           reconnects = 0, segments_cleaned = 0, evictions = 0, index_moves = 0, miss_rounds = 0, forged_puts = 0;
 };
 
 // One schedule. Returns the history (hot keys only) and counts into *st.
@@ -99,9 +173,11 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
   std::mt19937_64 rng(seed);
   auto pick = [&](uint64_t n) { return static_cast<uint64_t>(rng() % n); };
   TransportEnv env = TransportEnv::Make(kind);
-  // Every other seed is "wide": its segments are reused fastest.
-  const uint64_t shape_pick = EnvOr("KVRDMA_EXPLORE_SHAPE", seed % 2 == 1 ? 3 : (seed / 2) % 3);
-  const Shape shape = kShapes[shape_pick % 4];
+  // Every other seed is "wide" (its segments are reused fastest, at the
+  // fewest offsets), one in four "half", the rest small, mixed or large.
+  const uint64_t shape_pick =
+      EnvOr("KVRDMA_EXPLORE_SHAPE", seed % 2 == 1 ? 3 : seed % 4 == 2 ? 4 : (seed / 4) % 3);
+  const Shape shape = kShapes[shape_pick % std::size(kShapes)];
   const int hot_keys = 1 + static_cast<int>(pick(3));  // keys the history is about ("h0".."h2")
   const bool cache_mode = pick(4) == 0;
   // Index shapes (homes x window): 11 to 28 usable words for up to 39 keys,
@@ -115,7 +191,7 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
   server::ServerConfig cfg = TestServer::Defaults();
   cfg.workers = 2;
   cfg.max_key_bytes = 1023;
-  cfg.max_value_bytes = 512;
+  cfg.max_value_bytes = kMaxValueBytes;
   cfg.grace_period_ms = 2;
   // Evictions (cache mode) of hot keys enter the history as DELETEs.
   auto evicted = std::make_shared<std::pair<std::mutex, lin::History>>();
@@ -136,9 +212,7 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
     sc.index_homes = index.homes;
     sc.index_window = index.window;
     sc.segment_bytes = 4096;
-    // Room for the live data (up to 28 words) plus churn: 8 segments, or 32
-    // for 1 KiB entries.
-    sc.log_bytes = (shape.key_bytes > 2 ? 32 : 8) * 4096;
+    sc.log_bytes = shape.segments * 4096;
     sc.full_wait = std::chrono::milliseconds(1);
     sc.min_free_segments = 4;
     sc.mode = cache_mode ? CapacityMode::kCache : CapacityMode::kStore;
@@ -163,6 +237,10 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
     env.fabric->SetFaults(std::move(f));
   }
   Store& store = server.backend().store();
+  // Forged values (issue 25 item 1): a third of the filler PUTs carry entry
+  // images of hot keys (KVRDMA_EXPLORE_FORGE=1; 0: none).
+  const bool forge = EnvOr("KVRDMA_EXPLORE_FORGE", KVRDMA_EXPLORE_FORGE_DEFAULT) != 0;
+  const uint64_t hash_seed = store.index_params().seed;  // what every client learns
 
   std::unique_ptr<Client> clients[kClients];
   for (auto& c : clients) {
@@ -170,7 +248,9 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
     o.host = env.addr;
     o.port = server.port();
     o.put_mode = pick(2) ? PutMode::kSend : PutMode::kWriteImm;
-    o.op_timeout_ms = 5000;
+    // A connection the driver broke leaves operations that only time out
+    // (they end unknown): 300 ms, not 5 s, keeps such a seed short.
+    o.op_timeout_ms = 300;
     o.location_cache_entries = 64;
     auto r = ClientFactory::ConnectWith(env.client, o);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
@@ -249,11 +329,12 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
       p->op.result = &p->result;
     } else if (what < 80) {
       p->op.type = Op::Type::kPut;
-      // Unique per schedule: the client, then the sequence number in base 36.
-      p->value.assign(filler ? shape.filler_value_bytes : shape.hot_value_bytes, '0');
-      p->value[0] = static_cast<char>('A' + c);
-      uint64_t n = ++seq;
-      for (size_t i = 5; i >= 1 && n != 0; --i, n /= 36) p->value[i] = kAlphabet[n % 36];
+      if (filler && forge && pick(3) == 0) {
+        p->value = ForgedValue(shape, hot_keys, 4 * pick(2), hash_seed, pick);
+        ++st->forged_puts;
+      } else {
+        UniqueValue(&p->value, filler ? shape.filler_value_bytes : shape.hot_value_bytes, c, ++seq);
+      }
       p->op.value = p->value;
     } else {
       p->op.type = Op::Type::kDelete;
@@ -352,7 +433,7 @@ void Explore(Kind kind, uint64_t first, uint64_t count, uint64_t steps) {
   std::printf("[explore] %s: %llu seeds from %llu, %llu histories checked (%llu ops of hot keys, %llu ops in all), "
               "0 violations, %.1f s; cache hits %llu, stale cached locations %llu, ServerFull %llu, unknown %llu, "
               "cleaner passes %llu, segments cleaned %llu, evictions %llu, broken connections %llu, index moves %llu, "
-              "extra miss rounds %llu\n",
+              "extra miss rounds %llu, forged values %llu\n",
               kind == Kind::kLoopback ? "loopback" : "verbs", static_cast<unsigned long long>(count),
               static_cast<unsigned long long>(first), static_cast<unsigned long long>(histories),
               static_cast<unsigned long long>(history_ops), static_cast<unsigned long long>(st.ops), secs,
@@ -360,7 +441,8 @@ void Explore(Kind kind, uint64_t first, uint64_t count, uint64_t steps) {
               static_cast<unsigned long long>(st.server_full), static_cast<unsigned long long>(st.unknown),
               static_cast<unsigned long long>(st.cleaner_passes), static_cast<unsigned long long>(st.segments_cleaned),
               static_cast<unsigned long long>(st.evictions), static_cast<unsigned long long>(st.reconnects),
-              static_cast<unsigned long long>(st.index_moves), static_cast<unsigned long long>(st.miss_rounds));
+              static_cast<unsigned long long>(st.index_moves), static_cast<unsigned long long>(st.miss_rounds),
+              static_cast<unsigned long long>(st.forged_puts));
   // The schedules must have exercised what they claim to.
   EXPECT_GT(st.cache_hits, 0u);
   EXPECT_GT(st.cache_stale, 0u);
@@ -377,7 +459,7 @@ void ExploreFromEnv(Kind kind, uint64_t default_seeds) {
   Explore(kind, EnvOr("KVRDMA_EXPLORE_FIRST", 1), EnvOr("KVRDMA_EXPLORE_SEEDS", default_seeds), steps);
 }
 
-TEST(ScheduleExploration, Loopback) { ExploreFromEnv(Kind::kLoopback, 40); }
+TEST(ScheduleExploration, Loopback) { ExploreFromEnv(Kind::kLoopback, 200); }
 TEST(ScheduleExplorationLong, Loopback) { ExploreFromEnv(Kind::kLoopback, 2000); }
 TEST(ScheduleExploration, Verbs) {
   TransportEnv env = TransportEnv::Make(Kind::kVerbs);

@@ -1,6 +1,8 @@
 // Store operations, capacity modes and memory arenas.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -295,6 +297,44 @@ TEST(Store, LogFullCacheModeEvictsOldestSegment) {
   auto again = s->Put(0, Key(0), "again");
   ASSERT_TRUE(again.ok());
   EXPECT_GT(*again, first_version);
+}
+
+// Issue 25 item 12: a small cache-mode log (6 segments of 2 MiB, values up
+// to 1 MiB, two workers, the cleaner thread on, the defaults' grace period
+// and store-full wait) must make room for every value that fits: no PUT is
+// answered ServerFull. With two heads each holding a segment and the
+// cleaner's reserve kept free, at most one segment is sealed at a time; a
+// writer that waited out one grace period only to see the other worker take
+// the freed segment had to evict and wait again, past its deadline.
+TEST(Store, CacheModeSmallLogNeverRefusesAValueThatFits) {
+  StoreConfig c = SmallConfig();
+  c.mode = CapacityMode::kCache;
+  c.segment_bytes = 2 << 20;
+  c.log_bytes = 6 * c.segment_bytes;
+  c.max_value_bytes = 1 << 20;
+  c.grace_period = std::chrono::milliseconds(20);
+  c.full_wait = std::chrono::milliseconds(5);
+  c.cleaner_thread = true;
+  auto s = OpenOrDie(c);
+  ASSERT_TRUE(s);
+  std::atomic<int> refused{0};
+  std::vector<std::thread> ts;
+  for (uint32_t w = 0; w < 2; ++w) {
+    ts.emplace_back([&, w] {
+      std::mt19937 rng(w + 1);
+      for (int i = 0; i < 150; ++i) {
+        const size_t len = 1 + rng() % c.max_value_bytes;
+        auto r = s->Put(w, Key(static_cast<int>(w) * 1000 + i % 40), Value(i, static_cast<int>(w), len));
+        if (!r.ok()) {
+          EXPECT_EQ(r.status().code(), Status::Code::kServerFull) << r.status().ToString();
+          refused.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(refused.load(), 0) << "PUTs of values that fit answered ServerFull in cache mode";
+  EXPECT_GT(s->Stats().evictions, 0u);
 }
 
 TEST(Store, ConcurrentWorkersDistinctKeys) {
