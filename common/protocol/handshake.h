@@ -35,7 +35,10 @@ inline constexpr uint32_t kWireMagic = 0x4452564b;  // bytes "KVRD"
 // 7: format 5 (common/format/format_constants.h): a 12-byte entry header
 //    without a per-key version, entries 4-aligned, locations in 4-byte units;
 //    a write's version is the server's write sequence number.
-inline constexpr uint16_t kProtocolMajor = 7;
+// 8: conditional writes: the request header is 40 bytes (u64 if_version at
+//    32, flag IF_VERSION), and a reply may carry status VersionMismatch (16)
+//    with the key's current version (common/protocol/messages.h).
+inline constexpr uint16_t kProtocolMajor = 8;
 inline constexpr uint16_t kProtocolMinor = 0;
 
 inline constexpr size_t kMaxRequestData = 56;
