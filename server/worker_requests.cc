@@ -123,8 +123,7 @@ void Worker::HandleFragment(ConnState& cs, const ParsedRequest& r) {
 void Worker::Apply(ConnState& cs, const RequestHeader& h, std::span<const uint8_t> key,
                    std::span<const uint8_t> value, bool is_delete) {
   uint64_t current = 0;
-  const CommitFence fence{&locks_,  h.lock_token, cs.id, (h.flags & kFlagIfVersion) != 0,
-                          h.if_version, &current};
+  const CommitFence fence{&locks_, h.lock_token, cs.id, (h.flags & kFlagIfVersion) != 0, h.if_version, &current};
   const CommitCheck check{&CommitFence::Check, &fence};
   ReplyHeader rh;
   rh.request_id = h.request_id;

@@ -74,8 +74,8 @@ Result<ParsedRequest> ParseRequest(std::span<const uint8_t> msg, uint32_t max_ke
   if (last && frag_end != h.value_len) return Status::InvalidArgument("last fragment does not end the value");
   size_t key_bytes = first ? h.key_len : 0;
   if (uint64_t{kRequestHeaderSize} + key_bytes + h.frag_len != msg.size()) {
-    return Status::InvalidArgument("request lengths do not add up: header " + std::to_string(kRequestHeaderSize) + " + key " + std::to_string(key_bytes) +
-                                   " + value " + std::to_string(h.frag_len) + " != " +
+    return Status::InvalidArgument("request lengths do not add up: header " + std::to_string(kRequestHeaderSize) +
+                                   " + key " + std::to_string(key_bytes) + " + value " + std::to_string(h.frag_len) + " != " +
                                    std::to_string(msg.size()) + " bytes received");
   }
   p.key = r.Bytes(key_bytes);

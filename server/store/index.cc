@@ -23,7 +23,8 @@ Result<std::unique_ptr<Index>> Index::Create(uint64_t home_count, uint64_t windo
       new Index(std::move(arena).value(), std::move(versions), home_count, window_words, tag_ttl));
 }
 
-Index::Index(Arena arena, Versions versions, uint64_t home_count, uint64_t window_words, std::chrono::nanoseconds tag_ttl)
+Index::Index(Arena arena, Versions versions, uint64_t home_count, uint64_t window_words,
+             std::chrono::nanoseconds tag_ttl)
     : arena_(std::move(arena)),
       words_base_(reinterpret_cast<uint64_t*>(arena_.data())),  // mmap: page-aligned, zero-filled
       home_count_(home_count),

@@ -324,7 +324,9 @@ class Harness {
     h.lock_token = Token(key);
     Condition(key, &h);
     std::string v;
-    if (op == Opcode::kPut) v = Value(in_.ConsumeIntegralInRange<size_t>(0, kWordBytes - kRequestHeaderSize - key.size()));
+    if (op == Opcode::kPut) {
+      v = Value(in_.ConsumeIntegralInRange<size_t>(0, kWordBytes - kRequestHeaderSize - key.size()));
+    }
     h.value_len = h.frag_len = static_cast<uint32_t>(v.size());
     return Encode(h, key, v);
   }
@@ -343,7 +345,7 @@ class Harness {
     c.frag_cond = cond.flags & kFlagIfVersion;
     c.frag_if_version = cond.if_version;
     c.frag_len = in_.ConsumeIntegralInRange<uint32_t>(0, kMaxValue + 16);
-    const uint32_t room = kWordBytes - static_cast<uint32_t>(kRequestHeaderSize) - static_cast<uint32_t>(c.frag_key.size());
+    const uint32_t room = kWordBytes - kRequestHeaderSize - static_cast<uint32_t>(c.frag_key.size());
     c.frag_sent = std::min(in_.ConsumeIntegralInRange<uint32_t>(0, room), c.frag_len);
     RequestHeader h;
     h.flags = kFlagFirst | (c.frag_sent == c.frag_len && in_.ConsumeBool() ? kFlagLast : 0) | c.frag_cond;
@@ -364,7 +366,8 @@ class Harness {
     h.lock_token = c.frag_token;
     h.if_version = c.frag_if_version;
     h.frag_offset = c.frag_sent;
-    uint32_t chunk = std::min(in_.ConsumeIntegralInRange<uint32_t>(0, kWordBytes - kRequestHeaderSize), c.frag_len - std::min(c.frag_sent, c.frag_len));
+    uint32_t chunk = std::min(in_.ConsumeIntegralInRange<uint32_t>(0, kWordBytes - kRequestHeaderSize),
+                              c.frag_len - std::min(c.frag_sent, c.frag_len));
     switch (in_.ConsumeIntegralInRange<int>(0, 6)) {
       case 0:  // another total length than the FIRST's, consistent with a LAST
         chunk = in_.ConsumeIntegralInRange<uint32_t>(0, kWordBytes - kRequestHeaderSize);
@@ -678,7 +681,7 @@ class Harness {
   std::vector<std::string> keys_;  // this input's keys
   std::map<std::string, std::string> model_;
   std::map<std::string, uint64_t> versions_;  // the version of each value in model_, from the replies
-  uint64_t last_version_ = 0;                 // the newest version a reply named (the store is shared: versions grow across inputs)
+  uint64_t last_version_ = 0;  // the newest version a reply named (the store is shared: versions grow across inputs)
   uint64_t budget_model_ = 0;
   uint32_t next_qp_ = 100;
   std::vector<uint32_t> freed_qps_;
