@@ -94,12 +94,13 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& o) {
 namespace {
 // One operation through the engine, to completion (the synchronous API).
 Status RunOne(Client::Impl& impl, Op::Type type, std::string_view key, std::string_view value,
-              std::string* result) {
+              std::string* result, uint64_t if_version = kAnyVersion) {
   Op op;
   op.type = type;
   op.key = key;
   op.value = value;
   op.result = result;
+  op.if_version = if_version;
   impl.RunSync(&op);
   return op.status;
 }
@@ -108,10 +109,12 @@ Status RunOne(Client::Impl& impl, Op::Type type, std::string_view key, std::stri
 Status Client::Get(std::string_view key, std::string* value) {
   return RunOne(*impl_, Op::Type::kGet, key, {}, value);
 }
-Status Client::Put(std::string_view key, std::string_view value) {
-  return RunOne(*impl_, Op::Type::kPut, key, value, nullptr);
+Status Client::Put(std::string_view key, std::string_view value, uint64_t if_version) {
+  return RunOne(*impl_, Op::Type::kPut, key, value, nullptr, if_version);
 }
-Status Client::Delete(std::string_view key) { return RunOne(*impl_, Op::Type::kDelete, key, {}, nullptr); }
+Status Client::Delete(std::string_view key, uint64_t if_version) {
+  return RunOne(*impl_, Op::Type::kDelete, key, {}, nullptr, if_version);
+}
 
 Result<std::vector<std::pair<std::string, uint64_t>>> Client::Stats() { return impl_->Stats(); }
 Status Client::Lock(std::string_view key, std::chrono::milliseconds lease) {

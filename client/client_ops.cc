@@ -72,8 +72,14 @@ void Client::Impl::Start(Op* op, std::optional<Opcode> query) {
     return Finish(s, Status::TooLarge("value of " + std::to_string(value.size()) + " bytes (server limit " +
                                       std::to_string(desc_.max_value_bytes) + ")"));
   }
+  const bool conditional = !keyless && op->if_version != kAnyVersion;
+  if (conditional && s.opcode == Opcode::kDelete && op->if_version == kIfAbsent) {
+    return Finish(s, Status::InvalidArgument("a DELETE only if the key has no value deletes nothing"));
+  }
   if (!keyless) cache_.Erase(HashKeyBytes(op->key, params_.seed));  // our own write: the old location is stale
   s.hdr.opcode = s.opcode;
+  s.hdr.flags = conditional ? kFlagIfVersion : 0;  // SendNextMessage adds FIRST/LAST
+  s.hdr.if_version = conditional ? op->if_version : 0;
   if (!keyless && !held_.empty()) s.hdr.lock_token = TokenFor(op->key);
   s.hdr.request_id = next_request_++;
   s.hdr.key_len = keyless ? 0 : static_cast<uint16_t>(op->key.size());
@@ -169,7 +175,7 @@ void Client::Impl::RunSync(Op* op, std::optional<Opcode> query) {
     if (sync_op_ == nullptr) break;
     IdleWait(Clock::time_point::max());
   }
-  if (op->status.ok() && op->type != Op::Type::kGet) last_version_ = op->version;
+  if ((op->status.ok() || op->status.IsVersionMismatch()) && op->type != Op::Type::kGet) last_version_ = op->version;
 }
 
 Result<std::string> Client::Impl::Query(Opcode query) {
@@ -350,7 +356,7 @@ bool Client::Impl::SendNextMessage(OpState& s) {
     frag_owner_ = static_cast<int32_t>(idx);
   }
   RequestHeader h = s.hdr;
-  h.flags = static_cast<uint8_t>((s.first ? kFlagFirst : 0) | (last ? kFlagLast : 0));
+  h.flags = static_cast<uint8_t>((s.hdr.flags & kFlagIfVersion) | (s.first ? kFlagFirst : 0) | (last ? kFlagLast : 0));
   h.frag_offset = static_cast<uint32_t>(s.sent);
   h.frag_len = static_cast<uint32_t>(chunk);
   uint32_t stage = static_cast<uint32_t>(seq_ % desc_.credits);

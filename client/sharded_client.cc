@@ -229,11 +229,13 @@ Status ShardedClient::Get(std::string_view key, std::string* value) {
   return impl_->clients[ServerFor(key)]->Get(key, value);
 }
 
-Status ShardedClient::Put(std::string_view key, std::string_view value) {
-  return impl_->clients[ServerFor(key)]->Put(key, value);
+Status ShardedClient::Put(std::string_view key, std::string_view value, uint64_t if_version) {
+  return impl_->clients[ServerFor(key)]->Put(key, value, if_version);
 }
 
-Status ShardedClient::Delete(std::string_view key) { return impl_->clients[ServerFor(key)]->Delete(key); }
+Status ShardedClient::Delete(std::string_view key, uint64_t if_version) {
+  return impl_->clients[ServerFor(key)]->Delete(key, if_version);
+}
 
 Result<std::vector<std::pair<std::string, uint64_t>>> ShardedClient::Stats(size_t server) {
   if (server >= impl_->clients.size()) {

@@ -22,6 +22,7 @@ std::string_view CodeName(Status::Code code) noexcept {
     case Status::Code::kRetry: return "Retry";
     case Status::Code::kInternal: return "Internal";
     case Status::Code::kUnavailable: return "Unavailable";
+    case Status::Code::kVersionMismatch: return "VersionMismatch";
   }
   return "Unknown";
 }

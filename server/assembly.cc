@@ -52,6 +52,8 @@ Status Assembly::Begin(const RequestHeader& h, std::span<const uint8_t> key, std
   }
   request_id_ = h.request_id;
   token_ = h.lock_token;
+  condition_flags_ = h.flags & kFlagIfVersion;
+  if_version_ = h.if_version;
   key_len_ = h.key_len;
   last_fragment_ms_ = now_ms;
   std::memcpy(key_, key.data(), key.size());
@@ -67,6 +69,8 @@ Status Assembly::Extend(const RequestHeader& h, std::span<const uint8_t> frag, A
     why = "value fragment without a first fragment";
   } else if (h.request_id != request_id_ || h.key_len != key_len_ || h.lock_token != token_) {
     why = "value fragment of another request (request id, key length or lock token differ from its first)";
+  } else if ((h.flags & kFlagIfVersion) != condition_flags_ || h.if_version != if_version_) {
+    why = "value fragment with another condition than its first";
   } else if (h.value_len != value_len_) {
     why = "value fragment claims another total length than its first";
   } else if (h.frag_offset != received_) {

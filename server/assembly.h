@@ -2,8 +2,9 @@
 // the server-wide budget that bounds the memory all assemblies hold.
 //
 // A FIRST fragment fixes everything later fragments must match: the request
-// id, the key length, the lock token and the value's total length, which
-// bounds the buffer. A later fragment is accepted only if it extends the
+// id, the key length, the lock token, the condition (IF_VERSION and
+// if_version) and the value's total length, which bounds the buffer. A later
+// fragment is accepted only if it extends the
 // assembly exactly (its offset is the bytes received so far) and stays
 // inside that length; anything else aborts the assembly.
 //
@@ -53,6 +54,9 @@ class Assembly {
   // timeout counts from here.
   int64_t last_fragment_ms() const noexcept { return last_fragment_ms_; }
   uint64_t token() const noexcept { return token_; }
+  // The FIRST's condition: kFlagIfVersion or 0, and its if_version.
+  uint8_t condition_flags() const noexcept { return condition_flags_; }
+  uint64_t if_version() const noexcept { return if_version_; }
   std::span<const uint8_t> key() const noexcept { return {key_, key_len_}; }
   std::span<const uint8_t> value() const noexcept { return {value_.get(), value_len_}; }
   bool complete() const noexcept { return active() && received_ == value_len_; }
@@ -73,6 +77,8 @@ class Assembly {
  private:
   uint64_t request_id_ = 0;
   uint64_t token_ = 0;
+  uint64_t if_version_ = 0;
+  uint8_t condition_flags_ = 0;
   uint32_t value_len_ = 0;
   uint32_t received_ = 0;
   uint32_t capacity_ = 0;  // bytes of value_, all charged to the budget

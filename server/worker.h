@@ -139,7 +139,8 @@ class Worker {
   // --- worker_replies.cc: replies ---
   // Queue the reply on cs; FlushReplies posts what the batch queued.
   void Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t> body);
-  void ReplyError(ConnState& cs, uint64_t request_id, const Status& st);
+  // `version`: the reply's version field (a VersionMismatch's current version).
+  void ReplyError(ConnState& cs, uint64_t request_id, const Status& st, uint64_t version = 0);
   void FlushReplies();
   void FlushReplies(ConnState& cs);
 

@@ -22,11 +22,12 @@ constexpr uint32_t kSignalEvery = 16;           // selective signaling of inline
 
 }  // namespace
 
-void Worker::ReplyError(ConnState& cs, uint64_t request_id, const Status& st) {
+void Worker::ReplyError(ConnState& cs, uint64_t request_id, const Status& st, uint64_t version) {
   counters_.request_metrics.CountFailure(st.code());
   ReplyHeader h;
   h.status = st.code();
   h.request_id = request_id;
+  h.version = version;
   const std::string& m = st.message();
   // Error texts are cut to what fits inline, so errors never hold a buffer.
   size_t room = cs.qp->max_inline() > kReplyHeaderSize ? cs.qp->max_inline() - kReplyHeaderSize : m.size();

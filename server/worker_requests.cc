@@ -16,14 +16,25 @@ uint64_t PeekRequestId(std::span<const uint8_t> msg) {
   return id;
 }
 
-// The lock check the store runs at its commit point (commit_check.h).
-struct LockFence {
+// The checks the store runs at its commit point (commit_check.h): the lock
+// table's, then a conditional write's version.
+struct CommitFence {
   const LockView* locks;
   uint64_t token;
-  uint32_t requester;  // the connection's owner id
-  static Status Check(const void* ctx, std::string_view key) {
-    auto* f = static_cast<const LockFence*>(ctx);
-    return f->locks->Check({reinterpret_cast<const uint8_t*>(key.data()), key.size()}, f->token, f->requester);
+  uint32_t requester;     // the connection's owner id
+  bool conditional;       // IF_VERSION
+  uint64_t if_version;    // the version required (0: no value)
+  uint64_t* current_out;  // on VersionMismatch: the key's current version
+  static Status Check(const void* ctx, std::string_view key, uint64_t current_version) {
+    auto* f = static_cast<const CommitFence*>(ctx);
+    KVRDMA_RETURN_IF_ERROR(
+        f->locks->Check({reinterpret_cast<const uint8_t*>(key.data()), key.size()}, f->token, f->requester));
+    if (f->conditional && current_version != f->if_version) {
+      *f->current_out = current_version;
+      return Status::VersionMismatch(current_version == 0 ? "the key has no value"
+                                                          : "the key is at version " + std::to_string(current_version));
+    }
+    return Status::OK();
   }
 };
 
@@ -104,17 +115,20 @@ void Worker::HandleFragment(ConnState& cs, const ParsedRequest& r) {
     counters_.errors.fetch_add(1, std::memory_order_relaxed);
     return ReplyError(cs, h.request_id, Status::InvalidArgument("last fragment before the value is complete"));
   }
-  // The FIRST's key and token, not whatever the LAST claims.
+  // The FIRST's key, token and condition, not whatever the LAST claims.
   RequestHeader whole = h;
   whole.lock_token = cs.assembly.token();
+  whole.flags = static_cast<uint8_t>((h.flags & ~kFlagIfVersion) | cs.assembly.condition_flags());
+  whole.if_version = cs.assembly.if_version();
   Apply(cs, whole, cs.assembly.key(), cs.assembly.value(), /*is_delete=*/false);
   cs.assembly.Release(assembly_budget_);
 }
 
 void Worker::Apply(ConnState& cs, const RequestHeader& h, std::span<const uint8_t> key,
                    std::span<const uint8_t> value, bool is_delete) {
-  const LockFence fence{&locks_, h.lock_token, cs.id};
-  const CommitCheck check{&LockFence::Check, &fence};
+  uint64_t current = 0;
+  const CommitFence fence{&locks_, h.lock_token, cs.id, (h.flags & kFlagIfVersion) != 0, h.if_version, &current};
+  const CommitCheck check{&CommitFence::Check, &fence};
   ReplyHeader rh;
   rh.request_id = h.request_id;
   Status st = is_delete ? backend_.Delete(index_, key, check, &rh.version)
@@ -123,10 +137,10 @@ void Worker::Apply(ConnState& cs, const RequestHeader& h, std::span<const uint8_
     (is_delete ? counters_.deletes : counters_.puts).fetch_add(1, std::memory_order_relaxed);
     return Reply(cs, rh, {});
   }
-  if (!st.IsNotFound() && st.code() != Status::Code::kLocked) {
+  if (!st.IsNotFound() && st.code() != Status::Code::kLocked && !st.IsVersionMismatch()) {
     counters_.errors.fetch_add(1, std::memory_order_relaxed);
   }
-  ReplyError(cs, h.request_id, st);
+  ReplyError(cs, h.request_id, st, st.IsVersionMismatch() ? current : 0);
 }
 
 }  // namespace kvrdma::server

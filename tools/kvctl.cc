@@ -2,7 +2,13 @@
 //
 //   kvctl --server HOST[:PORT] get KEY        prints the value; exit 1 if absent
 //   kvctl --server HOST[:PORT] put KEY VALUE  (VALUE "-" reads it from stdin)
-//   kvctl --server HOST[:PORT] del KEY        exit 1 if absent
+//         [--if-version N | --if-absent] [--print-version]
+//                                             a conditional write: exit 3 and the key's
+//                                             current version on stdout if it is not at N
+//                                             (0: no value); --print-version prints the
+//                                             write's version
+//   kvctl --server HOST[:PORT] del KEY [--if-version N] [--print-version]
+//                                             exit 1 if absent (unconditional), 3 as put
 //   kvctl --server HOST[:PORT] stats          the server's counters, one per line
 //   kvctl --server HOST[:PORT] stats --json   the same as one JSON object {"name": value, ...}
 //   kvctl --server HOST[:PORT] lock KEY [--lease-ms N] [--hold-ms M]
@@ -11,7 +17,8 @@
 //   kvctl --server HOST[:PORT] trylock KEY    exit 0 if the lock was free (taken and
 //                                             released again), 1 if another client holds it
 //
-// Exit codes: 0 found / done, 1 not found, 2 error (message on stderr).
+// Exit codes: 0 found / done, 1 not found, 2 error (message on stderr), 3
+// a conditional write refused (VersionMismatch).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -27,7 +34,7 @@
 
 namespace {
 
-constexpr int kExitOk = 0, kExitNotFound = 1, kExitError = 2;
+constexpr int kExitOk = 0, kExitNotFound = 1, kExitError = 2, kExitVersionMismatch = 3;
 
 // A JSON string literal: the server chooses the names, so every byte that
 // JSON does not allow raw is escaped (bytes >= 0x80 as \u00XX: the output
@@ -54,10 +61,25 @@ int Fail(const std::string& what, const kvrdma::Status& st) {
   return kExitError;
 }
 
+// A write's outcome: its version on stdout when asked; for a refused
+// conditional write, the key's current version on stdout and exit 3.
+int WriteResult(const char* what, const kvrdma::Status& st, const kvrdma::Client& c, bool print_version) {
+  if (st.IsVersionMismatch()) {
+    std::printf("%llu\n", static_cast<unsigned long long>(c.last_version()));
+    std::fprintf(stderr, "kvctl: %s: %s (current version %llu)\n", what, st.ToString().c_str(),
+                 static_cast<unsigned long long>(c.last_version()));
+    return kExitVersionMismatch;
+  }
+  if (!st.ok()) return Fail(what, st);
+  if (print_version) std::printf("%llu\n", static_cast<unsigned long long>(c.last_version()));
+  return kExitOk;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"kvctl: command-line client for kvrdma.\nExit codes: 0 found/done, 1 not found (or lock held), 2 error."};
+  CLI::App app{"kvctl: command-line client for kvrdma.\nExit codes: 0 found/done, 1 not found (or lock held), 2 error,\n"
+               "3 a conditional write refused (the key's current version on stdout)."};
   app.set_version_flag("--version", kvrdma::VersionLine("kvctl"));
   app.require_subcommand(1);
   std::string server = "127.0.0.1", device, put_mode = "send";
@@ -79,8 +101,21 @@ int main(int argc, char** argv) {
   auto* put = app.add_subcommand("put", "Store VALUE under KEY (VALUE '-' reads stdin)");
   put->add_option("KEY", key, "The key")->required();
   put->add_option("VALUE", value, "The value, or - to read it from stdin")->required();
+  uint64_t if_version = kvrdma::kAnyVersion;
+  bool if_absent = false, print_version = false;
+  auto* put_if = put->add_option("--if-version", if_version,
+                                 "Only if KEY's current version is N (checked by the server; 0: only if it has no "
+                                 "value); else exit 3 with the current version on stdout")
+                     ->check(CLI::Range(uint64_t{0}, kvrdma::kAnyVersion - 1));
+  put->add_flag("--if-absent", if_absent, "Only if KEY has no value (= --if-version 0)")->excludes(put_if);
+  put->add_flag("--print-version", print_version, "Print the write's version (it grows with each write of KEY)");
   auto* del = app.add_subcommand("del", "Delete KEY (exit 1 if absent)");
   del->add_option("KEY", key, "The key")->required();
+  del->add_option("--if-version", if_version,
+                  "Only if KEY's current version is N (>= 1; checked by the server); else exit 3 with the "
+                  "current version on stdout (0: no value)")
+      ->check(CLI::Range(uint64_t{1}, kvrdma::kAnyVersion - 1));
+  del->add_flag("--print-version", print_version, "Print the delete's version");
   auto* stats = app.add_subcommand("stats", "Print the server's counters");
   bool json = false;
   stats->add_flag("--json", json, "One JSON object {\"name\": value, ...} instead of 'name value' lines");
@@ -132,13 +167,12 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   if (put->parsed()) {
-    kvrdma::Status st = c.Put(key, value);
-    return st.ok() ? kExitOk : Fail("put", st);
+    return WriteResult("put", c.Put(key, value, if_absent ? kvrdma::kIfAbsent : if_version), c, print_version);
   }
   if (del->parsed()) {
-    kvrdma::Status st = c.Delete(key);
+    kvrdma::Status st = c.Delete(key, if_version);
     if (st.IsNotFound()) return kExitNotFound;
-    return st.ok() ? kExitOk : Fail("del", st);
+    return WriteResult("del", st, c, print_version);
   }
   if (lock->parsed()) {
     kvrdma::Status st = c.Lock(key, std::chrono::milliseconds(lease_ms));

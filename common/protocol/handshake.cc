@@ -185,7 +185,7 @@ Result<RejectMsg> DecodeReject(std::span<const uint8_t> in) {
   uint16_t code = r.U16();
   uint16_t n = r.U16();
   auto s = r.Bytes(n);
-  if (!r.ok() || code > static_cast<uint16_t>(Status::Code::kUnavailable)) {
+  if (!r.ok() || code > static_cast<uint16_t>(Status::kLastCode)) {
     return Status::Protocol("reject: malformed");
   }
   m.code = static_cast<Status::Code>(code);

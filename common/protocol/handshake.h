@@ -37,7 +37,10 @@ inline constexpr uint32_t kWireMagic = 0x4452564b;  // bytes "KVRD"
 //    a write's version is the server's write sequence number.
 // 8: format 6: a key's tag nibble is 0..14, computed from hash bits 40..47
 //    (15 is only the any-key tag); client and server must agree on it.
-inline constexpr uint16_t kProtocolMajor = 8;
+// 9: conditional writes: the request header is 40 bytes (u64 if_version at
+//    32, flag IF_VERSION), and a reply may carry status VersionMismatch (16)
+//    with the key's current version (common/protocol/messages.h).
+inline constexpr uint16_t kProtocolMajor = 9;
 inline constexpr uint16_t kProtocolMinor = 0;
 
 inline constexpr size_t kMaxRequestData = 56;

@@ -20,6 +20,10 @@
 // the keys it covers, so a lock on one key blocks a write of another key of
 // its word only when their key bytes match too (1 in 255); two locks of
 // different keys on one word do exclude each other (TryLock answers Locked).
+// Locks are advisory: any client may CAS any word to anything (steal a held
+// lock, or set an expiry up to 34 years away; the library's Lock takes at
+// most 2^32 ms, 49 days), and the server cannot tell. What the server
+// enforces is a conditional write (docs/DESIGN.md, "Conditional writes").
 #pragma once
 
 #include <cstdint>

@@ -16,6 +16,7 @@ void EncodeRequestHeader(const RequestHeader& h, uint8_t* out) noexcept {
   w.U64(h.lock_token);
   w.U32(h.frag_offset);
   w.U32(h.frag_len);
+  w.U64(h.if_version);
 }
 
 Result<ParsedRequest> ParseRequest(std::span<const uint8_t> msg, uint32_t max_key, uint32_t max_value) noexcept {
@@ -33,9 +34,20 @@ Result<ParsedRequest> ParseRequest(std::span<const uint8_t> msg, uint32_t max_ke
   h.lock_token = r.U64();
   h.frag_offset = r.U32();
   h.frag_len = r.U32();
+  h.if_version = r.U64();
   if (op < 1 || op > 4) return Status::InvalidArgument("unknown opcode " + std::to_string(op));
   h.opcode = static_cast<Opcode>(op);
-  if ((h.flags & ~(kFlagFirst | kFlagLast)) != 0) return Status::InvalidArgument("unknown request flags");
+  if ((h.flags & ~(kFlagFirst | kFlagLast | kFlagIfVersion)) != 0) {
+    return Status::InvalidArgument("unknown request flags");
+  }
+  if (h.flags & kFlagIfVersion) {
+    if (IsQuery(h.opcode)) return Status::InvalidArgument("a condition on a query");
+    if (h.opcode == Opcode::kDelete && h.if_version == 0) {
+      return Status::InvalidArgument("a DELETE only if the key has no value");
+    }
+  } else if (h.if_version != 0) {
+    return Status::InvalidArgument("if_version without the IF_VERSION flag");
+  }
   bool first = (h.flags & kFlagFirst) != 0;
   bool last = (h.flags & kFlagLast) != 0;
   if (h.opcode != Opcode::kPut) {
@@ -62,8 +74,8 @@ Result<ParsedRequest> ParseRequest(std::span<const uint8_t> msg, uint32_t max_ke
   if (last && frag_end != h.value_len) return Status::InvalidArgument("last fragment does not end the value");
   size_t key_bytes = first ? h.key_len : 0;
   if (uint64_t{kRequestHeaderSize} + key_bytes + h.frag_len != msg.size()) {
-    return Status::InvalidArgument("request lengths do not add up: header 32 + key " + std::to_string(key_bytes) +
-                                   " + value " + std::to_string(h.frag_len) + " != " +
+    return Status::InvalidArgument("request lengths do not add up: header " + std::to_string(kRequestHeaderSize) +
+                                   " + key " + std::to_string(key_bytes) + " + value " + std::to_string(h.frag_len) + " != " +
                                    std::to_string(msg.size()) + " bytes received");
   }
   p.key = r.Bytes(key_bytes);
@@ -97,7 +109,7 @@ Result<ParsedReply> ParseReply(std::span<const uint8_t> msg) noexcept {
   p.header.version = r.U64();
   p.body = r.Bytes(body_len);
   if (!r.ok()) return Status::Protocol("malformed reply");
-  if (code > static_cast<uint8_t>(Status::Code::kUnavailable)) return Status::Protocol("reply with unknown status");
+  if (code > static_cast<uint8_t>(Status::kLastCode)) return Status::Protocol("reply with unknown status");
   p.header.status = static_cast<Status::Code>(code);
   return p;
 }

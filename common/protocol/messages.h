@@ -9,16 +9,25 @@
 //
 // Request (little-endian):
 //   0  u8  opcode        1 PUT, 2 DELETE, 3 STATS
-//   1  u8  flags         bit0 FIRST, bit1 LAST (a whole request has both)
+//   1  u8  flags         bit0 FIRST, bit1 LAST (a whole request has both),
+//                        bit2 IF_VERSION (PUT/DELETE: a conditional write)
 //   2  u16 key_len
 //   4  u32 value_len     total value length (PUT), else 0
 //   8  u64 request_id    echoed in the reply
 //   16 u64 lock_token    0 = none
 //   24 u32 frag_offset   where this message's value bytes go in the value
 //   28 u32 frag_len      value bytes in this message
-//   32 key               key_len bytes, in the FIRST message only
+//   32 u64 if_version    with IF_VERSION: commit only if the key's current
+//                        version is this (0: only if the key has no value);
+//                        0 without IF_VERSION. Every fragment of a PUT
+//                        carries the FIRST's flag and value.
+//   40 key               key_len bytes, in the FIRST message only
 //      value fragment    frag_len bytes
-//   The message length must be exactly 32 + key bytes + frag_len.
+//   The message length must be exactly 40 + key bytes + frag_len.
+//   A conditional write is checked at the commit point, under the key's
+//   window lock (server/store/commit_check.h): refused with VersionMismatch,
+//   the reply's version then being the key's current one (0: no value; a
+//   tombstone is no value). A DELETE only-if-absent is refused as malformed.
 //
 // Reply (little-endian):
 //   0  u8  status        Status::Code
@@ -26,7 +35,8 @@
 //   2  u16 reserved
 //   4  u32 body_len
 //   8  u64 request_id
-//   16 u64 version       the key's version after a PUT/DELETE
+//   16 u64 version       the key's version after a PUT/DELETE; with status
+//                        VersionMismatch, its current version (0: no value)
 //   24 body              error text, or the STATS table
 #pragma once
 
@@ -49,8 +59,9 @@ inline constexpr size_t kClockReplyBytes = 8;
 
 inline constexpr uint8_t kFlagFirst = 1;
 inline constexpr uint8_t kFlagLast = 2;
+inline constexpr uint8_t kFlagIfVersion = 4;
 inline constexpr uint8_t kReplyFragmentAck = 1;
-inline constexpr size_t kRequestHeaderSize = 32;
+inline constexpr size_t kRequestHeaderSize = 40;
 inline constexpr size_t kReplyHeaderSize = 24;
 inline constexpr size_t kMaxReplySize = 1024;  // client receive buffers for replies
 
@@ -63,6 +74,7 @@ struct RequestHeader {
   uint64_t lock_token = 0;
   uint32_t frag_offset = 0;
   uint32_t frag_len = 0;
+  uint64_t if_version = 0;  // with kFlagIfVersion: the version required (0: absent)
 };
 
 // Writes exactly kRequestHeaderSize bytes.
@@ -76,7 +88,8 @@ struct ParsedRequest {
 
 // Validates everything a worker relies on: a known opcode, lengths that add
 // up to the message size, key and value within the limits, a fragment inside
-// the value. InvalidArgument / TooLarge with a message fit for the client.
+// the value, a condition only on a PUT/DELETE (not a DELETE only-if-absent)
+// and if_version 0 without one. InvalidArgument / TooLarge with a message fit for the client.
 Result<ParsedRequest> ParseRequest(std::span<const uint8_t> msg, uint32_t max_key,
                                    uint32_t max_value) noexcept;
 

@@ -39,6 +39,7 @@ from ._kvrdma import (  # noqa: F401  (re-exported)
     Timeout,
     TooLarge,
     Unavailable,
+    VersionMismatch,
     place_key,
 )
 
@@ -46,7 +47,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Client", "ShardedClient", "Lock", "place_key", "Error", "NotFound", "InvalidArgument", "TooLarge",
     "ServerFull", "NoResource", "RemoteAccess", "ConnectionLost", "Corruption", "Timeout", "Locked",
-    "IOError", "Protocol", "Retry", "Internal", "Unavailable",
+    "IOError", "Protocol", "Retry", "Internal", "Unavailable", "VersionMismatch",
 ]
 
 Key = Union[str, bytes]

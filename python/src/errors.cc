@@ -7,7 +7,7 @@ namespace py = pybind11;
 namespace kvrdma::python {
 namespace {
 
-constexpr int kCodes = 16;
+constexpr int kCodes = static_cast<int>(Status::kLastCode) + 1;
 // Owned references kept for the interpreter's life (never released: a
 // static py::object would be destroyed after the interpreter is gone).
 PyObject* g_error = nullptr;
@@ -45,6 +45,8 @@ void DefineErrors(py::module_& m) {
       {Status::Code::kRetry, "Retry", nullptr, "A read raced a writer; retrying succeeds."},
       {Status::Code::kInternal, "Internal", nullptr, "A bug: an invariant did not hold."},
       {Status::Code::kUnavailable, "Unavailable", nullptr, "No RDMA device, or the server is not reachable."},
+      {Status::Code::kVersionMismatch, "VersionMismatch", nullptr,
+       "A conditional write found the key at another version; .current_version is it (0: no value)."},
   };
   for (const ErrorSpec& s : specs) {
     std::string qual = std::string("kvrdma.") + s.name;
@@ -61,15 +63,27 @@ void DefineErrors(py::module_& m) {
   py::reinterpret_borrow<py::object>(g_error).attr("code") = -1;
 }
 
-void Raise(const Status& st) {
+void Raise(const Status& st, uint64_t current_version) {
   const int code = static_cast<int>(st.code());
   PyObject* cls = code > 0 && code < kCodes && g_by_code[code] != nullptr ? g_by_code[code] : g_error;
   std::string msg = st.message().empty() ? std::string(CodeName(st.code())) : st.message();
   // The message may come from the server: invalid UTF-8 is replaced, not an error.
   PyObject* text = PyUnicode_DecodeUTF8(msg.data(), static_cast<Py_ssize_t>(msg.size()), "replace");
   if (text == nullptr) throw py::error_already_set();
-  PyErr_SetObject(cls, text);
+  PyObject* exc = PyObject_CallOneArg(cls, text);
   Py_DECREF(text);
+  if (exc == nullptr) throw py::error_already_set();
+  if (st.IsVersionMismatch()) {
+    PyObject* v = PyLong_FromUnsignedLongLong(current_version);
+    const int rc = v == nullptr ? -1 : PyObject_SetAttrString(exc, "current_version", v);
+    Py_XDECREF(v);
+    if (rc != 0) {
+      Py_DECREF(exc);
+      throw py::error_already_set();
+    }
+  }
+  PyErr_SetObject(cls, exc);
+  Py_DECREF(exc);
   throw py::error_already_set();
 }
 

@@ -11,7 +11,8 @@ namespace kvrdma::python {
 // Defines kvrdma.Error and its subclasses in module m.
 void DefineErrors(pybind11::module_& m);
 // Sets the Python exception for st (REQUIRES: the GIL; !st.ok()) and throws
-// pybind11::error_already_set to unwind to the interpreter.
-[[noreturn]] void Raise(const Status& st);
+// pybind11::error_already_set to unwind to the interpreter. A
+// VersionMismatch carries `current_version` as its .current_version.
+[[noreturn]] void Raise(const Status& st, uint64_t current_version = 0);
 
 }  // namespace kvrdma::python

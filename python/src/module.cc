@@ -110,23 +110,30 @@ class Binding {
     if (!st.ok()) Raise(st);
     return py::bytes(v);
   }
-  uint64_t Put(py::handle key, py::handle value) {
+  uint64_t Put(py::handle key, py::handle value, py::handle if_version) {
     KeyArg k(key);
     ValueArg v(value);
+    const uint64_t cond = IfVersion(if_version);
     uint64_t version = 0;
     Status st = Call([&](C& c) {
-      Status s = c.Put(k.view(), v.view());
-      if (s.ok()) version = LastVersion(c, k.view());
+      Status s = c.Put(k.view(), v.view(), cond);
+      if (s.ok() || s.IsVersionMismatch()) version = LastVersion(c, k.view());
       return s;
     });
-    if (!st.ok()) Raise(st);
+    if (!st.ok()) Raise(st, version);
     return version;
   }
-  bool Delete(py::handle key) {
+  bool Delete(py::handle key, py::handle if_version) {
     KeyArg k(key);
-    Status st = Call([&](C& c) { return c.Delete(k.view()); });
+    const uint64_t cond = IfVersion(if_version);
+    uint64_t version = 0;
+    Status st = Call([&](C& c) {
+      Status s = c.Delete(k.view(), cond);
+      if (s.IsVersionMismatch()) version = LastVersion(c, k.view());
+      return s;
+    });
     if (st.IsNotFound()) return false;
-    if (!st.ok()) Raise(st);
+    if (!st.ok()) Raise(st, version);
     return true;
   }
   py::list GetMany(const py::iterable& keys) {
@@ -215,6 +222,19 @@ class Binding {
     if (!(s >= 0.001 && s <= 49.0 * 86400)) throw py::value_error("lease must be 0.001 .. 4233600 seconds");
     return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
   }
+  // None: no condition; an int in [0, 2^64 - 2]: the version required (0:
+  // only if the key has no value).
+  static uint64_t IfVersion(py::handle v) {
+    if (v.is_none()) return kAnyVersion;
+    if (!py::isinstance<py::int_>(v) || py::isinstance<py::bool_>(v)) {
+      throw py::type_error("if_version must be None or an int");
+    }
+    py::int_ i = py::reinterpret_borrow<py::int_>(v);
+    if (i < py::int_(0) || i >= py::int_(kAnyVersion)) {
+      throw py::value_error("if_version must be in [0, 2**64 - 2]");
+    }
+    return i.cast<uint64_t>();
+  }
   static Client& ClientOf(Client& c, std::string_view) { return c; }
   static Client& ClientOf(ShardedClient& c, std::string_view key) { return c.server(c.ServerFor(key)); }
   static uint64_t LastVersion(Client& c, std::string_view) { return c.last_version(); }
@@ -250,9 +270,14 @@ template <typename B, typename Cls>
 void DefineCommon(Cls& cls) {
   cls.def("get", &B::Get, py::arg("key"),
           "The value of key (bytes), or None if it is absent. One-sided RDMA READs; linearizable.")
-      .def("put", &B::Put, py::arg("key"), py::arg("value"),
-           "Stores value (bytes-like) under key; returns the write's version (it grows with each write of the key). ServerFull, Locked, TooLarge.")
-      .def("delete", &B::Delete, py::arg("key"), "Deletes key: True if it was there, False if absent.")
+      .def("put", &B::Put, py::arg("key"), py::arg("value"), py::kw_only(), py::arg("if_version") = py::none(),
+           "Stores value (bytes-like) under key; returns the write's version (it grows with each write of the key).\n"
+           "if_version=V: only if the key's current version is V (0: only if it has no value), checked by the\n"
+           "server; otherwise raises VersionMismatch, whose .current_version is the key's version (0: none).\n"
+           "ServerFull, Locked, TooLarge, VersionMismatch.")
+      .def("delete", &B::Delete, py::arg("key"), py::kw_only(), py::arg("if_version") = py::none(),
+           "Deletes key: True if it was there, False if absent. if_version=V (V >= 1): only if the key is\n"
+           "at version V, else VersionMismatch (also when it is absent).")
       .def("get_many", &B::GetMany, py::arg("keys"),
            "Values of keys (None where absent), in order, pipelined: one doorbell per window of up to\n"
            "max_in_flight operations. Raises the first failure other than absence after all completed.")

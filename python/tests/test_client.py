@@ -163,6 +163,38 @@ def test_lock_released_on_exception(kv, server):
         assert other.try_lock("exc-key", 1.0) is True
 
 
+def test_conditional_writes(kv, server):
+    """put/delete(if_version=...) are checked by the server; a refusal raises
+    VersionMismatch carrying the key's current version (0: no value)."""
+    v1 = kv.put("cond", b"one", if_version=0)  # only if absent
+    with pytest.raises(kvrdma.VersionMismatch) as e:
+        kv.put("cond", b"again", if_version=0)
+    assert e.value.current_version == v1 and isinstance(e.value, kvrdma.Error)
+    with kvrdma.Client(ADDR, server.port) as other:  # another client's write in between
+        v2 = other.put("cond", b"other")
+    with pytest.raises(kvrdma.VersionMismatch) as e:
+        kv.put("cond", b"mine", if_version=v1)
+    assert e.value.current_version == v2
+    assert kv.get("cond") == b"other"
+    v3 = kv.put("cond", b"mine", if_version=v2)
+    assert v3 > v2 and kv.get("cond") == b"mine"
+    with pytest.raises(kvrdma.VersionMismatch) as e:
+        kv.delete("cond", if_version=v2)
+    assert e.value.current_version == v3
+    assert kv.delete("cond", if_version=v3) is True
+    with pytest.raises(kvrdma.VersionMismatch) as e:  # deleted: no value, version 0
+        kv.delete("cond", if_version=v3)
+    assert e.value.current_version == 0
+    assert kv.put("cond", b"new", if_version=0) > v3
+    with pytest.raises(kvrdma.InvalidArgument):
+        kv.delete("cond", if_version=0)
+    with pytest.raises(ValueError):
+        kv.put("cond", b"x", if_version=-1)
+    with pytest.raises(TypeError):
+        kv.put("cond", b"x", if_version="1")
+    assert kv.put("cond", b"plain", if_version=None) > 0  # None: unconditional
+
+
 def test_stats(kv):
     kv.put("stats-key", b"v")
     s = kv.stats()

@@ -72,7 +72,7 @@ class ServiceTimer {
 class RequestMetrics {
  public:
   static constexpr uint32_t kMaxWorkers = 256;  // kvserver --workers at most
-  static constexpr size_t kStatusCodes = 16;    // Status::Code values 0..15
+  static constexpr size_t kStatusCodes = static_cast<size_t>(Status::kLastCode) + 1;  // every Status::Code
 
   RequestMetrics() : service_(new ServiceTimeHistogram[kMaxWorkers]) {}
 

@@ -4,9 +4,13 @@
 // space is reserved (which may block) and immediately before the entry is
 // published, so nothing between the check and the publication can wait. The
 // workers pass the lock-table check here: an old lock holder's write cannot
-// land after the next holder's (DESIGN.md, "Lock fencing").
+// land after the next holder's (DESIGN.md, "Lock fencing"); and a
+// conditional write's version condition, which the store cannot be bypassed
+// on: `current_version` is the version of the key's value at that instant
+// (0 when it has none: absent or a tombstone).
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 
 #include "common/status.h"
@@ -15,9 +19,11 @@ namespace kvrdma {
 
 struct CommitCheck {
   // OK lets the write commit; any other status aborts it and is returned.
-  Status (*fn)(const void* ctx, std::string_view key) = nullptr;
+  Status (*fn)(const void* ctx, std::string_view key, uint64_t current_version) = nullptr;
   const void* ctx = nullptr;
-  Status operator()(std::string_view key) const { return fn == nullptr ? Status::OK() : fn(ctx, key); }
+  Status operator()(std::string_view key, uint64_t current_version) const {
+    return fn == nullptr ? Status::OK() : fn(ctx, key, current_version);
+  }
 };
 
 }  // namespace kvrdma

@@ -216,6 +216,7 @@ void Store::RemoveRef(uint32_t head, const Found& r) {
   const uint64_t off = RefLogOffset(r.ref);
   Supersede(off);
   index_->StoreRef(r.word, kEmptyRef);
+  index_->SetVersion(r.word, 0);
   log_->AddLive(off, -static_cast<int64_t>(LengthsEntryBytes(r.header.lengths)));
   HeadStats& st = head_stats_[head];
   if (LengthsTombstone(r.header.lengths)) {
@@ -259,13 +260,13 @@ Result<uint64_t> Store::Write(uint32_t head, std::string_view key, std::string_v
   for (int attempt = 0;; ++attempt) {
     Index::WindowGuard guard = index_->LockWindow(kh.home);
     // The commit point: nothing from here to the ref's store can block.
-    if (Status ok = check(key); !ok.ok()) {
-      WriteEntry(off, key, value, tombstone);  // never published: keeps the segment walkable
-      return ok;
-    }
     uint64_t empty;
     const Found cur = FindKey(kh, key, &empty);
     const bool had_value = cur.found() && !LengthsTombstone(cur.header.lengths);
+    if (Status ok = check(key, had_value ? index_->Version(cur.word) : 0); !ok.ok()) {
+      WriteEntry(off, key, value, tombstone);  // never published: keeps the segment walkable
+      return ok;
+    }
     if (tombstone && !had_value) {
       WriteEntry(off, key, {}, true);  // never published: keeps the segment walkable
       return Status::NotFound();
@@ -306,6 +307,7 @@ Result<uint64_t> Store::Write(uint32_t head, std::string_view key, std::string_v
     }
     // 3. the ref switches with a release store (DESIGN.md, "Ordering");
     index_->StoreRef(word, PackRef(kh.fingerprint, size_class, off));
+    index_->SetVersion(word, version);
     // 4. only now may the entry validate as current (the one-READ GET).
     Publish(off);
     (tombstone ? st.tombstones : st.items).fetch_add(1, std::memory_order_relaxed);
@@ -313,7 +315,7 @@ Result<uint64_t> Store::Write(uint32_t head, std::string_view key, std::string_v
   }
 }
 
-Status Store::Get(std::string_view key, std::string* value) {
+Status Store::Get(std::string_view key, std::string* value, uint64_t* version) {
   KVRDMA_RETURN_IF_ERROR(CheckKey(key));
   const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->home_count());
   Index::WindowGuard guard = index_->LockWindow(kh.home);
@@ -321,6 +323,7 @@ Status Store::Get(std::string_view key, std::string* value) {
   if (!r.found() || LengthsTombstone(r.header.lengths)) return Status::NotFound();
   const std::byte* p = log_->data() + RefLogOffset(r.ref) + kEntryKeyOffset + key.size();
   value->assign(reinterpret_cast<const char*>(p), LengthsValue(r.header.lengths));
+  if (version != nullptr) *version = index_->Version(r.word);
   return Status::OK();
 }
 

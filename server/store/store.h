@@ -68,8 +68,9 @@ class Store {
   // Replaces the value with a tombstone; returns the write's version (as Put).
   // NotFound if the key has no value; or what `check` returns.
   Result<uint64_t> Delete(uint32_t worker, std::string_view key, const CommitCheck& check = {});
-  // Server-side lookup (copies the value). NotFound if absent or deleted.
-  Status Get(std::string_view key, std::string* value);
+  // Server-side lookup (copies the value, and its version if `version` is
+  // not null). NotFound if absent or deleted.
+  Status Get(std::string_view key, std::string* value, uint64_t* version = nullptr);
 
   // One cleaner pass: compacts sealed segments below the live-ratio threshold
   // (and more when free segments run low; in cache mode evicts the oldest).

@@ -54,29 +54,31 @@ TEST(HandshakeTest, DescriptorFromAnotherMajorVersionIsRefusedWithBothVersions) 
       << back.status().ToString();
 }
 
-// Protocol 8 (format 6: tag nibbles 0..14 from hash bits 40..47) and 7 would
-// disagree on which keys a move tag matches (a miss proven where a key hopped),
-// so each side refuses the other, naming both.
-TEST(HandshakeTest, PeersOfAnOlderFormatAreRefusedBothWays) {
-  static_assert(kProtocolMajor == 8);
-  std::array<uint8_t, kMaxAcceptData> buf{};
-  ServerDescriptor d = SampleDescriptor();
-  d.major = 7;
-  EncodeServerDescriptor(d, buf);
-  auto back = DecodeServerDescriptor(buf);
-  ASSERT_FALSE(back.ok());
-  EXPECT_EQ(back.status().code(), Status::Code::kProtocol);
-  EXPECT_NE(back.status().message().find("protocol 7.0, this build speaks 8.0"), std::string::npos)
-      << back.status().ToString();
-  std::array<uint8_t, kMaxRequestData> req{};
-  ConnectRequestMsg m;
-  m.major = 7;
-  ASSERT_GT(EncodeConnectRequest(m, req), 0u);
-  auto r = DecodeConnectRequest(req);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), Status::Code::kProtocol);
-  EXPECT_NE(r.status().message().find("protocol 7.0, this build speaks 8.0"), std::string::npos)
-      << r.status().ToString();
+// Protocol 9 (40-byte request headers: conditional writes), 8 (format 6: tag
+// nibbles 0..14 from hash bits 40..47) and 7 would misparse each other's
+// requests or disagree on which keys a move tag matches, so each side refuses
+// the others, naming both.
+TEST(HandshakeTest, PeersOfAnOlderProtocolAreRefusedBothWays) {
+  static_assert(kProtocolMajor == 9);
+  for (uint16_t old : {7, 8}) {
+    const std::string want = "protocol " + std::to_string(old) + ".0, this build speaks 9.0";
+    std::array<uint8_t, kMaxAcceptData> buf{};
+    ServerDescriptor d = SampleDescriptor();
+    d.major = old;
+    EncodeServerDescriptor(d, buf);
+    auto back = DecodeServerDescriptor(buf);
+    ASSERT_FALSE(back.ok());
+    EXPECT_EQ(back.status().code(), Status::Code::kProtocol);
+    EXPECT_NE(back.status().message().find(want), std::string::npos) << back.status().ToString();
+    std::array<uint8_t, kMaxRequestData> req{};
+    ConnectRequestMsg m;
+    m.major = old;
+    ASSERT_GT(EncodeConnectRequest(m, req), 0u);
+    auto r = DecodeConnectRequest(req);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), Status::Code::kProtocol);
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().ToString();
+  }
 }
 
 TEST(HandshakeTest, TruncatedOrInsaneDescriptorsAreRejected) {
@@ -118,13 +120,13 @@ TEST(HandshakeTest, DescriptorWhoseMessageBytesCannotHoldTheLongestKeyIsRefused)
   auto back = DecodeServerDescriptor(buf);
   ASSERT_FALSE(back.ok());
   EXPECT_EQ(back.status().code(), Status::Code::kProtocol);
-  EXPECT_NE(back.status().message().find("at most 223"), std::string::npos) << back.status().ToString();
+  EXPECT_NE(back.status().message().find("at most 215"), std::string::npos) << back.status().ToString();
   // The largest key that leaves one value byte is fine.
   d.max_key_bytes = 256 - kRequestHeaderSize - 1;
   EncodeServerDescriptor(d, buf);
   EXPECT_TRUE(DecodeServerDescriptor(buf).ok());
-  EXPECT_TRUE(CheckMessageLimits(256, 223).ok());
-  EXPECT_FALSE(CheckMessageLimits(256, 224).ok());
+  EXPECT_TRUE(CheckMessageLimits(256, 215).ok());
+  EXPECT_FALSE(CheckMessageLimits(256, 216).ok());
 }
 
 TEST(HandshakeTest, ConnectRequestRoundTrips) {
@@ -247,6 +249,71 @@ TEST(MessagesTest, FragmentsParse) {
   h.frag_offset = 8;
   h.frag_len = 2;
   ASSERT_TRUE(ParseRequest(Request(h, "", "89"), 64, 100).ok());
+}
+
+// The condition of a conditional write: u64 if_version at byte 32 with flag
+// IF_VERSION (bit 2); anything else about it is refused before the worker
+// looks at the key.
+TEST(MessagesTest, ConditionalWritesParseAndMalformedConditionsAreRefused) {
+  static_assert(kRequestHeaderSize == 40 && kFlagIfVersion == 4);
+  RequestHeader h;
+  h.flags = kFlagFirst | kFlagLast | kFlagIfVersion;
+  h.key_len = 1;
+  h.value_len = h.frag_len = 2;
+  h.if_version = 0x0102030405060708;
+  auto m = Request(h, "k", "vv");
+  EXPECT_EQ(m[1], kFlagFirst | kFlagLast | kFlagIfVersion);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(m[32 + i], 8 - i) << "byte " << 32 + i;  // little-endian at 32
+  EXPECT_EQ(m[40], 'k');
+  auto p = ParseRequest(m, 64, 100);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->header.if_version, 0x0102030405060708u);
+  EXPECT_EQ(p->header.flags & kFlagIfVersion, kFlagIfVersion);
+  h.if_version = 0;  // PUT only if absent
+  EXPECT_TRUE(ParseRequest(Request(h, "k", "vv"), 64, 100).ok());
+  RequestHeader del = h;  // DELETE if at version 9
+  del.opcode = Opcode::kDelete;
+  del.value_len = del.frag_len = 0;
+  del.if_version = 9;
+  EXPECT_TRUE(ParseRequest(Request(del, "k", ""), 64, 100).ok());
+
+  auto refused = [](RequestHeader r, std::string_view key, std::string_view value, std::string_view why) {
+    auto q = ParseRequest(Request(r, key, value), 64, 100);
+    ASSERT_FALSE(q.ok()) << why;
+    EXPECT_EQ(q.status().code(), Status::Code::kInvalidArgument);
+    EXPECT_NE(q.status().message().find(why), std::string::npos) << q.status().ToString();
+  };
+  RequestHeader stray = h;  // a version without the flag
+  stray.flags = kFlagFirst | kFlagLast;
+  stray.if_version = 7;
+  refused(stray, "k", "vv", "if_version without the IF_VERSION flag");
+  del.if_version = 0;  // DELETE only if absent
+  refused(del, "k", "", "a DELETE only if the key has no value");
+  for (Opcode q : {Opcode::kStats, Opcode::kClock}) {
+    RequestHeader query;
+    query.opcode = q;
+    query.flags = kFlagFirst | kFlagLast | kFlagIfVersion;
+    query.if_version = 3;
+    refused(query, "", "", "a condition on a query");
+  }
+  RequestHeader unknown = h;  // bit 3 means nothing
+  unknown.flags |= 8;
+  refused(unknown, "k", "vv", "unknown request flags");
+}
+
+TEST(MessagesTest, AVersionMismatchReplyCarriesTheCurrentVersion) {
+  std::array<uint8_t, kMaxReplySize> buf{};
+  ReplyHeader h;
+  h.status = Status::Code::kVersionMismatch;
+  h.request_id = 3;
+  h.version = 77;
+  const size_t n = EncodeReply(h, {}, buf);
+  auto p = ParseReply({buf.data(), n});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->header.status, Status::Code::kVersionMismatch);
+  EXPECT_EQ(p->header.version, 77u);
+  buf[0] = static_cast<uint8_t>(Status::kLastCode) + 1;
+  EXPECT_FALSE(ParseReply({buf.data(), n}).ok());
 }
 
 TEST(MessagesTest, ReplyAndStatsRoundTrip) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # kvctl round trip against a real kvserver on an RDMA device:
-# start kvserver, put/get/del/stats (exit codes 0/1/2 as documented),
+# start kvserver, put/get/del/stats (exit codes 0/1/2/3 as documented),
+# conditional put/del (--if-version, --if-absent),
 # values from stdin, then SIGTERM: kvserver must exit 0.
 # Usage: kvctl_test.sh BUILD_DIR   (KVRDMA_TEST_ADDR must name the device's address)
 set -u
@@ -55,6 +56,19 @@ echo "$stats" | grep -q '^puts [0-9]' && echo "$stats" | grep -q '^items 2$' && 
 json=$(ctl stats --json); check "stats --json" 0 $?
 echo "$json" | python3 -c 'import json, sys; d = json.load(sys.stdin); assert d["items"] == 2 and d["puts"] >= 3, d' \
   && echo "ok   stats --json parses (python3 json) with items 2" || { echo "FAIL stats --json: $json"; fails=$((fails + 1)); }
+# Conditional writes: exit 3 and the current version on stdout when refused.
+v1=$(ctl put --if-absent --print-version cond one); check "put --if-absent (new key)" 0 $?
+cur=$(ctl put --if-absent cond two 2> /dev/null); check "put --if-absent (key exists) -> 3" 3 $?
+[ "$cur" = "$v1" ] && echo "ok   refused put prints the current version $cur" ||
+  { echo "FAIL refused put printed '$cur', expected '$v1'"; fails=$((fails + 1)); }
+v2=$(ctl put --if-version "$v1" --print-version cond two); check "put --if-version (current)" 0 $?
+ctl put --if-version "$v1" cond three > /dev/null 2>&1; check "put --if-version (stale) -> 3" 3 $?
+[ "$(ctl get cond)" = two ] && echo "ok   the refused put changed nothing" || { echo "FAIL cond value"; fails=$((fails + 1)); }
+ctl del --if-version "$v1" cond > /dev/null 2>&1; check "del --if-version (stale) -> 3" 3 $?
+ctl del --if-version "$v2" cond; check "del --if-version (current)" 0 $?
+cur=$(ctl put --if-version "$v2" cond four 2> /dev/null); check "put --if-version of a deleted key -> 3" 3 $?
+[ "$cur" = 0 ] && echo "ok   a deleted key's version is 0" || { echo "FAIL deleted key's version '$cur'"; fails=$((fails + 1)); }
+ctl put --if-absent --if-version 3 cond x > /dev/null 2>&1; check "--if-absent with --if-version -> usage error 2" 2 $?
 ctl put "" x 2> /dev/null; check "empty key -> 2" 2 $?
 err=$("$KVCTL" --server "$ADDR:$((PORT + 1))" get k 2>&1); check "no server -> 2" 2 $?
 echo "$err" | grep -q "kvctl: connecting" && echo "ok   error message: $err" || { echo "FAIL message: $err"; fails=$((fails + 1)); }

@@ -7,6 +7,7 @@
 #include "common/protocol/locks.h"
 #include "server/server.h"
 #include "tests/e2e/e2e_util.h"
+#include "tests/e2e/rogue_client.h"
 
 namespace kvrdma::testing {
 namespace {
@@ -197,6 +198,67 @@ TEST_P(LockTest, AServerWithoutLocksAnswersUnavailableAndRefusesNoWrite) {
   std::string v;
   ASSERT_TRUE(a->Get("k", &v).ok());
   EXPECT_EQ(v, "b writes");
+}
+
+// Locks are advisory: the lock table is RDMA-writable by every client. A
+// thief CASes the holder's lock word to 0, writes the locked key, and CASes
+// the word back; the holder's plain Put and its Unlock then succeed and it
+// never learns (the thief's write is lost). Its conditional Put, checked by
+// the server at the commit point, fails with VersionMismatch and names the
+// thief's version. (On b8bf72f/494e690 no conditional write exists: the
+// plain Put succeeding is all a holder could do.)
+TEST_P(LockTest, AThiefWhoCasesTheLockWordAwayIsCaughtByAConditionalWriteOnly) {
+  const server::LockView locks = server_->server().lock_view();
+  const uint32_t index = LockPlaceOf("k", locks.seed, locks.lock_words).index;
+  auto holder = NewClient(), thief = NewClient();
+  ASSERT_TRUE(holder->Lock("k", milliseconds(60000)).ok());
+  ASSERT_TRUE(holder->Put("k", "holder v1").ok());
+  const uint64_t v1 = holder->last_version();
+  RogueClient rogue;
+  ASSERT_TRUE(rogue.Connect(env_, server_->port()).ok());
+  auto steal = [&](uint64_t* held) {  // the word back to 0, as if free
+    const uint64_t word = __atomic_load_n(&locks.words[index], __ATOMIC_ACQUIRE);
+    ASSERT_NE(word, 0u);
+    auto old = rogue.CasLockWord(index, word, 0);
+    ASSERT_TRUE(old.ok()) << old.status().ToString();
+    ASSERT_EQ(*old, word);
+    *held = word;
+  };
+  auto restore = [&](uint64_t held) {
+    auto old = rogue.CasLockWord(index, 0, held);
+    ASSERT_TRUE(old.ok()) << old.status().ToString();
+    ASSERT_EQ(*old, 0u);
+  };
+  uint64_t held = 0;
+  ASSERT_NO_FATAL_FAILURE(steal(&held));
+  ASSERT_TRUE(thief->Put("k", "thief").ok());
+  const uint64_t thief_version = thief->last_version();
+  ASSERT_NO_FATAL_FAILURE(restore(held));
+  EXPECT_GT(thief_version, v1);
+
+  // The conditional write notices, and says which version is there now.
+  Status st = holder->Put("k", "holder v2", v1);
+  EXPECT_TRUE(st.IsVersionMismatch()) << st.ToString();
+  EXPECT_EQ(holder->last_version(), thief_version);
+  std::string v;
+  ASSERT_TRUE(holder->Get("k", &v).ok());
+  EXPECT_EQ(v, "thief");
+  // The same for a conditional DELETE.
+  EXPECT_TRUE(holder->Delete("k", v1).IsVersionMismatch());
+  // At the version it now knows, it commits.
+  ASSERT_TRUE(holder->Put("k", "holder v2", thief_version).ok());
+  const uint64_t v2 = holder->last_version();
+
+  // The contrast: a plain Put is unprotected. The thief strikes again; the
+  // holder's plain Put overwrites the thief's write and its Unlock succeeds.
+  ASSERT_NO_FATAL_FAILURE(steal(&held));
+  ASSERT_TRUE(thief->Put("k", "thief again").ok());
+  ASSERT_NO_FATAL_FAILURE(restore(held));
+  EXPECT_TRUE(holder->Put("k", "holder v3").ok());
+  EXPECT_TRUE(holder->Unlock("k").ok());
+  ASSERT_TRUE(thief->Get("k", &v).ok());
+  EXPECT_EQ(v, "holder v3");  // the thief's write is gone, and nobody was told
+  EXPECT_GT(holder->last_version(), v2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, LockTest, ::testing::Values(Kind::kLoopback), KindName);

@@ -160,6 +160,21 @@ class RogueClient {
     w.imm = imm;
     return Post(w, true);
   }
+  // An RDMA compare-and-swap on lock word `index` of the server's lock table
+  // (what any connected client may do): the word's old value.
+  Result<uint64_t> CasLockWord(uint32_t index, uint64_t compare, uint64_t swap) {
+    SendWr w;
+    w.opcode = WrOpcode::kCompareSwap;
+    w.local = mr_->Slice(24576, 8);
+    w.remote_addr = desc_.locks.addr + uint64_t{index} * 8;
+    w.rkey = desc_.locks.rkey;
+    w.compare_add = compare;
+    w.swap = swap;
+    KVRDMA_RETURN_IF_ERROR(Post(w, true));
+    uint64_t old;
+    std::memcpy(&old, mem_.data() + 24576, 8);
+    return old;
+  }
   // The next reply (the receive buffer is posted again).
   // Replies that arrived together wait in arrived_ for the next calls.
   RawReply Reply(int timeout_ms = 10000) {

@@ -7,7 +7,9 @@
 // fuzzer's thread: deterministic) and the real Store.
 //
 // After every event the fuzzer checks: one reply per handled request, in
-// request order, with the status a simple model of the protocol predicts; a
+// request order, with the status a simple model of the protocol predicts
+// (locks from the lock word's layout, conditional writes from the versions
+// the model saw in replies: neither with the worker's own checks); a
 // connection is closed only when it holds all its reply buffers and has all its
 // send-queue room back; every receive buffer is reposted once; the assembly budget equals
 // what the model's assemblies hold; and the store holds exactly the model's
@@ -124,6 +126,8 @@ class RewritingBackend final : public server::Backend {
 struct ModelAssembly {
   bool active = false;
   uint64_t id = 0, token = 0;
+  uint8_t cond = 0;  // kFlagIfVersion or 0
+  uint64_t if_version = 0;
   uint32_t value_len = 0;
   uint16_t key_len = 0;
   std::string key, value;
@@ -138,7 +142,8 @@ struct Conn {
   ModelAssembly server_asm;  // the model of the server's assembly
   // The client's own fragmented PUT in progress.
   std::string frag_key;
-  uint64_t frag_id = 0, frag_token = 0;
+  uint64_t frag_id = 0, frag_token = 0, frag_if_version = 0;
+  uint8_t frag_cond = 0;
   uint32_t frag_len = 0, frag_sent = 0;
   uint64_t next_id = 1;
   // Every reply the worker gave, in order, as seen when it was queued (or
@@ -154,6 +159,7 @@ struct Expect {
   bool ack = false;
   std::optional<std::pair<std::string, std::optional<std::string>>> effect;  // key -> value (nullopt: delete)
   std::optional<uint64_t> clock;  // a CLOCK reply's body
+  uint64_t current = 0;           // a VersionMismatch's version: the key's current one (0: no value)
 };
 
 class Harness {
@@ -279,6 +285,24 @@ class Harness {
       default: return in_.ConsumeIntegral<uint64_t>();
     }
   }
+  // A write's condition: none, the key's version as the model knows it, 0
+  // (absent), a neighbour of it, anything; now and then a version without
+  // the flag (malformed).
+  void Condition(const std::string& key, RequestHeader* h) {
+    const uint64_t cur = CurrentVersion(key);
+    switch (in_.ConsumeIntegralInRange<int>(0, 6)) {
+      case 0: h->flags |= kFlagIfVersion; h->if_version = cur; break;
+      case 1: h->flags |= kFlagIfVersion; h->if_version = 0; break;
+      case 2: h->flags |= kFlagIfVersion; h->if_version = cur + in_.ConsumeIntegralInRange<uint64_t>(0, 2) - 1; break;
+      case 3: h->flags |= kFlagIfVersion; h->if_version = in_.ConsumeIntegral<uint64_t>(); break;
+      case 4: h->if_version = in_.ConsumeIntegral<uint64_t>(); break;  // no flag
+      default: break;                                                  // unconditional
+    }
+  }
+  uint64_t CurrentVersion(const std::string& key) const {
+    auto it = versions_.find(key);
+    return model_.count(key) && it != versions_.end() ? it->second : 0;
+  }
   // Whether a write may change a key, as docs/DESIGN.md ("Locks with leases")
   // states it, read off the word's documented layout (owner:20 | key byte:8 |
   // expiry:36 in 16 ms units) without locks.h's helpers: the worker decides
@@ -300,8 +324,11 @@ class Harness {
     h.key_len = static_cast<uint16_t>(key.size());
     h.request_id = c.next_id++;
     h.lock_token = Token(key);
+    Condition(key, &h);
     std::string v;
-    if (op == Opcode::kPut) v = Value(in_.ConsumeIntegralInRange<size_t>(0, kWordBytes - 32 - key.size()));
+    if (op == Opcode::kPut) {
+      v = Value(in_.ConsumeIntegralInRange<size_t>(0, kWordBytes - kRequestHeaderSize - key.size()));
+    }
     h.value_len = h.frag_len = static_cast<uint32_t>(v.size());
     return Encode(h, key, v);
   }
@@ -315,11 +342,16 @@ class Harness {
     c.frag_key = Key();
     c.frag_id = c.next_id++;
     c.frag_token = Token(c.frag_key);
+    RequestHeader cond;
+    Condition(c.frag_key, &cond);
+    c.frag_cond = cond.flags & kFlagIfVersion;
+    c.frag_if_version = cond.if_version;
     c.frag_len = in_.ConsumeIntegralInRange<uint32_t>(0, kMaxValue + 16);
-    const uint32_t room = kWordBytes - 32 - static_cast<uint32_t>(c.frag_key.size());
+    const uint32_t room = kWordBytes - kRequestHeaderSize - static_cast<uint32_t>(c.frag_key.size());
     c.frag_sent = std::min(in_.ConsumeIntegralInRange<uint32_t>(0, room), c.frag_len);
     RequestHeader h;
-    h.flags = kFlagFirst | (c.frag_sent == c.frag_len && in_.ConsumeBool() ? kFlagLast : 0);
+    h.flags = kFlagFirst | (c.frag_sent == c.frag_len && in_.ConsumeBool() ? kFlagLast : 0) | c.frag_cond;
+    h.if_version = c.frag_if_version;
     h.key_len = static_cast<uint16_t>(c.frag_key.size());
     h.value_len = c.frag_len;
     h.request_id = c.frag_id;
@@ -334,22 +366,26 @@ class Harness {
     h.value_len = c.frag_len;
     h.request_id = c.frag_id;
     h.lock_token = c.frag_token;
+    h.if_version = c.frag_if_version;
     h.frag_offset = c.frag_sent;
-    uint32_t chunk = std::min(in_.ConsumeIntegralInRange<uint32_t>(0, kWordBytes - 32), c.frag_len - std::min(c.frag_sent, c.frag_len));
+    uint32_t chunk = std::min(in_.ConsumeIntegralInRange<uint32_t>(0, kWordBytes - kRequestHeaderSize),
+                              c.frag_len - std::min(c.frag_sent, c.frag_len));
     switch (in_.ConsumeIntegralInRange<int>(0, 6)) {
       case 0:  // another total length than the FIRST's, consistent with a LAST
-        chunk = in_.ConsumeIntegralInRange<uint32_t>(0, kWordBytes - 32);
+        chunk = in_.ConsumeIntegralInRange<uint32_t>(0, kWordBytes - kRequestHeaderSize);
         h.value_len = h.frag_offset + chunk;
         break;
       case 1: h.frag_offset = in_.ConsumeIntegralInRange<uint32_t>(0, kMaxValue); break;
       case 2: h.request_id = in_.ConsumeIntegral<uint64_t>(); break;
       case 3: h.key_len = in_.ConsumeIntegralInRange<uint16_t>(0, kMaxKey); break;
       case 4: h.lock_token = in_.ConsumeIntegral<uint64_t>(); break;
+      case 5: h.if_version = in_.ConsumeIntegral<uint64_t>(); break;
       default: break;  // as the protocol says
     }
     chunk = std::min<uint64_t>(chunk, h.value_len - std::min(h.frag_offset, h.value_len));
     const bool last = uint64_t{h.frag_offset} + chunk == h.value_len;
-    h.flags = last ? kFlagLast : 0;
+    h.flags = (last ? kFlagLast : 0) | (in_.ConsumeIntegralInRange<int>(0, 15) == 0 ? c.frag_cond ^ kFlagIfVersion
+                                                                                   : c.frag_cond);
     h.frag_len = chunk;
     c.frag_sent = h.frag_offset + chunk;
     return Encode(h, {}, Value(chunk));
@@ -414,12 +450,13 @@ class Harness {
         return e;
       }
       return Write(e, c, str(p->key), h.opcode == Opcode::kPut ? std::optional(str(p->value)) : std::nullopt,
-                   h.lock_token);
+                   h.lock_token, static_cast<uint8_t>(h.flags & kFlagIfVersion), h.if_version);
     }
     ModelAssembly& a = c.server_asm;
     if (first) {
       DropAssembly(c);
-      a = {true, h.request_id, h.lock_token, h.value_len, h.key_len, str(p->key), "", 0};
+      a = {true,        h.request_id, h.lock_token, static_cast<uint8_t>(h.flags & kFlagIfVersion), h.if_version,
+           h.value_len, h.key_len,    str(p->key),  "",          0};
       if (!ChargeModel(a, p->value.size())) {
         a = {};  // charged nothing
         e.code = Status::Code::kNoResource;
@@ -430,7 +467,8 @@ class Harness {
       return e;
     }
     if (!a.active || a.id != h.request_id || a.key_len != h.key_len || a.token != h.lock_token ||
-        a.value_len != h.value_len || a.value.size() != h.frag_offset) {
+        a.cond != (h.flags & kFlagIfVersion) || a.if_version != h.if_version || a.value_len != h.value_len ||
+        a.value.size() != h.frag_offset) {
       DropAssembly(c);
       e.code = Status::Code::kInvalidArgument;
       return e;
@@ -447,11 +485,19 @@ class Harness {
     }
     ModelAssembly done = a;
     DropAssembly(c);
-    return Write(e, c, done.key, done.value, done.token);
+    return Write(e, c, done.key, done.value, done.token, done.cond, done.if_version);
   }
-  Expect& Write(Expect& e, const Conn& c, const std::string& key, std::optional<std::string> value, uint64_t token) {
+  // The lock first, then the condition (DESIGN "Conditional writes"), then
+  // a DELETE's NotFound.
+  Expect& Write(Expect& e, const Conn& c, const std::string& key, std::optional<std::string> value, uint64_t token,
+                uint8_t cond, uint64_t if_version) {
     if (!ModelLockAllows(locks_[Place(key).index], Place(key).key, token, c.cs->id, clock_)) {
       e.code = Status::Code::kLocked;
+      return e;
+    }
+    if (cond != 0 && CurrentVersion(key) != if_version) {
+      e.code = Status::Code::kVersionMismatch;
+      e.current = CurrentVersion(key);
       return e;
     }
     if (!value && !model_.count(key)) {
@@ -532,11 +578,21 @@ class Harness {
       CHECK(*now == *e.clock, "CLOCK answered %llu, the clock is %llu", static_cast<unsigned long long>(*now),
             static_cast<unsigned long long>(*e.clock));
     }
+    if (e.code == Status::Code::kVersionMismatch) {
+      CHECK(r->header.version == e.current, "VersionMismatch names version %llu, the model's is %llu",
+            static_cast<unsigned long long>(r->header.version), static_cast<unsigned long long>(e.current));
+    }
     if (e.effect && e.code == Status::Code::kOk) {
+      // Versions grow with every write (the store's write sequence).
+      CHECK(r->header.version > last_version_, "write version %llu after %llu",
+            static_cast<unsigned long long>(r->header.version), static_cast<unsigned long long>(last_version_));
+      last_version_ = r->header.version;
       if (e.effect->second) {
         model_[e.effect->first] = *e.effect->second;
+        versions_[e.effect->first] = r->header.version;
       } else {
         model_.erase(e.effect->first);
+        versions_.erase(e.effect->first);
       }
     }
     CheckBudget();
@@ -573,11 +629,15 @@ class Harness {
   // An applied-but-unacknowledged write: the store may hold either version.
   void Uncertain(const std::string& key) {
     std::string v;
-    Status st = backend_->real->store().Get(key, &v);
+    uint64_t version = 0;
+    Status st = backend_->real->store().Get(key, &v, &version);
     if (st.ok()) {
       model_[key] = v;
+      versions_[key] = version;
+      last_version_ = std::max(last_version_, version);
     } else {
       model_.erase(key);
+      versions_.erase(key);
     }
   }
 
@@ -644,6 +704,8 @@ class Harness {
   Conn conns_[kConns];
   std::vector<std::string> keys_;  // this input's keys
   std::map<std::string, std::string> model_;
+  std::map<std::string, uint64_t> versions_;  // the version of each value in model_, from the replies
+  uint64_t last_version_ = 0;  // the newest version a reply named (the store is shared: versions grow across inputs)
   uint64_t budget_model_ = 0;
   uint32_t next_qp_ = 100;
   std::vector<uint32_t> freed_qps_;

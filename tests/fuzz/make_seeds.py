@@ -11,9 +11,10 @@ import struct
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def request(op, flags, key, value, frag_off=0, total=None, rid=7, token=0):
+def request(op, flags, key, value, frag_off=0, total=None, rid=7, token=0, if_version=0):
     total = len(value) + frag_off if total is None else total
-    hdr = struct.pack('<BBHIQQII', op, flags, len(key) if flags & 1 else 0, total, rid, token, frag_off, len(value))
+    hdr = struct.pack('<BBHIQQIIQ', op, flags, len(key) if flags & 1 else 0, total, rid, token, frag_off, len(value),
+                      if_version)
     return hdr + (key if flags & 1 else b'') + value
 
 
@@ -28,7 +29,7 @@ def stats(pairs):
     return out
 
 
-PROTOCOL_MAJOR = 7  # common/protocol/handshake.h kProtocolMajor
+PROTOCOL_MAJOR = 8  # common/protocol/handshake.h kProtocolMajor
 
 
 def preamble(body, major=PROTOCOL_MAJOR, minor=0):
@@ -58,6 +59,10 @@ write('fuzz_request', 'put_first_fragment', request(1, 1, b'k', b'0123', total=1
 write('fuzz_request', 'put_last_fragment', request(1, 2, b'', b'89', frag_off=8, total=10))
 write('fuzz_request', 'delete', request(2, 3, b'key', b''))
 write('fuzz_request', 'stats', request(3, 3, b'', b''))
+write('fuzz_request', 'put_if_version', request(1, 3 | 4, b'key', b'value', if_version=41))
+write('fuzz_request', 'put_if_absent', request(1, 3 | 4, b'key', b'value'))
+write('fuzz_request', 'delete_if_version', request(2, 3 | 4, b'key', b'', if_version=41))
+write('fuzz_request', 'reply_version_mismatch', reply(16, 0, b'the key is at version 42', version=42))
 write('fuzz_request', 'reply_ok', reply(0, 0, b''))
 write('fuzz_request', 'reply_stats', reply(0, 0, stats([(b'puts', 10), (b'items', 7)])))
 write('fuzz_request', 'reply_error', reply(2, 0, b'request lengths do not add up'))

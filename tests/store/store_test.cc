@@ -209,6 +209,66 @@ TEST(Store, IndexFillsBeyond90PercentThenServerFull) {
   EXPECT_EQ(s->Stats().items, static_cast<uint64_t>(n));
 }
 
+// The version a conditional write is checked against (CommitCheck's
+// current_version) is kept per index word in server memory: it must follow
+// its entry ref through hopscotch hops and cleaner relocations, and be 0 for
+// a tombstone or an absent key.
+uint64_t CurrentVersion(Store& s, const std::string& key) {
+  uint64_t seen = ~uint64_t{0};
+  const CommitCheck probe{[](const void* ctx, std::string_view, uint64_t current) {
+                            *static_cast<uint64_t*>(const_cast<void*>(ctx)) = current;
+                            return Status::Locked("probe only");  // commits nothing
+                          },
+                          &seen};
+  EXPECT_EQ(s.Put(0, key, "probe", probe).status().code(), Status::Code::kLocked);
+  return seen;
+}
+
+TEST(Store, AKeysVersionFollowsItThroughHopsAndCleanerRelocations) {
+  StoreConfig c = SmallConfig();
+  c.index_homes = 1024;
+  c.log_bytes = 16 << 20;
+  c.segment_bytes = 16 << 10;
+  c.max_value_bytes = 1024;
+  auto s = OpenOrDie(c);
+  ASSERT_TRUE(s);
+  // 90 % of the words: keys hop to make room.
+  const int n = static_cast<int>(IndexWords(c.index_homes, c.index_window) * 9 / 10);
+  std::vector<uint64_t> version(n);
+  for (int i = 0; i < n; ++i) {
+    auto r = s->Put(i % 2, Key(i), Value(i, 1, 40));
+    ASSERT_TRUE(r.ok()) << i << ": " << r.status().ToString();
+    version[i] = *r;
+  }
+  ASSERT_GT(s->Stats().index_moves, 0u);
+  // Overwrite every key but one in 8, and delete one in 8: the old segments
+  // are mostly dead, and the cleaner relocates the keys left in them.
+  for (int i = 0; i < n; ++i) {
+    if (i % 8 == 0) continue;
+    auto r = i % 8 == 1 ? s->Delete(0, Key(i)) : s->Put(0, Key(i), Value(i, 2, 40));
+    ASSERT_TRUE(r.ok()) << i;
+    version[i] = i % 8 == 1 ? 0 : *r;
+  }
+  s->RunCleanerOnce();
+  ASSERT_GT(s->Stats().relocations, 0u);
+  for (int i = 0; i < n; ++i) {
+    std::string v;
+    uint64_t got = 0;
+    Status st = s->Get(Key(i), &v, &got);
+    if (version[i] == 0) {
+      ASSERT_TRUE(st.IsNotFound()) << i;
+    } else {
+      ASSERT_TRUE(st.ok()) << i;
+      ASSERT_EQ(got, version[i]) << "key " << i;
+    }
+    ASSERT_EQ(CurrentVersion(*s, Key(i)), version[i]) << "key " << i;
+  }
+  EXPECT_EQ(CurrentVersion(*s, "never written"), 0u);
+  std::printf("%d keys, %llu index moves, %llu relocations: every version kept\n", n,
+              static_cast<unsigned long long>(s->Stats().index_moves),
+              static_cast<unsigned long long>(s->Stats().relocations));
+}
+
 TEST(Store, IndexFullCacheModeEvictsOldest) {
   StoreConfig c = SmallConfig();
   c.mode = CapacityMode::kCache;

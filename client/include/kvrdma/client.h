@@ -77,6 +77,12 @@ struct ClientOptions {
   uint32_t busy_poll_us = 50;
 };
 
+// Op::if_version / Put/Delete's `if_version`: no condition (the default), or
+// the version the key must have for a conditional write to commit, 0 (=
+// kIfAbsent) meaning "only if the key has no value" (absent or deleted).
+inline constexpr uint64_t kAnyVersion = UINT64_MAX;
+inline constexpr uint64_t kIfAbsent = 0;
+
 // One operation of the asynchronous API. Owned by the caller, who keeps it
 // (and the memory its views point to) alive and unchanged from Submit until
 // Poll/Wait hands it back; the library allocates nothing per operation.
@@ -85,11 +91,16 @@ struct Op {
   Type type = Type::kGet;
   std::string_view key;
   std::string_view value;        // kPut
+  // kPut/kDelete: commit only if the key's current version is this, checked
+  // by the server when it applies the write (kIfAbsent: only if the key has
+  // no value; not for kDelete). kAnyVersion: unconditional.
+  uint64_t if_version = kAnyVersion;
   std::string* result = nullptr;  // kGet: receives the value (reuse it to avoid allocations)
   void* user = nullptr;           // the caller's pointer, untouched
   // Set when the operation completes:
   Status status;                  // as the synchronous call of the same name would return
-  uint64_t version = 0;           // kPut/kDelete: the write's version (see Client::last_version)
+  uint64_t version = 0;           // kPut/kDelete: the write's version (see Client::last_version);
+                                  // after VersionMismatch, the key's current one (0: no value)
 };
 
 // Counters of what this client did since Connect (for tests and
@@ -124,6 +135,25 @@ struct ClientStats {
 //                    connection is dropped and rebuilt by the next call)
 // A write that failed with ConnectionLost or Timeout may have been applied:
 // read the key to find out, or write again (a PUT is idempotent).
+//
+// Conditional writes (`if_version`, Op::if_version) are what the server
+// enforces between clients: the write commits only if, at its commit point
+// (under the key's window lock), the key's current version is `if_version`
+// (kIfAbsent: the key has no value), else it fails with VersionMismatch and
+// reports the current version (0: no value) in last_version() / Op::version.
+// Versions come from writes (a write's reply, a VersionMismatch); a Get does
+// not return one. Read-modify-write: learn the version first, then read,
+// then write conditionally; a write in between makes the last step fail
+// (examples/conditional_counter.cc). Locks, by contrast, are advisory: any
+// client can CAS a lock word (docs/SECURITY.md).
+//   uint64_t v = kIfAbsent;                    // guess: the key is new
+//   std::string cur;                           // its value at version v
+//   for (;;) {
+//     Status s = c->Put(key, Next(cur), v);
+//     if (!s.IsVersionMismatch()) break;       // OK, or another error
+//     v = c->last_version();                   // the version now, then its value:
+//     if (c->Get(key, &cur).IsNotFound()) cur.clear();
+//   }
 class Client {
  public:
   // Connects to a kvserver: resolves host, connects with rdma_cm, receives
@@ -159,13 +189,17 @@ class Client {
   // Stores value under key (any bytes, 0..max_value_bytes()). OK: the store
   // has it, and every Get that starts afterwards, from any client, sees it
   // or a later write. Errors: ServerFull (index or log full in store mode;
-  // nothing changed), Locked (another client holds the key's lock), and the
-  // common errors above.
-  Status Put(std::string_view key, std::string_view value);
+  // nothing changed), Locked (another client holds the key's lock),
+  // VersionMismatch (conditional, above: nothing changed), and the common
+  // errors above. Without `if_version` the write is unprotected: it replaces
+  // whatever another client wrote meanwhile, lock or no lock.
+  Status Put(std::string_view key, std::string_view value, uint64_t if_version = kAnyVersion);
   // Deletes key. OK (it is gone); NotFound (it was not there: nothing
-  // changed); ServerFull (no room for the tombstone); Locked; and the common
-  // errors above.
-  Status Delete(std::string_view key);
+  // changed); ServerFull (no room for the tombstone); Locked;
+  // VersionMismatch (a key without a value at `if_version` is a mismatch
+  // with current version 0, not NotFound); InvalidArgument (if_version =
+  // kIfAbsent); and the common errors above.
+  Status Delete(std::string_view key, uint64_t if_version = kAnyVersion);
   // The server's counters (connections, puts, deletes, errors, items, ...)
   // as name/value pairs. The common errors above.
   Result<std::vector<std::pair<std::string, uint64_t>>> Stats();
@@ -183,7 +217,12 @@ class Client {
   // background: take the lock again (Lock/TryLock while holding it renews
   // it) before it ends. Locks do not survive a reconnect (the new connection
   // is another owner); the old ones lapse with their leases.
-  // Locks are advisory for GET: readers never wait.
+  // Locks are advisory for GET: readers never wait. They are advisory for
+  // writers too, among clients that follow the protocol: the lock table is
+  // RDMA-writable, so any client can CAS a lock word away, write, and put it
+  // back, and the holder never learns. What the server enforces is a
+  // conditional write (`if_version`): use it where another client's write
+  // must not be lost (docs/SECURITY.md).
   //
   // Takes the lock for `lease` (1 ms .. 49 days), waiting with backoff while
   // another client holds it. OK; Timeout (still held by another after
@@ -234,6 +273,8 @@ class Client {
   // Put/Delete (asynchronous ones report theirs in Op::version): the server's
   // write sequence number, so versions of a key grow with each write of it
   // (they are not consecutive: other keys' writes take numbers in between).
+  // After a Put/Delete that failed with VersionMismatch: the key's current
+  // version (0: no value).
   uint64_t last_version() const;
   // This client's counters. The reference stays valid for the Client's life.
   const ClientStats& stats() const;

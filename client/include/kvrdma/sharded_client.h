@@ -70,10 +70,11 @@ class ShardedClient {
   ShardedClient& operator=(const ShardedClient&) = delete;
 
   // Client::Get/Put/Delete on the key's server (ServerFor(key)): same
-  // results, same errors.
+  // results, same errors (conditional writes too: after VersionMismatch,
+  // server(ServerFor(key)).last_version() is the key's current version).
   Status Get(std::string_view key, std::string* value);
-  Status Put(std::string_view key, std::string_view value);
-  Status Delete(std::string_view key);
+  Status Put(std::string_view key, std::string_view value, uint64_t if_version = kAnyVersion);
+  Status Delete(std::string_view key, uint64_t if_version = kAnyVersion);
   // The counters of server `server` (an index into the list). InvalidArgument
   // if server >= server_count(); otherwise as Client::Stats.
   Result<std::vector<std::pair<std::string, uint64_t>>> Stats(size_t server);

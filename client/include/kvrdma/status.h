@@ -35,6 +35,7 @@ class Status {
     kRetry = 13,           // a read raced a writer; reading again will succeed
     kInternal = 14,        // a bug: an invariant did not hold
     kUnavailable = 15,     // no such device / server not reachable
+    kVersionMismatch = 16, // a conditional write's key is not at the version it required
   };
 
   Status() noexcept = default;
@@ -58,6 +59,9 @@ class Status {
   static Status Retry(std::string_view m) { return {Code::kRetry, m}; }
   static Status Internal(std::string_view m) { return {Code::kInternal, m}; }
   static Status Unavailable(std::string_view m) { return {Code::kUnavailable, m}; }
+  static Status VersionMismatch(std::string_view m) { return {Code::kVersionMismatch, m}; }
+  // The highest code (decoders refuse larger ones).
+  static constexpr Code kLastCode = Code::kVersionMismatch;
 
   bool ok() const noexcept { return code_ == Code::kOk; }
   Code code() const noexcept { return code_; }
@@ -66,6 +70,7 @@ class Status {
   bool IsConnectionLost() const noexcept { return code_ == Code::kConnectionLost; }
   bool IsRemoteAccess() const noexcept { return code_ == Code::kRemoteAccess; }
   bool IsTimeout() const noexcept { return code_ == Code::kTimeout; }
+  bool IsVersionMismatch() const noexcept { return code_ == Code::kVersionMismatch; }
 
   // "NotFound: message" / "OK".
   std::string ToString() const;
