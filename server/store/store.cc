@@ -54,21 +54,23 @@ Status Store::CheckKey(std::string_view key) const {
 }
 
 Result<uint64_t> Store::Put(uint32_t worker, std::string_view key, std::string_view value,
-                            const CommitCheck& check) {
+                            const CommitCheck& check, bool wait_for_space) {
   if (worker >= cfg_.workers) return Status::InvalidArgument("bad worker id");
   KVRDMA_RETURN_IF_ERROR(CheckKey(key));
   if (value.size() > cfg_.max_value_bytes) return Status::TooLarge("value longer than max_value_bytes");
-  return Write(worker, key, value, /*tombstone=*/false, check);
+  return Write(worker, key, value, /*tombstone=*/false, check, wait_for_space);
 }
 
-Result<uint64_t> Store::Delete(uint32_t worker, std::string_view key, const CommitCheck& check) {
+Result<uint64_t> Store::Delete(uint32_t worker, std::string_view key, const CommitCheck& check,
+                              bool wait_for_space) {
   if (worker >= cfg_.workers) return Status::InvalidArgument("bad worker id");
   KVRDMA_RETURN_IF_ERROR(CheckKey(key));
-  return Write(worker, key, {}, /*tombstone=*/true, check);
+  return Write(worker, key, {}, /*tombstone=*/true, check, wait_for_space);
 }
 
-Result<uint64_t> Store::ReserveSpace(uint32_t head, uint64_t bytes) {
-  const auto deadline = ValueLog::Clock::now() + cfg_.full_wait + cfg_.grace_period;
+Result<uint64_t> Store::ReserveSpace(uint32_t head, uint64_t bytes, bool wait_for_space) {
+  const auto deadline =
+      ValueLog::Clock::now() + (wait_for_space ? cfg_.full_wait + cfg_.grace_period : std::chrono::nanoseconds{0});
   for (;;) {
     auto r = log_->Reserve(head, bytes, /*may_use_reserve=*/false);
     if (r.ok() || r.status().code() != Status::Code::kNoResource) return r;
@@ -224,11 +226,11 @@ bool Store::EvictOldestCandidate(uint32_t head, const KeyHash& kh) {
 }
 
 Result<uint64_t> Store::Write(uint32_t head, std::string_view key, std::string_view value, bool tombstone,
-                             const CommitCheck& check) {
+                             const CommitCheck& check, bool wait_for_space) {
   const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->home_count());
   const uint64_t bytes = EntryBytes(key.size(), value.size());
   const uint64_t size_class = SizeClassFor(bytes);
-  auto reserved = ReserveSpace(head, bytes);
+  auto reserved = ReserveSpace(head, bytes, wait_for_space);
   if (!reserved.ok()) return reserved.status();
   const uint64_t off = *reserved;
   HeadStats& st = head_stats_[head];

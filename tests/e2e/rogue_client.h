@@ -159,9 +159,11 @@ class RogueClient {
     w.imm = imm;
     return Post(w, true);
   }
-  // The next reply (the receive buffer is posted again).
+  // The next reply (the receive buffer is posted again). Polls one
+  // completion at a time: replies that arrived together are all kept.
   RawReply Reply(int timeout_ms = 10000) {
-    auto got = WaitFor(conn_->recv_cq(), 1, timeout_ms);
+    CompletionQueue& cq = conn_->recv_cq();
+    auto got = CollectCompletions(cq, 1, timeout_ms, [&](std::span<Completion> b) { return cq.Poll(b.first(1)); });
     if (got.empty()) return {};
     if (got[0].status != WcStatus::kSuccess) return {Status::Code::kConnectionLost, 0, 0, "receive failed"};
     uint32_t i = static_cast<uint32_t>(got[0].wr_id);
