@@ -364,6 +364,14 @@ class Harness {
   // --- delivery: SEND into a receive buffer, or WRITE_WITH_IMM into the ring ---
   void Deliver(Conn& c, std::vector<uint8_t> msg) {
     if (msg.size() > kWordBytes) msg.resize(kWordBytes);
+    // At its credits, a client within the rules sends again only after a
+    // reply was posted: mostly the batch ends first (so that connections
+    // live long enough for deep fragment and lock sequences); once in 8 it
+    // sends past its credits, and the connection must close.
+    if (!c.qp->broken() && c.received - c.qp->replies.size() >= cfg_.credits &&
+        in_.ConsumeIntegralInRange<int>(0, 7) != 0) {
+      EndBatch();
+    }
     Completion wc;
     wc.qp_num = c.cs->qp_num;
     wc.wr_id = next_recv_++ % kRecvBuffers;
