@@ -165,10 +165,14 @@ void Worker::Run() {
     // fragmented PUT is being reassembled (somewhere), so that an abandoned
     // one expires.
     if (now < busy_until) continue;
+    // The last poll found the CQ empty: until the wait returns, everything
+    // that arrived has been handled (caught_up_ms() reads now); afterwards,
+    // everything that arrived before the wait began.
+    const int64_t slept_ms = SteadyMs();
     sleeping_.store(true, std::memory_order_release);
     (void)cq_->Wait(assembly_budget_.used() > 0 ? kExpiryCheckMs : -1);
-    sleeping_.store(false, std::memory_order_relaxed);
-    caught_up_ms_.store(SteadyMs(), std::memory_order_relaxed);  // nothing was pending when it slept
+    caught_up_ms_.store(slept_ms, std::memory_order_relaxed);
+    sleeping_.store(false, std::memory_order_release);
   }
 }
 

@@ -9,8 +9,9 @@
 //
 // After every event the fuzzer checks: one reply per handled request, in
 // request order, with the status a simple model of the protocol predicts; a
-// connection is closed only when it holds all its reply buffers and has all its
-// send-queue room back; every receive buffer is reposted once; the assembly budget equals
+// connection is closed only when it holds all its reply buffers or has no
+// send-queue room left, or when a message finds credits messages received
+// and their replies not posted (and then always); every receive buffer is reposted once; the assembly budget equals
 // what the model's assemblies hold; and the store holds exactly the model's
 // key-value pairs (an operation the worker applied but could not acknowledge
 // may or may not be there).
