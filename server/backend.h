@@ -35,10 +35,12 @@ class Backend {
   virtual ~Backend() = default;
   // Called by worker `worker` (0..workers-1) only; thread-safe across workers.
   // `check` runs at the commit point (commit_check.h); its refusal is returned.
+  // wait_for_space false: a full log answers ServerFull at once instead of
+  // waiting for room (Store::Put).
   virtual Status Put(uint32_t worker, std::span<const uint8_t> key, std::span<const uint8_t> value,
-                     const CommitCheck& check, uint64_t* version) = 0;
+                     const CommitCheck& check, bool wait_for_space, uint64_t* version) = 0;
   virtual Status Delete(uint32_t worker, std::span<const uint8_t> key, const CommitCheck& check,
-                        uint64_t* version) = 0;
+                        bool wait_for_space, uint64_t* version) = 0;
   virtual StoreRegions regions() const = 0;
   // Appends (name, value) pairs: items, index/log bytes used, cleaner runs, evictions...
   virtual void AppendStats(std::vector<std::pair<std::string_view, uint64_t>>* out) const = 0;

@@ -51,6 +51,21 @@ struct ConnState {
 
   // --- touched only by the owning worker ---
   Assembly assembly;  // a PUT arriving in fragments
+  // Flow control (DESIGN.md, "Flow control"): messages received and replies
+  // posted on this connection. A client sends message k only after it took
+  // the reply to message k - credits, which the worker had posted before, so
+  // received - replies_posted never exceeds credits for a client that keeps
+  // to its credits; the message that would exceed them closes the connection.
+  uint64_t received = 0;
+  uint64_t replies_posted = 0;
+  // Received messages not yet handled, oldest first (at most credits: the
+  // limit above): their receive completions, whose SRQ buffers are reposted
+  // as each is handled. The worker serves its connections round robin, one
+  // message each per round (Worker::ServeRound).
+  std::vector<Completion> pending;  // credits entries, sized at accept
+  uint32_t pending_head = 0;
+  uint32_t pending_count = 0;
+  bool in_ready = false;  // on the worker's ready list
   struct Replies {
     std::vector<uint8_t> busy;  // per large-reply buffer: its SEND is not completed
     uint64_t large_sent = 0;    // large replies posted (the next uses buffer large_sent % busy.size())
@@ -65,11 +80,15 @@ struct ConnState {
   // --- written by the owning worker, read by the connection manager ---
   // Signaled replies posted and not completed, and when the last one was
   // posted with none pending or completed (steady clock, ms): a reply that
-  // stays unacknowledged past reply_timeout_ms closes the connection.
+  // stays unacknowledged past reply_timeout_ms, counted from its post to the
+  // worker's last complete poll of its CQ (Worker::caught_up_ms), closes the
+  // connection.
   std::atomic<uint32_t> signaled_pending{0};
   std::atomic<int64_t> reply_progress_ms{0};
   // Set when the connection must end; the manager then closes it.
-  enum class CloseReason : uint8_t { kNone, kQpFailed, kProtocol };
+  // kProtocol: its replies wait for buffers it does not post; kOverCredits:
+  // more messages in flight than its credits.
+  enum class CloseReason : uint8_t { kNone, kQpFailed, kProtocol, kOverCredits };
   std::atomic<CloseReason> close_reason{CloseReason::kNone};
   // Set by the worker once it has forgotten this connection (Worker::Remove).
   std::atomic<bool> released{false};

@@ -341,9 +341,18 @@ void Server::CloseFailedConnections() {
         why = "it does not take its replies";
         counters_.closed_flow_control.fetch_add(1, std::memory_order_relaxed);
         break;
+      case ConnState::CloseReason::kOverCredits:
+        why = "more messages in flight than its credits";
+        counters_.closed_flow_control.fetch_add(1, std::memory_order_relaxed);
+        break;
       case ConnState::CloseReason::kNone:
+        // Judged on what the worker has seen: a reply posted at P and still
+        // pending when the worker last emptied its CQ (caught_up_ms) was not
+        // taken for that long. A worker busy with other connections' requests
+        // delays its own evidence, never the client's.
         if (cfg_.reply_timeout_ms != 0 && cs.signaled_pending.load(std::memory_order_acquire) > 0 &&
-            now - cs.reply_progress_ms.load(std::memory_order_relaxed) > int64_t{cfg_.reply_timeout_ms}) {
+            workers_[cs.worker]->caught_up_ms() - cs.reply_progress_ms.load(std::memory_order_relaxed) >
+                int64_t{cfg_.reply_timeout_ms}) {
           why = "replies unacknowledged (more requests than credits, or no receive buffers posted)";
           counters_.errors.fetch_add(1, std::memory_order_relaxed);
           counters_.closed_flow_control.fetch_add(1, std::memory_order_relaxed);

@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -101,8 +102,16 @@ void Worker::ApplyControl() {
   for (const ControlOp& op : ops) {
     if (op.add) {
       conns_.Insert(op.conn);
+      op.conn->pending.assign(cfg_.credits, Completion{});
+      ready_.reserve(2 * conns_.all().size() + 2);  // a round appends at most one entry per connection
+      reply_queued_.reserve(conns_.all().size() + 1);
     } else {
       conns_.Erase(op.conn);
+      if (op.conn->in_ready) {
+        ready_.erase(std::find(ready_.begin() + static_cast<ptrdiff_t>(ready_head_), ready_.end(), op.conn));
+        op.conn->in_ready = false;
+      }
+      DropPending(*op.conn);
       op.conn->assembly.Release(assembly_budget_);
       // After this store the manager may free the connection.
       op.conn->released.store(true, std::memory_order_release);
@@ -116,6 +125,10 @@ ConnState* Worker::Find(uint32_t qp_num) {
   if (!control_pending_.load(std::memory_order_acquire)) return nullptr;
   ApplyControl();
   return conns_.Find(qp_num);
+}
+
+int64_t Worker::caught_up_ms() const {
+  return sleeping_.load(std::memory_order_acquire) ? SteadyMs() : caught_up_ms_.load(std::memory_order_relaxed);
 }
 
 void Worker::Run() {
@@ -135,14 +148,18 @@ void Worker::Run() {
     const auto now = Clock::now();
     const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
     if (now_ms - last_expiry_ms_ >= kExpiryCheckMs) ExpireAssemblies(now_ms);
-    int n = cq_->Poll(wc_);
-    if (n > 0) {
-      for (int i = 0; i < n; ++i) Dispatch(wc_[i]);
+    // Everything that arrived is queued on its connection first, so that a
+    // round serves every connection with a message waiting, one each: a
+    // message waits for at most one message of each other connection per
+    // round, however many the others have queued (DESIGN.md, "Fair service").
+    const int n = Drain();
+    const bool serve = HasReady();
+    if (serve) ServeRound();
+    if (n > 0 || serve) {
       FlushReplies();
       busy_until = Clock::now() + busy_poll;
       continue;
     }
-    if (n < 0) KVRDMA_LOG_ERROR("worker %u: polling the completion queue failed", index_);
     if (stop_.load(std::memory_order_relaxed)) break;  // nothing left in flight
     // After work, poll briefly (the next request is likely close); then
     // sleep on the completion channel until a completion arrives: a GET-only
@@ -151,7 +168,73 @@ void Worker::Run() {
     // fragmented PUT is being reassembled (somewhere), so that an abandoned
     // one expires.
     if (now < busy_until) continue;
+    // The last poll found the CQ empty: until the wait returns, everything
+    // that arrived has been handled (caught_up_ms() reads now); afterwards,
+    // everything that arrived before the wait began.
+    const int64_t slept_ms = SteadyMs();
+    sleeping_.store(true, std::memory_order_release);
     (void)cq_->Wait(assembly_budget_.used() > 0 ? kExpiryCheckMs : -1);
+    caught_up_ms_.store(slept_ms, std::memory_order_relaxed);
+    sleeping_.store(false, std::memory_order_release);
+  }
+}
+
+int Worker::Drain() {
+  int total = 0;
+  for (int polls = 0; polls < 32; ++polls) {
+    const int64_t start_ms = SteadyMs();
+    const int n = cq_->Poll(wc_);
+    if (n < 0) {
+      KVRDMA_LOG_ERROR("worker %u: polling the completion queue failed", index_);
+      break;
+    }
+    for (int i = 0; i < n; ++i) Dispatch(wc_[i]);
+    total += n;
+    if (static_cast<size_t>(n) < wc_.size()) {
+      // Every completion that arrived before start_ms has been handled.
+      caught_up_ms_.store(start_ms, std::memory_order_relaxed);
+      break;
+    }
+  }
+  return total;
+}
+
+void Worker::ServeRound() {
+  const size_t end = ready_.size();
+  while (ready_head_ < end) {
+    ConnState* cs = ready_[ready_head_++];
+    if (!cs->qp->broken()) HandleNext(*cs);
+    if (cs->qp->broken()) {
+      DropPending(*cs);
+    } else if (cs->pending_count > 0) {
+      ready_.push_back(cs);  // within the capacity reserved at Add
+      continue;
+    }
+    cs->in_ready = false;
+  }
+  ready_.erase(ready_.begin(), ready_.begin() + static_cast<ptrdiff_t>(ready_head_));
+  ready_head_ = 0;
+}
+
+void Worker::HandleNext(ConnState& cs) {
+  const Completion c = cs.pending[cs.pending_head];
+  cs.pending_head = (cs.pending_head + 1) % static_cast<uint32_t>(cs.pending.size());
+  --cs.pending_count;
+  std::span<const uint8_t> msg = CopyRequest(cs, c);
+  // The request is copied (or answered): its receive buffer is free again.
+  if (Status st = pool_.Repost(c.wr_id); !st.ok()) {
+    KVRDMA_LOG_ERROR("worker %u: reposting a receive buffer failed: %s", index_, st.ToString().c_str());
+  }
+  if (!msg.empty()) HandleRequest(cs, msg);
+}
+
+void Worker::DropPending(ConnState& cs) {
+  for (; cs.pending_count > 0; --cs.pending_count) {
+    const Completion& c = cs.pending[cs.pending_head];
+    cs.pending_head = (cs.pending_head + 1) % static_cast<uint32_t>(cs.pending.size());
+    if (Status st = pool_.Repost(c.wr_id); !st.ok()) {
+      KVRDMA_LOG_ERROR("worker %u: reposting a receive buffer failed: %s", index_, st.ToString().c_str());
+    }
   }
 }
 
@@ -183,9 +266,8 @@ void Worker::Dispatch(const Completion& c) {
 }
 
 void Worker::OnReceive(const Completion& c) {
-  const uint64_t buf = c.wr_id;
   ConnState* cs = Find(c.qp_num);
-  std::span<const uint8_t> msg;
+  bool queue = false;
   if (c.status != WcStatus::kSuccess) {
     // A receive consumed by a QP that failed: the buffer goes back to the SRQ.
     if (c.status != WcStatus::kFlushed) {
@@ -193,13 +275,32 @@ void Worker::OnReceive(const Completion& c) {
       if (cs != nullptr) RequestClose(*cs, ConnState::CloseReason::kQpFailed);
     }
   } else if (cs != nullptr && !cs->qp->broken()) {
-    msg = CopyRequest(*cs, c);
+    // More messages in flight than credits: the client sent this one before
+    // taking the reply to the message `credits` before it (that reply was not
+    // even posted yet). Its messages would hold SRQ buffers and worker turns
+    // that other connections are owed: it is closed.
+    if (cs->received - cs->replies_posted >= cfg_.credits || cs->pending_count >= cs->pending.size()) {
+      counters_.errors.fetch_add(1, std::memory_order_relaxed);
+      KVRDMA_LOG_DEBUG("worker %u: connection %u sent more messages than its %u credits", index_, cs->id,
+                       cfg_.credits);
+      RequestClose(*cs, ConnState::CloseReason::kOverCredits);
+    } else {
+      queue = true;
+    }
   }
-  // The request is copied (or dropped): its receive buffer is free again.
-  if (Status st = pool_.Repost(buf); !st.ok()) {
-    KVRDMA_LOG_ERROR("worker %u: reposting a receive buffer failed: %s", index_, st.ToString().c_str());
+  if (!queue) {
+    if (Status st = pool_.Repost(c.wr_id); !st.ok()) {
+      KVRDMA_LOG_ERROR("worker %u: reposting a receive buffer failed: %s", index_, st.ToString().c_str());
+    }
+    return;
   }
-  if (!msg.empty()) HandleRequest(*cs, msg);
+  ++cs->received;
+  cs->pending[(cs->pending_head + cs->pending_count) % cs->pending.size()] = c;
+  ++cs->pending_count;
+  if (!cs->in_ready) {
+    cs->in_ready = true;
+    ready_.push_back(cs);
+  }
 }
 
 std::span<const uint8_t> Worker::CopyRequest(ConnState& cs, const Completion& c) {

@@ -1,9 +1,12 @@
 // An SRQ worker: polls its completion queue, applies requests to the store
 // and answers each with a small SEND. The request path, top to bottom:
 //
-//   worker.cc           the thread: poll, dispatch a completion to its
-//                       connection (ConnTable, no lock), copy the request
-//                       out of client-reachable memory ONCE (CopyRequest)
+//   worker.cc           the thread: drain the CQ, queue each received
+//                       message on its connection (ConnTable, no lock;
+//                       at most credits each, or the connection closes),
+//                       serve the connections round robin, one message
+//                       each per round, copying the request out of
+//                       client-reachable memory ONCE (CopyRequest)
 //   worker_requests.cc  parse the copy and apply it, by concern: STATS,
 //                       whole PUT/DELETE (lock check at the store's commit
 //                       point), fragments (Assembly)
@@ -14,7 +17,8 @@
 // the worker's CQ), so a connection's messages are handled in order by one
 // thread, which is what reassembly and reply order rely on. The receive
 // buffers belong to the server-wide SRQ; a worker reposts each buffer as soon
-// as it has copied the message out of it.
+// as it has copied the message out of it (a connection holds at most credits
+// of them meanwhile).
 #pragma once
 
 #include <array>
@@ -98,6 +102,12 @@ class Worker {
   // Stop, or never started), at once on the caller's thread.
   void Remove(ConnState* c);
   uint32_t index() const { return index_; }
+  // Steady-clock ms before which every completion of this worker's CQ has
+  // been handled (the start of its last poll that emptied the CQ, or now
+  // while it sleeps on an empty CQ). The reply watchdog judges a connection
+  // only on this: a reply posted at P and still pending at caught_up_ms() was
+  // not taken for caught_up_ms() - P, whatever the worker was busy with.
+  int64_t caught_up_ms() const;
 
  private:
   static constexpr uint64_t kReplyTag = 1ull << 63;  // wr_id of reply SENDs (receives: buffer index)
@@ -112,9 +122,20 @@ class Worker {
   friend class WorkerTestPeer;
   // --- worker.cc: the thread and completion dispatch ---
   void Run();
-  void Poll();  // one batch of completions
+  // Polls until the CQ is empty (or 32 polls of completions): replies sent
+  // are handled at once, messages queued on their connection. Returns the
+  // completions seen.
+  int Drain();
   void Dispatch(const Completion& c);
   void OnReceive(const Completion& c);
+  // One round: every connection on the ready list handles its oldest
+  // message, in list order; those with more go to the back of the list.
+  void ServeRound();
+  bool HasReady() const { return ready_head_ < ready_.size(); }
+  // Copies, reposts and handles cs's oldest queued message.
+  void HandleNext(ConnState& cs);
+  // Reposts the buffers of cs's queued messages (the connection is gone).
+  void DropPending(ConnState& cs);
   void OnReplySent(const Completion& c);
   // Copies the request out of the ring or the receive buffer into request_;
   // the returned span is the only view of the request used afterwards.
@@ -157,10 +178,17 @@ class Worker {
   // out of every client's reach.
   std::unique_ptr<uint8_t[]> request_;
   ConnTable conns_;  // the worker thread's only
-  // Connections with replies queued in this batch (a connection may appear
-  // twice; <= wc_.size() entries). Emptied before any Remove is applied.
+  // Connections with replies queued in this round (a round handles one
+  // message per connection: each appears once; capacity reserved at Add).
+  // Emptied before any Remove is applied.
   std::vector<ConnState*> reply_queued_;
+  // Connections with messages queued, in the order they are served:
+  // ready_[ready_head_..] (each at most once: ConnState::in_ready).
+  std::vector<ConnState*> ready_;
+  size_t ready_head_ = 0;
   int64_t last_expiry_ms_ = 0;
+  std::atomic<int64_t> caught_up_ms_{0};
+  std::atomic<bool> sleeping_{false};  // in cq_->Wait with an empty CQ
 
   // Control plane -> worker: Add/Remove requests, applied by the worker
   // between completion batches (and on a lookup miss).

@@ -67,14 +67,6 @@ void Worker::Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t>
     r.busy[buffer] = 1;
     ++r.large_sent;
   }
-  if (w.signaled) {
-    if (cs.signaled_pending.load(std::memory_order_relaxed) == 0) {
-      cs.reply_progress_ms.store(SteadyMs(), std::memory_order_relaxed);
-    }
-    // Release: a manager that sees this reply pending also sees the time
-    // stored above, not the one of a reply that completed long ago.
-    cs.signaled_pending.fetch_add(1, std::memory_order_release);
-  }
   if (r.queued.size() == 1) reply_queued_.push_back(&cs);
   if (r.queued.size() == kReplyBatch) FlushReplies(cs);  // the scratch buffers are all in use
 }
@@ -93,6 +85,21 @@ void Worker::FlushReplies(ConnState& cs) {
     // A broken QP, or a send queue full of replies the client does not take.
     KVRDMA_LOG_DEBUG("worker %u: replies to connection %u not sent: %s", index_, cs.id, st.ToString().c_str());
     RequestClose(cs, ConnState::CloseReason::kQpFailed);
+  } else {
+    // The credits of these replies' messages can come back from now on.
+    cs.replies_posted += r.queued.size();
+    // The reply watchdog's clock starts here, when the client can take the
+    // reply, not when it was queued (a batch may take long).
+    uint32_t signaled = 0;
+    for (const SendWr& w : r.queued) signaled += w.signaled;
+    if (signaled > 0) {
+      if (cs.signaled_pending.load(std::memory_order_relaxed) == 0) {
+        cs.reply_progress_ms.store(SteadyMs(), std::memory_order_relaxed);
+      }
+      // Release: a manager that sees this reply pending also sees the time
+      // stored above, not the one of a reply that completed long ago.
+      cs.signaled_pending.fetch_add(signaled, std::memory_order_release);
+    }
   }
   r.queued.clear();
 }

@@ -131,8 +131,12 @@ void Worker::Apply(ConnState& cs, const RequestHeader& h, std::span<const uint8_
   const CommitCheck check{&CommitFence::Check, &fence};
   ReplyHeader rh;
   rh.request_id = h.request_id;
-  Status st = is_delete ? backend_.Delete(index_, key, check, &rh.version)
-                        : backend_.Put(index_, key, value, check, &rh.version);
+  // A full log: wait for room only if no other connection has a message
+  // waiting for this worker; else answer ServerFull now and keep serving
+  // (DESIGN.md, "Fair service").
+  const bool wait_for_space = !HasReady();
+  Status st = is_delete ? backend_.Delete(index_, key, check, wait_for_space, &rh.version)
+                        : backend_.Put(index_, key, value, check, wait_for_space, &rh.version);
   if (st.ok()) {
     (is_delete ? counters_.deletes : counters_.puts).fetch_add(1, std::memory_order_relaxed);
     return Reply(cs, rh, {});

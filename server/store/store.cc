@@ -55,20 +55,21 @@ Status Store::CheckKey(std::string_view key) const {
 }
 
 Result<uint64_t> Store::Put(uint32_t worker, std::string_view key, std::string_view value,
-                            const CommitCheck& check) {
+                            const CommitCheck& check, bool wait_for_space) {
   if (worker >= cfg_.workers) return Status::InvalidArgument("bad worker id");
   KVRDMA_RETURN_IF_ERROR(CheckKey(key));
   if (value.size() > cfg_.max_value_bytes) return Status::TooLarge("value longer than max_value_bytes");
-  return Write(worker, key, value, /*tombstone=*/false, check);
+  return Write(worker, key, value, /*tombstone=*/false, check, wait_for_space);
 }
 
-Result<uint64_t> Store::Delete(uint32_t worker, std::string_view key, const CommitCheck& check) {
+Result<uint64_t> Store::Delete(uint32_t worker, std::string_view key, const CommitCheck& check,
+                              bool wait_for_space) {
   if (worker >= cfg_.workers) return Status::InvalidArgument("bad worker id");
   KVRDMA_RETURN_IF_ERROR(CheckKey(key));
-  return Write(worker, key, {}, /*tombstone=*/true, check);
+  return Write(worker, key, {}, /*tombstone=*/true, check, wait_for_space);
 }
 
-Result<uint64_t> Store::ReserveSpace(uint32_t head, uint64_t bytes) {
+Result<uint64_t> Store::ReserveSpace(uint32_t head, uint64_t bytes, bool wait_for_space) {
   auto r = log_->Reserve(head, bytes, /*may_use_reserve=*/false);
   if (r.ok() || r.status().code() != Status::Code::kNoResource) return r;
   // The log is short of free segments. Store mode: kick the cleaner and wait
@@ -79,13 +80,17 @@ Result<uint64_t> Store::ReserveSpace(uint32_t head, uint64_t bytes) {
   // ServerFull only after full_wait + grace without any segment retired (by
   // a writer or the cleaner): never while room is being made, e.g. when
   // another writer took the segment this one waited for (issue 25 item 12,
-  // Store.CacheModeSmallLogNeverRefusesAValueThatFits).
+  // Store.CacheModeSmallLogNeverRefusesAValueThatFits). Without
+  // `wait_for_space` (the worker has other connections' requests waiting:
+  // DESIGN "A full log does not hold the worker") it makes room but does not
+  // wait: ServerFull at once.
   space_waiters_.fetch_add(1, std::memory_order_relaxed);
   struct Leave {
     std::atomic<uint32_t>& n;
     ~Leave() { n.fetch_sub(1, std::memory_order_relaxed); }
   } leave{space_waiters_};
-  auto deadline = ValueLog::Clock::now() + cfg_.full_wait + cfg_.grace_period;
+  const auto wait = wait_for_space ? cfg_.full_wait + cfg_.grace_period : std::chrono::nanoseconds{0};
+  auto deadline = ValueLog::Clock::now() + wait;
   uint64_t retirements = log_->Retirements();
   for (;;) {
     bool evicted = false;
@@ -107,7 +112,7 @@ Result<uint64_t> Store::ReserveSpace(uint32_t head, uint64_t bytes) {
     if (cfg_.mode == CapacityMode::kCache) {
       if (const uint64_t n = log_->Retirements(); n != retirements) {
         retirements = n;
-        deadline = std::max(deadline, now + cfg_.full_wait + cfg_.grace_period);
+        deadline = std::max(deadline, now + wait);
       }
     }
     if (!evicted) {
@@ -248,11 +253,11 @@ bool Store::EvictOldestCandidate(uint32_t head, const KeyHash& kh) {
 }
 
 Result<uint64_t> Store::Write(uint32_t head, std::string_view key, std::string_view value, bool tombstone,
-                             const CommitCheck& check) {
+                             const CommitCheck& check, bool wait_for_space) {
   const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->home_count());
   const uint64_t bytes = EntryBytes(key.size(), value.size());
   const uint64_t size_class = SizeClassFor(bytes);
-  auto reserved = ReserveSpace(head, bytes);
+  auto reserved = ReserveSpace(head, bytes, wait_for_space);
   if (!reserved.ok()) return reserved.status();
   const uint64_t off = *reserved;
   HeadStats& st = head_stats_[head];

@@ -63,11 +63,16 @@ class Store {
   // key), so a key's versions grow with each write of it.
   // InvalidArgument (bad worker id, empty key), TooLarge, ServerFull, or
   // what `check` returns (evaluated at the commit point, commit_check.h).
+  // With a full log the write waits up to full_wait + grace_period for room
+  // (the cleaner, or in cache mode an eviction); with wait_for_space false it
+  // tries once (kicking the cleaner, evicting in cache mode) and answers
+  // ServerFull at once (a worker with other connections' requests waiting).
   Result<uint64_t> Put(uint32_t worker, std::string_view key, std::string_view value,
-                       const CommitCheck& check = {});
+                       const CommitCheck& check = {}, bool wait_for_space = true);
   // Replaces the value with a tombstone; returns the write's version (as Put).
   // NotFound if the key has no value; or what `check` returns.
-  Result<uint64_t> Delete(uint32_t worker, std::string_view key, const CommitCheck& check = {});
+  Result<uint64_t> Delete(uint32_t worker, std::string_view key, const CommitCheck& check = {},
+                          bool wait_for_space = true);
   // Server-side lookup (copies the value, and its version if `version` is
   // not null). NotFound if absent or deleted.
   Status Get(std::string_view key, std::string* value, uint64_t* version = nullptr);
@@ -108,8 +113,8 @@ class Store {
   Store(const StoreConfig& cfg, std::unique_ptr<Index> index, std::unique_ptr<ValueLog> log);
   Status CheckKey(std::string_view key) const;
   Result<uint64_t> Write(uint32_t head, std::string_view key, std::string_view value, bool tombstone,
-                         const CommitCheck& check);
-  Result<uint64_t> ReserveSpace(uint32_t head, uint64_t bytes);
+                         const CommitCheck& check, bool wait_for_space);
+  Result<uint64_t> ReserveSpace(uint32_t head, uint64_t bytes, bool wait_for_space);
   // Writes an entry into reserved log space (RacyStore; checksum last), not
   // current (unpublished) until Publish.
   void WriteEntry(uint64_t off, std::string_view key, std::string_view value, bool tombstone) noexcept;

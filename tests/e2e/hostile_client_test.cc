@@ -28,15 +28,17 @@ class HookedBackend final : public server::Backend {
  public:
   explicit HookedBackend(std::unique_ptr<server::StoreBackend> real) : real_(std::move(real)) {}
   Status Put(uint32_t worker, std::span<const uint8_t> key, std::span<const uint8_t> value,
-             const CommitCheck& check, uint64_t* version) override {
+             const CommitCheck& check, bool wait_for_space, uint64_t* version) override {
     RunHook(key);
     SlowDown(key);
-    return real_->Put(worker, key, value, check, version);
+    // The Gate's PUT only holds the worker: it never waits for log space.
+    if (std::string_view(reinterpret_cast<const char*>(key.data()), key.size()) == "gate") return Status::OK();
+    return real_->Put(worker, key, value, check, wait_for_space, version);
   }
-  Status Delete(uint32_t worker, std::span<const uint8_t> key, const CommitCheck& check,
+  Status Delete(uint32_t worker, std::span<const uint8_t> key, const CommitCheck& check, bool wait_for_space,
                 uint64_t* version) override {
     RunHook(key);
-    return real_->Delete(worker, key, check, version);
+    return real_->Delete(worker, key, check, wait_for_space, version);
   }
   server::StoreRegions regions() const override { return real_->regions(); }
   void AppendStats(std::vector<std::pair<std::string_view, uint64_t>>* out) const override {
@@ -53,8 +55,20 @@ class HookedBackend final : public server::Backend {
   // worker (as a slow store would): traffic that keeps a worker busy.
   void SlowPutsOf(std::string prefix, std::chrono::microseconds delay) {
     std::lock_guard<std::mutex> g(mu_);
+    slow_put_prefix_ = std::move(prefix);
+    slow_put_delay_ = delay;
+  }
+  // From now on, every request whose key starts with `prefix` spends `ms`
+  // more in the store (on the worker).
+  void SlowKeys(std::string prefix, int ms) {
+    std::lock_guard<std::mutex> g(mu_);
     slow_prefix_ = std::move(prefix);
-    slow_delay_ = delay;
+    slow_ms_ = ms;
+  }
+  // The keys of the PUT/DELETEs that reached the store, in order.
+  std::vector<std::string> Applied() {
+    std::lock_guard<std::mutex> g(mu_);
+    return applied_;
   }
 
  private:
@@ -63,26 +77,35 @@ class HookedBackend final : public server::Backend {
     {
       std::lock_guard<std::mutex> g(mu_);
       std::string_view k(reinterpret_cast<const char*>(key.data()), key.size());
-      if (!slow_prefix_.empty() && k.starts_with(slow_prefix_)) d = slow_delay_;
+      if (!slow_put_prefix_.empty() && k.starts_with(slow_put_prefix_)) d = slow_put_delay_;
     }
     if (d.count() > 0) std::this_thread::sleep_for(d);
   }
   void RunHook(std::span<const uint8_t> key) {
+    const std::string_view k(reinterpret_cast<const char*>(key.data()), key.size());
     std::function<void()> h;
+    int slow_ms = 0;
     {
       std::lock_guard<std::mutex> g(mu_);
-      if (!hook_ || std::string_view(reinterpret_cast<const char*>(key.data()), key.size()) != hook_key_) return;
-      h = std::move(hook_);
-      hook_ = nullptr;
+      applied_.emplace_back(k);
+      if (!slow_prefix_.empty() && k.starts_with(slow_prefix_)) slow_ms = slow_ms_;
+      if (hook_ && k == hook_key_) {
+        h = std::move(hook_);
+        hook_ = nullptr;
+      }
     }
-    h();
+    if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
+    if (h) h();
   }
   std::unique_ptr<server::StoreBackend> real_;
   std::mutex mu_;
   std::string hook_key_;
   std::function<void()> hook_;
   std::string slow_prefix_;
-  std::chrono::microseconds slow_delay_{0};
+  std::string slow_put_prefix_;
+  std::chrono::microseconds slow_put_delay_{0};
+  int slow_ms_ = 0;
+  std::vector<std::string> applied_;
 };
 
 class HostileClientTest : public ::testing::TestWithParam<Kind> {
@@ -94,7 +117,9 @@ class HostileClientTest : public ::testing::TestWithParam<Kind> {
   void TearDown() override { StopServer(); }
 
   // Starts kvserver (the real Server over the hooked store) with cfg.
-  void StartServer(server::ServerConfig cfg = TestServer::Defaults()) {
+  // store_tweak: changes to the store's configuration (a smaller log...).
+  void StartServer(server::ServerConfig cfg = TestServer::Defaults(),
+                   const std::function<void(StoreConfig&)>& store_tweak = {}) {
     StoreConfig sc;
     sc.index_homes = 1 << 15;
     sc.segment_bytes = 4 << 20;
@@ -104,6 +129,7 @@ class HostileClientTest : public ::testing::TestWithParam<Kind> {
     sc.max_value_bytes = cfg.max_value_bytes;
     sc.huge_pages = HugePages::kOff;
     sc.grace_period = std::chrono::milliseconds(cfg.grace_period_ms);
+    if (store_tweak) store_tweak(sc);
     auto b = server::StoreBackend::Create(sc);
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     backend_ = std::make_unique<HookedBackend>(std::move(b).value());
@@ -149,6 +175,39 @@ class HostileClientTest : public ::testing::TestWithParam<Kind> {
     return st.ok() ? v : "<none>";
   }
   uint64_t Stat(const std::string& name) { return StatOf(*good_, name); }
+  // Holds the worker that applies a PUT of "gate" (sent here on its own
+  // connection) inside the store until Open(): messages sent meanwhile wait
+  // in its completion queue, as behind any slow request.
+  class Gate {
+   public:
+    explicit Gate(HostileClientTest& t) : t_(t) {
+      t_.backend_->HookOnce("gate", [this] {
+        std::unique_lock<std::mutex> l(mu_);
+        entered_ = true;
+        cv_.notify_all();
+        cv_.wait_for(l, std::chrono::seconds(20), [this] { return open_; });
+      });
+      EXPECT_TRUE(conn_.Connect(t_.env_, t_.server_->port()).ok());
+      EXPECT_TRUE(conn_.Send(WholePut("gate", "g", 1)).ok());
+      std::unique_lock<std::mutex> l(mu_);
+      EXPECT_TRUE(cv_.wait_for(l, std::chrono::seconds(10), [this] { return entered_; })) << "the gate PUT never ran";
+    }
+    ~Gate() { Open(); }
+    void Open() {
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        open_ = true;
+      }
+      cv_.notify_all();
+    }
+
+   private:
+    HostileClientTest& t_;
+    RogueClient conn_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool entered_ = false, open_ = false;
+  };
   bool StatBecomes(const std::string& name, uint64_t want, int timeout_ms) {
     return testing::StatBecomes(*good_, name, want, timeout_ms);
   }
@@ -653,6 +712,201 @@ TEST_P(HostileClientTest, AStolenLockTokenIsRefused) {
   ASSERT_TRUE(holder->Put("guarded", "the holder again").ok());
   EXPECT_EQ(Stored("guarded"), "the holder again");
   ExpectStoreIntactAndServing();
+}
+
+// Issue 25, item 3: credits were not enforced. A connection kept any number
+// of messages at the server (the SRQ absorbed them) and the worker served
+// them in completion order. Now the message that finds `credits` messages of
+// its connection received and unanswered closes that connection (counted in
+// closed_flow_control); a connection at exactly its credits is served.
+TEST_P(HostileClientTest, AConnectionPastItsCreditsIsClosedAndCounted) {
+  server::ServerConfig cfg = TestServer::Defaults();
+  cfg.workers = 1;  // every connection on the same worker
+  StartServer(cfg);
+  const uint64_t closed_before = Stat("closed_flow_control");
+  RogueClient honest, flooder;
+  ASSERT_TRUE(honest.Connect(env_, server_->port(), PutPath::kSend, cfg.credits).ok());
+  ASSERT_TRUE(flooder.Connect(env_, server_->port(), PutPath::kSend, RogueClient::kMaxReceives).ok());
+  {
+    Gate gate(*this);
+    // While the worker is busy: the honest connection sends all its
+    // credits, the flooder one message more than its credits.
+    for (uint32_t k = 0; k < cfg.credits; ++k) {
+      ASSERT_TRUE(honest.Send(WholePut("honest-" + std::to_string(k), "v", k + 1)).ok());
+    }
+    for (uint32_t k = 0; k <= cfg.credits; ++k) ASSERT_TRUE(flooder.Send(StatsMsg(k + 1)).ok());
+  }
+  for (uint32_t k = 0; k < cfg.credits; ++k) {
+    RawReply r = honest.Reply();
+    EXPECT_EQ(r.code, Status::Code::kOk) << k << ": " << r.body;
+    EXPECT_EQ(r.request_id, k + 1);
+    EXPECT_EQ(Stored("honest-" + std::to_string(k)), "v");
+  }
+  EXPECT_TRUE(flooder.WaitClosed(5000)) << "a connection past its credits was not closed";
+  EXPECT_TRUE(StatBecomes("closed_flow_control", closed_before + 1, 5000)) << Stat("closed_flow_control");
+  // The honest connection is still served.
+  ASSERT_TRUE(honest.Send(StatsMsg(100)).ok());
+  RawReply r = honest.Reply();
+  EXPECT_EQ(r.code, Status::Code::kOk) << r.body;
+  EXPECT_EQ(r.request_id, 100u);
+  ExpectStoreIntactAndServing();
+}
+
+// Issue 25, item 3: the worker served completions in CQ order, so a request
+// waited behind every message the other connections had queued (7 x 15
+// PUTs waiting for a full log delayed a STATS by 10.5 s). Now it serves its
+// connections round robin: a message waits for at most one message of each
+// other connection per round. Asserted on the order the store applied the
+// PUTs, not on time.
+TEST_P(HostileClientTest, ARequestWaitsForAtMostOneMessageOfEachFloodingConnection) {
+  server::ServerConfig cfg = TestServer::Defaults();
+  cfg.workers = 1;
+  StartServer(cfg);
+  constexpr int kFlooders = 6;
+  std::vector<std::unique_ptr<RogueClient>> flooders;
+  RogueClient honest;
+  for (int i = 0; i < kFlooders; ++i) {
+    flooders.push_back(std::make_unique<RogueClient>());
+    ASSERT_TRUE(flooders.back()->Connect(env_, server_->port(), PutPath::kSend, cfg.credits).ok());
+  }
+  ASSERT_TRUE(honest.Connect(env_, server_->port()).ok());
+  {
+    Gate gate(*this);
+    // Each flooder keeps all its credits in flight (allowed); the honest
+    // connection's one PUT arrives after all of them.
+    for (int i = 0; i < kFlooders; ++i) {
+      for (uint32_t k = 0; k < cfg.credits; ++k) {
+        ASSERT_TRUE(flooders[i]->Send(WholePut("flood-" + std::to_string(i) + "-" + std::to_string(k), "v", k + 1)).ok());
+      }
+    }
+    ASSERT_TRUE(honest.Send(WholePut("honest", "h", 1)).ok());
+  }
+  RawReply r = honest.Reply();
+  EXPECT_EQ(r.code, Status::Code::kOk) << r.body;
+  for (auto& f : flooders) {
+    for (uint32_t k = 0; k < cfg.credits; ++k) ASSERT_EQ(f->Reply(5000).code, Status::Code::kOk) << k;
+  }
+  const std::vector<std::string> applied = backend_->Applied();
+  auto honest_at = std::find(applied.begin(), applied.end(), "honest");
+  ASSERT_NE(honest_at, applied.end());
+  const auto flood_before = std::count_if(applied.begin(), honest_at, [](const std::string& k) {
+    return k.starts_with("flood-");
+  });
+  std::printf("%lld of %u flooding PUTs applied before the honest one\n", static_cast<long long>(flood_before),
+              kFlooders * cfg.credits);
+  EXPECT_LE(flood_before, kFlooders) << "the honest PUT waited for more than one round";
+  EXPECT_EQ(Stat("closed_flow_control"), 0u);
+  ExpectStoreIntactAndServing();
+}
+
+// Issue 25, item 4: the reply watchdog started a reply's clock when it was
+// queued, and replies leave at the end of a batch: slow requests of other
+// connections queued behind an honest client's request got that client
+// closed (with the default 5 s timeout, ~17 PUTs waiting for a full log).
+// Now the clock starts when the reply is posted, and the watchdog counts only
+// up to the worker's last complete poll of its CQ. Scaled down: a 300 ms
+// timeout and 10 requests of 60 ms after the honest one.
+TEST_P(HostileClientTest, SlowRequestsAfterAnHonestOneDoNotGetItsClientClosed) {
+  server::ServerConfig cfg = TestServer::Defaults();
+  cfg.workers = 1;
+  cfg.reply_timeout_ms = 300;
+  StartServer(cfg);
+  constexpr int kSlow = 10;
+  constexpr int kSlowMs = 60;
+  backend_->SlowKeys("slow-", kSlowMs);
+  RogueClient honest;
+  std::vector<std::unique_ptr<RogueClient>> slow;
+  ASSERT_TRUE(honest.Connect(env_, server_->port()).ok());
+  for (int i = 0; i < kSlow; ++i) {
+    slow.push_back(std::make_unique<RogueClient>());
+    ASSERT_TRUE(slow.back()->Connect(env_, server_->port()).ok());
+  }
+  {
+    Gate gate(*this);
+    // A STATS: its large reply is signaled, so the watchdog follows it.
+    ASSERT_TRUE(honest.Send(StatsMsg(1)).ok());
+    for (int i = 0; i < kSlow; ++i) ASSERT_TRUE(slow[i]->Send(WholePut("slow-" + std::to_string(i), "v", 1)).ok());
+  }
+  RawReply r = honest.Reply();
+  EXPECT_EQ(r.code, Status::Code::kOk) << r.body;
+  EXPECT_EQ(r.request_id, 1u);
+  for (auto& c : slow) EXPECT_EQ(c->Reply().code, Status::Code::kOk);
+  // The honest connection is open and served; nobody was closed.
+  ASSERT_TRUE(honest.Send(StatsMsg(2)).ok());
+  EXPECT_EQ(honest.Reply().code, Status::Code::kOk);
+  EXPECT_EQ(Stat("closed_flow_control"), 0u);
+  ExpectStoreIntactAndServing();
+}
+
+// Issue 25, item 3, the store-full wait: a PUT that finds the log full waited
+// up to full_wait + grace in the store, on the worker, so every PUT queued
+// by a flood held all the worker's other connections that long. Now a worker
+// waits for log space only when no other connection has a message waiting
+// for it; otherwise the PUT is answered ServerFull at once and the worker
+// goes on. Here full_wait is 2 s: 6 flooders with a PUT each ahead of a STATS
+// held it >= 12 s with the wait (on main, 48 PUTs: ~100 s); now it is
+// answered at once (asserted: within one full_wait).
+TEST_P(HostileClientTest, AFullLogDoesNotHoldOtherConnectionsRequests) {
+  server::ServerConfig cfg = TestServer::Defaults();
+  cfg.workers = 1;
+  cfg.max_value_bytes = 100000;  // entries must fit the 1 MiB segments
+  constexpr auto kFullWait = std::chrono::milliseconds(2000);
+  StartServer(cfg, [&](StoreConfig& sc) {
+    sc.segment_bytes = 1 << 20;
+    sc.log_bytes = 6 << 20;
+    sc.full_wait = kFullWait;
+  });
+  // Fill the log with live values (nothing for the cleaner to free).
+  const std::string value(60000, 'x');
+  int stored = 0;
+  for (; stored < 1000; ++stored) {
+    Status st = good_->Put("fill-" + std::to_string(stored), value);
+    if (st.code() == Status::Code::kServerFull) break;
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  ASSERT_LT(stored, 1000) << "the log never filled";
+  // Then the segment tails, with values of the flooders' size.
+  const std::string small(3000, 's');
+  for (stored = 0; stored < 1000; ++stored) {
+    Status st = good_->Put("fill-small-" + std::to_string(stored), small);
+    if (st.code() == Status::Code::kServerFull) break;
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  ASSERT_LT(stored, 1000) << "the log never filled";
+  constexpr int kFlooders = 6;
+  std::vector<std::unique_ptr<RogueClient>> flooders;
+  RogueClient honest;
+  for (int i = 0; i < kFlooders; ++i) {
+    flooders.push_back(std::make_unique<RogueClient>());
+    ASSERT_TRUE(flooders.back()->Connect(env_, server_->port(), PutPath::kSend, cfg.credits).ok());
+  }
+  ASSERT_TRUE(honest.Connect(env_, server_->port()).ok());
+  std::chrono::steady_clock::time_point sent;
+  {
+    Gate gate(*this);
+    for (int i = 0; i < kFlooders; ++i) {
+      for (uint32_t k = 0; k < cfg.credits; ++k) {
+        ASSERT_TRUE(
+            flooders[i]->Send(WholePut("more-" + std::to_string(i) + "-" + std::to_string(k), small, k + 1))
+                .ok());
+      }
+    }
+    ASSERT_TRUE(honest.Send(StatsMsg(1)).ok());
+    sent = std::chrono::steady_clock::now();
+  }
+  RawReply r = honest.Reply(30000);
+  const auto waited = std::chrono::steady_clock::now() - sent;
+  EXPECT_EQ(r.code, Status::Code::kOk) << r.body;
+  std::printf("STATS behind %d x %u PUTs into a full log: answered after %lld ms\n", kFlooders, cfg.credits,
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()));
+  EXPECT_LT(waited, kFullWait) << "the STATS waited behind PUTs waiting for log space";
+  for (auto& f : flooders) {
+    for (uint32_t k = 0; k < cfg.credits; ++k) {
+      RawReply p = f->Reply(30000);
+      EXPECT_EQ(p.code, Status::Code::kServerFull) << p.body;
+    }
+  }
+  EXPECT_EQ(Stat("closed_flow_control"), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, HostileClientTest, ::testing::Values(Kind::kLoopback), KindName);

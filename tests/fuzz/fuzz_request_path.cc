@@ -1,7 +1,8 @@
 // Stateful fuzzer for the server's request path: the input is a sequence of
 // events from several connections (SENDs and ring messages, fragments in any
 // order and size, lock words and tokens, STATS, ring-position and credit
-// violations, ring rewrites while the store applies a request, connections
+// violations (more messages in flight than credits: the connection closes),
+// ring rewrites while the store applies a request, connections
 // that never take their replies, disconnects, assembly timeouts). They drive
 // the real Worker (through a test peer, over fake transport objects, on the
 // fuzzer's thread: deterministic) and the real Store.
@@ -10,8 +11,10 @@
 // request order, with the status a simple model of the protocol predicts
 // (locks from the lock word's layout, conditional writes from the versions
 // the model saw in replies: neither with the worker's own checks); a
-// connection is closed only when it holds all its reply buffers and has all its
-// send-queue room back; every receive buffer is reposted once; the assembly budget equals
+// connection is closed only when it holds all its reply buffers or has no
+// send-queue room left, or when a message finds credits messages received
+// and their replies not posted (and then always); every receive buffer is
+// reposted once; the assembly budget equals
 // what the model's assemblies hold; and the store holds exactly the model's
 // key-value pairs (an operation the worker applied but could not acknowledge
 // may or may not be there).
@@ -36,7 +39,12 @@ class WorkerTestPeer {
   // One completion of a batch: its reply (if any) is queued, and posted
   // by Flush (the end of the batch) or when the connection has
   // kReplyBatch queued.
-  static void Dispatch(Worker& w, const Completion& c) { w.Dispatch(c); }
+  // A received message is queued on its connection and served by the
+  // worker's next round (one completion at a time here: served at once).
+  static void Dispatch(Worker& w, const Completion& c) {
+    w.Dispatch(c);
+    while (w.HasReady()) w.ServeRound();
+  }
   static void Flush(Worker& w) { w.FlushReplies(); }
   static void ApplyControl(Worker& w) { w.ApplyControl(); }
   static void ExpireAll(Worker& w) { w.ExpireAssemblies(SteadyMs() + w.cfg_.assembly_timeout_ms + 1); }
@@ -98,14 +106,14 @@ server::StoreBackend& SharedStore(uint64_t* generation) {
 class RewritingBackend final : public server::Backend {
  public:
   explicit RewritingBackend(server::StoreBackend* s) : real(s) {}
-  Status Put(uint32_t w, std::span<const uint8_t> k, std::span<const uint8_t> v, const CommitCheck& c,
+  Status Put(uint32_t w, std::span<const uint8_t> k, std::span<const uint8_t> v, const CommitCheck& c, bool wait,
              uint64_t* ver) override {
     Rewrite();
-    return real->Put(w, k, v, c, ver);
+    return real->Put(w, k, v, c, wait, ver);
   }
-  Status Delete(uint32_t w, std::span<const uint8_t> k, const CommitCheck& c, uint64_t* ver) override {
+  Status Delete(uint32_t w, std::span<const uint8_t> k, const CommitCheck& c, bool wait, uint64_t* ver) override {
     Rewrite();
-    return real->Delete(w, k, c, ver);
+    return real->Delete(w, k, c, wait, ver);
   }
   server::StoreRegions regions() const override { return real->regions(); }
   void AppendStats(std::vector<std::pair<std::string_view, uint64_t>>* out) const override {
@@ -146,6 +154,8 @@ struct Conn {
   uint8_t frag_cond = 0;
   uint32_t frag_len = 0, frag_sent = 0;
   uint64_t next_id = 1;
+  // Messages the worker accepted (the connection open, within its credits).
+  uint64_t received = 0;
   // Every reply the worker gave, in order, as seen when it was queued (or
   // posted); qp->replies must be a prefix of it, all of it after a flush
   // unless the connection broke.
@@ -394,6 +404,14 @@ class Harness {
   // --- delivery: SEND into a receive buffer, or WRITE_WITH_IMM into the ring ---
   void Deliver(Conn& c, std::vector<uint8_t> msg) {
     if (msg.size() > kWordBytes) msg.resize(kWordBytes);
+    // At its credits, a client within the rules sends again only after a
+    // reply was posted: mostly the batch ends first (so that connections
+    // live long enough for deep fragment and lock sequences); once in 8 it
+    // sends past its credits, and the connection must close.
+    if (!c.qp->broken() && c.received - c.qp->replies.size() >= cfg_.credits &&
+        in_.ConsumeIntegralInRange<int>(0, 7) != 0) {
+      EndBatch();
+    }
     Completion wc;
     wc.qp_num = c.cs->qp_num;
     wc.wr_id = next_recv_++ % kRecvBuffers;
@@ -537,8 +555,13 @@ class Harness {
       const uint8_t* p = c.ring.data() + size_t{wc.imm >> 24} * kWordBytes;
       seen.assign(p, p + (wc.imm & 0xffffff));
     }
+    // The credit limit, from the documented rule (DESIGN "Flow control"): a
+    // message that finds credits messages received and their replies not
+    // posted closes the connection, unanswered and unapplied.
+    const bool over_credits = !was_broken && c.received - c.qp->replies.size() >= cfg_.credits;
+    if (!was_broken && !over_credits) ++c.received;
     Expect e;
-    if (!was_broken) e = Predict(c, wc, seen);
+    if (!was_broken && !over_credits) e = Predict(c, wc, seen);
     const size_t replies = Answered(c);
     const size_t reposted = srq_.reposted.size();
     // Large replies holding a buffer: posted and not completed, or queued.
@@ -549,6 +572,12 @@ class Harness {
     CHECK(c.cs->replies.queued.size() < server::kReplyBatch, "%zu replies queued", c.cs->replies.queued.size());
     if (was_broken) {  // a closed connection's messages are dropped
       CHECK(Answered(c) == replies, "a broken connection was answered");
+      return;
+    }
+    if (over_credits) {
+      CHECK(c.qp->broken(), "a message past the credits (%llu received, %zu replies posted, %u credits) was accepted",
+            static_cast<unsigned long long>(c.received), c.qp->replies.size(), cfg_.credits);
+      CHECK(Answered(c) == replies, "a message past the credits was answered");
       return;
     }
     if (Answered(c) <= replies) {
