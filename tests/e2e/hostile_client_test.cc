@@ -454,7 +454,9 @@ TEST_P(HostileClientTest, ClosedFloodersDoNotLeakReplyResources) {
 TEST_P(HostileClientTest, AssemblyMemoryIsBoundedAndReleasedOnCloseAndTimeout) {
   server::ServerConfig cfg = TestServer::Defaults();
   cfg.assembly_bytes = 2 * cfg.max_value_bytes;
-  cfg.assembly_timeout_ms = 1000;
+  // Long enough that no pause of a loaded Soft-RoCE guest between two of
+  // fill's ~260 fragments expires an assembly (1000 ms did once in CI).
+  cfg.assembly_timeout_ms = 3000;
   StartServer(cfg);
   const std::string key = "big";
   auto first = [&](uint64_t id) {
@@ -467,7 +469,7 @@ TEST_P(HostileClientTest, AssemblyMemoryIsBoundedAndReleasedOnCloseAndTimeout) {
   auto fill = [&](RogueClient& r) {
     ASSERT_TRUE(r.Send(first(1)).ok());
     ASSERT_EQ(r.Reply().code, Status::Code::kOk);
-    const uint32_t chunk = 3000;
+    const uint32_t chunk = 4000;  // fits a 4096-byte message buffer with the header and key
     for (uint32_t off = 1000; off < cfg.max_value_bytes - 1;) {
       const uint32_t n = std::min(chunk, cfg.max_value_bytes - 1 - off);
       ASSERT_TRUE(r.Send(RequestMsg(Fragment(0, cfg.max_value_bytes, off, 1), key, std::string(n, 'g'))).ok());
