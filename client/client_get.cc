@@ -243,8 +243,15 @@ void Client::Impl::OnEntry(OpState& s) {
   EntryView v = DecodeEntry({bytes, s.entry_len}, s.op->key, c.ref, params_.seed, /*require_current=*/false);
   // Within the round limit the window READ of this round vouches for the
   // entry (the reuse rule). A round that outlived it (a large value on a busy
-  // link) proves nothing yet: READ the word again (kRecheck).
-  if (RoundIsLate(s) && (v.verdict == EntryVerdict::kValue || v.verdict == EntryVerdict::kTombstone)) {
+  // link) proves nothing yet: its key's value or tombstone is accepted only
+  // if the word READ again still names it (kRecheck); anything else (another
+  // key's bytes, torn or malformed ones) may be what the reuse of the
+  // entry's segment left there, so neither the next candidate nor the miss
+  // rule may use this round: start over.
+  if (RoundIsLate(s)) {
+    if (v.verdict != EntryVerdict::kValue && v.verdict != EntryVerdict::kTombstone) {
+      return NewRound(s, /*retry=*/true, "the round outlived the round limit and its entry was not the key's");
+    }
     s.recheck_found = v.verdict == EntryVerdict::kValue;
     if (s.recheck_found) s.op->result->assign(reinterpret_cast<const char*>(v.value.data()), v.value.size());
     cache_.Erase(s.kw.hash.hash);

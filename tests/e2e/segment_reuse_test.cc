@@ -218,6 +218,61 @@ TEST_P(SegmentReuseTest, LateRoundIgnoresAnEntryImageInsideAnotherClientsValue) 
   EXPECT_EQ(v, "abd");
 }
 
+// (e) A late round whose entry READ finds another key's entry at the offset
+// the window named (the segment was reused meanwhile) must start over: the
+// window READ saw k, so neither the next candidate nor the miss rule may
+// conclude from this round. Before this was fixed in the forged-entry change,
+// such a round went on to the miss rule and answered NotFound for a present
+// key (the schedule exploration's seed 235 under ASan).
+TEST_P(SegmentReuseTest, LateRoundThatFindsAnotherKeyAtItsOffsetStartsOver) {
+  if (GetParam() != Kind::kLoopback) GTEST_SKIP() << "needs the loopback fabric's fault hooks";
+  Start(1 << 13);
+  if (IsSkipped()) return;
+  ClientOptions o;
+  o.host = env_.addr;
+  o.port = server_->port();
+  o.location_cache_entries = 0;
+  auto uncached = ClientFactory::ConnectWith(env_.client, o);
+  ASSERT_TRUE(uncached.ok()) << uncached.status().ToString();
+  const std::string g(100, 'g');
+  ASSERT_TRUE(a_->Put("g", g).ok());
+  const uint64_t k_off = EntryBytes(1, g.size());
+  ASSERT_TRUE(a_->Put("k", "abc").ok());
+
+  std::atomic<int> fired{0};
+  std::string hook_error;
+  const uint64_t entry_addr = reinterpret_cast<uint64_t>(store().log_base()) + k_off;
+  LoopbackFaults f;
+  f.fail_wr = [&](const SendWr& wr) {
+    if (wr.opcode != WrOpcode::kRead || wr.remote_addr != entry_addr || fired.fetch_add(1) != 0) {
+      return WcStatus::kSuccess;
+    }
+    auto write = [&](uint32_t head, std::string_view key, std::string_view v) {
+      Result<uint64_t> r = store().Put(head, key, v);
+      if (!r.ok() && hook_error.empty()) hook_error = std::string(key) + ": " + r.status().ToString();
+    };
+    write(1, "k", "abd");
+    for (int i = 0; i < 9; ++i) write(1, "f", std::string(495, 'f'));
+    const uint64_t gen = store().SegmentGeneration(0);
+    store().RunCleanerOnce();
+    std::this_thread::sleep_for(std::chrono::milliseconds(3 * kGraceMs));
+    // B's fresh head reopens segment 0: "y" fills it up to k_off, and "x"
+    // starts exactly there, in the size class of k's "abc".
+    write(0, "y", g);
+    write(0, "x", "xyz");
+    if (store().SegmentGeneration(0) <= gen && hook_error.empty()) hook_error = "segment 0 was not reused";
+    return WcStatus::kSuccess;
+  };
+  env_.fabric->SetFaults(f);
+  std::string v;
+  Status st = (*uncached)->Get("k", &v);
+  env_.fabric->SetFaults(LoopbackFaults{});
+  ASSERT_GE(fired.load(), 1) << "the entry READ was not seen";
+  ASSERT_TRUE(hook_error.empty()) << hook_error;
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(v, "abd");
+}
+
 INSTANTIATE_TEST_SUITE_P(Loopback, SegmentReuseTest, ::testing::Values(Kind::kLoopback), KindName);
 INSTANTIATE_TEST_SUITE_P(Verbs, SegmentReuseTest, ::testing::Values(Kind::kVerbs), KindName);
 
