@@ -45,6 +45,7 @@ struct Options {
   double seconds = 10;
   uint32_t trickle_ms = 500;
   uint32_t interval_ms = 5;
+  uint32_t reconnect_ms = 50;
 };
 
 struct Totals {
@@ -288,6 +289,8 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", o.seconds, "How long to run")->capture_default_str();
   app.add_option("--trickle-ms", o.trickle_ms, "hog: pause between fragments")->capture_default_str();
   app.add_option("--interval-ms", o.interval_ms, "stats: pause between probes")->capture_default_str();
+  app.add_option("--reconnect-ms", o.reconnect_ms, "Pause before reconnecting a connection the server closed")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   auto dev = OpenVerbsDevice(o.device);
@@ -318,7 +321,7 @@ int main(int argc, char** argv) {
           if (c.Closed()) t.closed_by_server.fetch_add(1);
         } else if (Abuse(c, o, slot, t, end)) {
           t.closed_by_server.fetch_add(1);
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));  // then reconnect
+          std::this_thread::sleep_for(std::chrono::milliseconds(o.reconnect_ms));  // then reconnect
           continue;
         }
         c.Disconnect();
