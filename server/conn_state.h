@@ -41,7 +41,7 @@ struct ConnState {
   std::unique_ptr<Connection> conn;  // set by the manager once Accept returns
   // REMOTE_WRITE over the ring through this connection's QP only (type 2,
   // bound at accept): its rkey is the ring rkey the client gets, and the NIC
-  // refuses it on every other QP (docs/SECURITY.md, "Rings"). Declared after
+  // refuses it on every other QP (docs/SECURITY.md, "Writes"). Declared after
   // conn: it must go before the QP it is bound to (MemoryWindow).
   std::unique_ptr<MemoryWindow> ring_mw;
   // The same connection, published to the worker (Worker::Add) before the

@@ -14,22 +14,7 @@
 namespace kvrdma::testing {
 namespace {
 
-class ConditionalWriteTest : public ::testing::TestWithParam<E2eParam> {
- protected:
-  void SetUp() override {
-    env_ = TransportEnv::Make(GetParam().kind);
-    if (!env_.skip_reason.empty()) GTEST_SKIP() << env_.skip_reason;
-    server_ = std::make_unique<TestServer>(env_);
-  }
-  void TearDown() override { server_.reset(); }
-  std::unique_ptr<Client> NewClient() {
-    auto c = server_->Connect(GetParam().put_mode);
-    EXPECT_TRUE(c.ok()) << c.status().ToString();
-    return c.ok() ? std::move(c).value() : nullptr;
-  }
-  TransportEnv env_;
-  std::unique_ptr<TestServer> server_;
-};
+class ConditionalWriteTest : public E2eServerTest {};
 
 TEST_P(ConditionalWriteTest, PutAndDeleteCommitOnlyAtTheVersionTheyName) {
   auto c = NewClient();

@@ -15,22 +15,7 @@
 namespace kvrdma::testing {
 namespace {
 
-class E2eTest : public ::testing::TestWithParam<E2eParam> {
- protected:
-  void SetUp() override {
-    env_ = TransportEnv::Make(GetParam().kind);
-    if (!env_.skip_reason.empty()) GTEST_SKIP() << env_.skip_reason;
-    server_ = std::make_unique<TestServer>(env_);
-  }
-  void TearDown() override { server_.reset(); }
-  std::unique_ptr<Client> NewClient() {
-    auto c = server_->Connect(GetParam().put_mode);
-    EXPECT_TRUE(c.ok()) << c.status().ToString();
-    return c.ok() ? std::move(c).value() : nullptr;
-  }
-  TransportEnv env_;
-  std::unique_ptr<TestServer> server_;
-};
+class E2eTest : public E2eServerTest {};
 
 std::string Pattern(size_t n, uint32_t seed) {
   std::string s(n, '\0');

@@ -124,4 +124,24 @@ inline bool StatBecomes(Client& c, const std::string& name, uint64_t want, int t
   return false;
 }
 
+// A TestServer with default settings per E2eParam, and clients of its put mode.
+class E2eServerTest : public ::testing::TestWithParam<E2eParam> {
+ protected:
+  void SetUp() override;
+  void TearDown() override { server_.reset(); }
+  std::unique_ptr<Client> NewClient();
+  TransportEnv env_;
+  std::unique_ptr<TestServer> server_;
+};
+inline void E2eServerTest::SetUp() {
+  env_ = TransportEnv::Make(GetParam().kind);
+  if (!env_.skip_reason.empty()) GTEST_SKIP() << env_.skip_reason;
+  server_ = std::make_unique<TestServer>(env_);
+}
+inline std::unique_ptr<Client> E2eServerTest::NewClient() {
+  auto c = server_->Connect(GetParam().put_mode);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? std::move(c).value() : nullptr;
+}
+
 }  // namespace kvrdma::testing

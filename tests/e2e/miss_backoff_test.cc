@@ -49,7 +49,7 @@ TEST(MissBackoffTest, AMissBehindAMatchingTagReadsTheWindowAboutOncePerMilliseco
   uint64_t word2;
   RacyLoad(reinterpret_cast<std::byte*>(&word2), store.index_base() + 2 * 8, 8);
   ASSERT_TRUE(TagMatches(WordTag(word2), hash(y).tag_nibble)) << "word 2 carries no tag of y";
-  // An absent key of home 2 with y's tag nibble (1 key in 16) and no stored
+  // An absent key of home 2 with y's tag nibble (about 1 key in 15) and no stored
   // key's fingerprint: its window is words 2 and 3.
   std::string q;
   for (int i = 2000; q.empty(); ++i) {

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "tests/e2e/e2e_util.h"
@@ -72,6 +73,10 @@ class SegmentReuseTest : public ::testing::TestWithParam<Kind> {
     ASSERT_TRUE(reader_->Get("k", &v).ok());
     ASSERT_EQ(reader_->stats().cache_hits - hits, 1u) << "the location of k is not cached";
   }
+
+  // A PUT straight into the store through a head (the late-round hook).
+  using StoreWrite = std::function<void(uint32_t head, std::string_view key, std::string_view value)>;
+  void ExpectLateRoundReturnsTheUpdate(const std::function<void(const StoreWrite&)>& reuse);
 
   TransportEnv env_;
   std::unique_ptr<TestServer> server_;
@@ -159,43 +164,34 @@ TEST_P(SegmentReuseTest, CachedGetIgnoresAnEntryImageInsideAnotherClientsValue) 
   EXPECT_EQ(v, "abd");
 }
 
-// (d) The same image, read by a round that outlived the round limit: the
-// window READ named k's entry at k_off; before the entry READ runs, k is
-// updated, segment 0 retired, reused, and the image written at k_off (the
-// loopback NIC runs the steps from its fault hook, through the store, while
-// the READ waits). On 494e690 such a late round accepted any entry whose
-// NOT-CURRENT bit was clear and the GET returned the forged "EVL"; the
-// word, READ again after the entry, no longer names k_off.
-TEST_P(SegmentReuseTest, LateRoundIgnoresAnEntryImageInsideAnotherClientsValue) {
-  if (GetParam() != Kind::kLoopback) GTEST_SKIP() << "needs the loopback fabric's fault hooks";
-  Start(1 << 13);
-  if (IsSkipped()) return;
+// Late rounds (d, e): g fills segment 0 up to kKOff, where k's "abc" lands.
+// An uncached reader GETs k; its window READ names kKOff, and before its
+// entry READ runs the loopback NIC's fault hook (through the store, while the
+// READ waits) updates k to "abd", seals and retires segment 0, waits out the
+// grace period, and has `reuse` write into the reused segment through B's
+// fresh head (worker 0's). The GET must return "abd".
+static const std::string kG(100, 'g');
+static constexpr uint64_t kKOff = EntryBytes(1, 100);
+
+void SegmentReuseTest::ExpectLateRoundReturnsTheUpdate(const std::function<void(const StoreWrite&)>& reuse) {
   ClientOptions o;
   o.host = env_.addr;
   o.port = server_->port();
   o.location_cache_entries = 0;  // every GET takes the index path
   auto uncached = ClientFactory::ConnectWith(env_.client, o);
   ASSERT_TRUE(uncached.ok()) << uncached.status().ToString();
-  const std::string g(100, 'g');
-  ASSERT_TRUE(a_->Put("g", g).ok());
-  const uint64_t k_off = EntryBytes(1, g.size());
+  ASSERT_TRUE(a_->Put("g", kG).ok());
   ASSERT_TRUE(a_->Put("k", "abc").ok());
-  std::string value(k_off + 64, 'v');
-  std::byte image[64];
-  const size_t n = EncodeEntry(image, k_off, "k", "EVL", false, store().config().seed);
-  ASSERT_EQ(n, EntryBytes(1, 3));
-  std::memcpy(value.data() + (k_off - (kEntryHeaderBytes + 1)), image, n);
-
   std::atomic<int> fired{0};
   std::string hook_error;
-  const uint64_t entry_addr = reinterpret_cast<uint64_t>(store().log_base()) + k_off;
+  const uint64_t entry_addr = reinterpret_cast<uint64_t>(store().log_base()) + kKOff;
   LoopbackFaults f;
   f.fail_wr = [&](const SendWr& wr) {
     if (wr.opcode != WrOpcode::kRead || wr.remote_addr != entry_addr || fired.fetch_add(1) != 0) {
       return WcStatus::kSuccess;
     }
     // Writer A's head is worker 1's (1); B's fresh head is worker 0's (0).
-    auto write = [&](uint32_t head, std::string_view key, std::string_view v) {
+    const StoreWrite write = [&](uint32_t head, std::string_view key, std::string_view v) {
       Result<uint64_t> r = store().Put(head, key, v);
       if (!r.ok() && hook_error.empty()) hook_error = std::string(key) + ": " + r.status().ToString();
     };
@@ -204,7 +200,7 @@ TEST_P(SegmentReuseTest, LateRoundIgnoresAnEntryImageInsideAnotherClientsValue) 
     const uint64_t gen = store().SegmentGeneration(0);
     store().RunCleanerOnce();
     std::this_thread::sleep_for(std::chrono::milliseconds(3 * kGraceMs));
-    write(0, "x", value);
+    reuse(write);
     if (store().SegmentGeneration(0) <= gen && hook_error.empty()) hook_error = "segment 0 was not reused";
     return WcStatus::kSuccess;
   };
@@ -218,59 +214,38 @@ TEST_P(SegmentReuseTest, LateRoundIgnoresAnEntryImageInsideAnotherClientsValue) 
   EXPECT_EQ(v, "abd");
 }
 
+// (d) The image of (c), read by a round that outlived the round limit: B's
+// value holds it at kKOff. On 494e690 such a late round accepted any entry
+// whose NOT-CURRENT bit was clear and the GET returned the forged "EVL"; the
+// word, READ again after the entry, no longer names kKOff.
+TEST_P(SegmentReuseTest, LateRoundIgnoresAnEntryImageInsideAnotherClientsValue) {
+  if (GetParam() != Kind::kLoopback) GTEST_SKIP() << "needs the loopback fabric's fault hooks";
+  Start(1 << 13);
+  if (IsSkipped()) return;
+  std::string value(kKOff + 64, 'v');
+  std::byte image[64];
+  const size_t n = EncodeEntry(image, kKOff, "k", "EVL", false, store().config().seed);
+  ASSERT_EQ(n, EntryBytes(1, 3));
+  std::memcpy(value.data() + (kKOff - (kEntryHeaderBytes + 1)), image, n);
+  ExpectLateRoundReturnsTheUpdate([&](const StoreWrite& write) { write(0, "x", value); });
+}
+
 // (e) A late round whose entry READ finds another key's entry at the offset
-// the window named (the segment was reused meanwhile) must start over: the
-// window READ saw k, so neither the next candidate nor the miss rule may
-// conclude from this round. Before this was fixed in the forged-entry change,
-// such a round went on to the miss rule and answered NotFound for a present
-// key (the schedule exploration's seed 235 under ASan).
+// the window named must start over: the window READ saw k, so neither the
+// next candidate nor the miss rule may conclude from this round. Before this
+// was fixed in the forged-entry change, such a round went on to the miss rule
+// and answered NotFound for a present key (the schedule exploration's seed
+// 235 under ASan).
 TEST_P(SegmentReuseTest, LateRoundThatFindsAnotherKeyAtItsOffsetStartsOver) {
   if (GetParam() != Kind::kLoopback) GTEST_SKIP() << "needs the loopback fabric's fault hooks";
   Start(1 << 13);
   if (IsSkipped()) return;
-  ClientOptions o;
-  o.host = env_.addr;
-  o.port = server_->port();
-  o.location_cache_entries = 0;
-  auto uncached = ClientFactory::ConnectWith(env_.client, o);
-  ASSERT_TRUE(uncached.ok()) << uncached.status().ToString();
-  const std::string g(100, 'g');
-  ASSERT_TRUE(a_->Put("g", g).ok());
-  const uint64_t k_off = EntryBytes(1, g.size());
-  ASSERT_TRUE(a_->Put("k", "abc").ok());
-
-  std::atomic<int> fired{0};
-  std::string hook_error;
-  const uint64_t entry_addr = reinterpret_cast<uint64_t>(store().log_base()) + k_off;
-  LoopbackFaults f;
-  f.fail_wr = [&](const SendWr& wr) {
-    if (wr.opcode != WrOpcode::kRead || wr.remote_addr != entry_addr || fired.fetch_add(1) != 0) {
-      return WcStatus::kSuccess;
-    }
-    auto write = [&](uint32_t head, std::string_view key, std::string_view v) {
-      Result<uint64_t> r = store().Put(head, key, v);
-      if (!r.ok() && hook_error.empty()) hook_error = std::string(key) + ": " + r.status().ToString();
-    };
-    write(1, "k", "abd");
-    for (int i = 0; i < 9; ++i) write(1, "f", std::string(495, 'f'));
-    const uint64_t gen = store().SegmentGeneration(0);
-    store().RunCleanerOnce();
-    std::this_thread::sleep_for(std::chrono::milliseconds(3 * kGraceMs));
-    // B's fresh head reopens segment 0: "y" fills it up to k_off, and "x"
-    // starts exactly there, in the size class of k's "abc".
-    write(0, "y", g);
+  // "y" fills the reused segment up to kKOff, and "x" starts exactly there,
+  // in the size class of k's "abc".
+  ExpectLateRoundReturnsTheUpdate([&](const StoreWrite& write) {
+    write(0, "y", kG);
     write(0, "x", "xyz");
-    if (store().SegmentGeneration(0) <= gen && hook_error.empty()) hook_error = "segment 0 was not reused";
-    return WcStatus::kSuccess;
-  };
-  env_.fabric->SetFaults(f);
-  std::string v;
-  Status st = (*uncached)->Get("k", &v);
-  env_.fabric->SetFaults(LoopbackFaults{});
-  ASSERT_GE(fired.load(), 1) << "the entry READ was not seen";
-  ASSERT_TRUE(hook_error.empty()) << hook_error;
-  ASSERT_TRUE(st.ok()) << st.ToString();
-  EXPECT_EQ(v, "abd");
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, SegmentReuseTest, ::testing::Values(Kind::kLoopback), KindName);
