@@ -186,13 +186,21 @@ class HostileClientTest : public ::testing::TestWithParam<Kind> {
         entered_ = true;
         cv_.notify_all();
         cv_.wait_for(l, std::chrono::seconds(20), [this] { return open_; });
+        left_ = true;  // the last use of this Gate by the worker
+        cv_.notify_all();
       });
       EXPECT_TRUE(conn_.Connect(t_.env_, t_.server_->port()).ok());
       EXPECT_TRUE(conn_.Send(WholePut("gate", "g", 1)).ok());
       std::unique_lock<std::mutex> l(mu_);
       EXPECT_TRUE(cv_.wait_for(l, std::chrono::seconds(10), [this] { return entered_; })) << "the gate PUT never ran";
     }
-    ~Gate() { Open(); }
+    // Opens, then waits until the worker has left the hook: it still reads
+    // this Gate's members after it is woken.
+    ~Gate() {
+      Open();
+      std::unique_lock<std::mutex> l(mu_);
+      if (entered_) cv_.wait(l, [this] { return left_; });
+    }
     void Open() {
       {
         std::lock_guard<std::mutex> g(mu_);
@@ -206,7 +214,7 @@ class HostileClientTest : public ::testing::TestWithParam<Kind> {
     RogueClient conn_;
     std::mutex mu_;
     std::condition_variable cv_;
-    bool entered_ = false, open_ = false;
+    bool entered_ = false, open_ = false, left_ = false;
   };
   bool StatBecomes(const std::string& name, uint64_t want, int timeout_ms) {
     return testing::StatBecomes(*good_, name, want, timeout_ms);
