@@ -308,9 +308,31 @@ void Server::OnDisconnected(Connection* c) {
   if (it == conns_.end()) return;
   std::shared_ptr<ConnState> cs = Forget(it);
   counters_.connections.fetch_sub(1);
-  counters_.request_metrics.closed_by_client.fetch_add(1, std::memory_order_relaxed);
-  KVRDMA_LOG_DEBUG("connection %u closed", cs->id);
+  // A worker that closes a connection disconnects it at once: its DISCONNECTED
+  // event may come before CloseFailedConnections sees the reason.
+  if (const char* why = CountClose(*cs); why != nullptr) {
+    KVRDMA_LOG_WARN("closed connection %u: %s", cs->id, why);
+  } else {
+    counters_.request_metrics.closed_by_client.fetch_add(1, std::memory_order_relaxed);
+    KVRDMA_LOG_DEBUG("connection %u closed", cs->id);
+  }
   Retire(std::move(cs));
+}
+
+const char* Server::CountClose(const ConnState& cs) {
+  switch (cs.close_reason.load(std::memory_order_acquire)) {
+    case ConnState::CloseReason::kQpFailed:
+      counters_.closed_failed.fetch_add(1, std::memory_order_relaxed);
+      return "its queue pair failed";
+    case ConnState::CloseReason::kProtocol:
+      counters_.closed_flow_control.fetch_add(1, std::memory_order_relaxed);
+      return "it does not take its replies";
+    case ConnState::CloseReason::kOverCredits:
+      counters_.closed_flow_control.fetch_add(1, std::memory_order_relaxed);
+      return "more messages in flight than its credits";
+    case ConnState::CloseReason::kNone: break;
+  }
+  return nullptr;
 }
 
 void Server::Retire(std::shared_ptr<ConnState> cs) {
@@ -331,33 +353,17 @@ void Server::CloseFailedConnections() {
   FreeReleased();
   for (auto it = conns_.begin(); it != conns_.end();) {
     ConnState& cs = **it;
-    const char* why = nullptr;
-    switch (cs.close_reason.load(std::memory_order_relaxed)) {
-      case ConnState::CloseReason::kQpFailed:
-        why = "its queue pair failed";
-        counters_.closed_failed.fetch_add(1, std::memory_order_relaxed);
-        break;
-      case ConnState::CloseReason::kProtocol:
-        why = "it does not take its replies";
-        counters_.closed_flow_control.fetch_add(1, std::memory_order_relaxed);
-        break;
-      case ConnState::CloseReason::kOverCredits:
-        why = "more messages in flight than its credits";
-        counters_.closed_flow_control.fetch_add(1, std::memory_order_relaxed);
-        break;
-      case ConnState::CloseReason::kNone:
-        // Judged on what the worker has seen: a reply posted at P and still
-        // pending when the worker last emptied its CQ (caught_up_ms) was not
-        // taken for that long. A worker busy with other connections' requests
-        // delays its own evidence, never the client's.
-        if (cfg_.reply_timeout_ms != 0 && cs.signaled_pending.load(std::memory_order_acquire) > 0 &&
-            workers_[cs.worker]->caught_up_ms() - cs.reply_progress_ms.load(std::memory_order_relaxed) >
-                int64_t{cfg_.reply_timeout_ms}) {
-          why = "replies unacknowledged (more requests than credits, or no receive buffers posted)";
-          counters_.errors.fetch_add(1, std::memory_order_relaxed);
-          counters_.closed_flow_control.fetch_add(1, std::memory_order_relaxed);
-        }
-        break;
+    const char* why = CountClose(cs);
+    // Judged on what the worker has seen: a reply posted at P and still
+    // pending when the worker last emptied its CQ (caught_up_ms) was not
+    // taken for that long. A worker busy with other connections' requests
+    // delays its own evidence, never the client's.
+    if (why == nullptr && cfg_.reply_timeout_ms != 0 && cs.signaled_pending.load(std::memory_order_acquire) > 0 &&
+        workers_[cs.worker]->caught_up_ms() - cs.reply_progress_ms.load(std::memory_order_relaxed) >
+            int64_t{cfg_.reply_timeout_ms}) {
+      why = "replies unacknowledged (more requests than credits, or no receive buffers posted)";
+      counters_.errors.fetch_add(1, std::memory_order_relaxed);
+      counters_.closed_flow_control.fetch_add(1, std::memory_order_relaxed);
     }
     if (why == nullptr) {
       ++it;

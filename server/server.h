@@ -64,6 +64,9 @@ class Server {
   // Adds a live connection to conns_ and its peer's count; Forget takes it out.
   void Remember(std::shared_ptr<ConnState> cs);
   std::shared_ptr<ConnState> Forget(std::vector<std::shared_ptr<ConnState>>::iterator it);
+  // Counts the close of a connection a worker asked to close, by its reason;
+  // returns the reason in words, or nullptr if no worker asked.
+  const char* CountClose(const ConnState& cs);
   // Hands a connection to its worker's Remove and frees it once released.
   void Retire(std::shared_ptr<ConnState> cs);
   void FreeReleased();

@@ -252,9 +252,17 @@ void Worker::ExpireAssemblies(int64_t now_ms) {
 }
 
 void Worker::RequestClose(ConnState& cs, ConnState::CloseReason why) {
-  cs.qp->MarkBroken();
   auto none = ConnState::CloseReason::kNone;
-  cs.close_reason.compare_exchange_strong(none, why, std::memory_order_relaxed);
+  // The reason first: the manager may learn of the disconnect below (its
+  // DISCONNECTED event) before its next CloseFailedConnections, and counts
+  // the close by this reason.
+  cs.close_reason.compare_exchange_strong(none, why, std::memory_order_release);
+  // Disconnect now, not at the manager's next pass (up to ~100 ms later):
+  // meanwhile a flooding client's every message was still received, polled
+  // and reposted here, in turn with the honest clients' messages. The QP
+  // stops receiving and the client learns at once; the manager still owns
+  // the connection and frees it after Remove.
+  if (!cs.qp->broken()) cs.qp->Disconnect();
 }
 
 void Worker::Dispatch(const Completion& c) {

@@ -18,7 +18,14 @@ namespace kvrdma::server {
 namespace {
 
 constexpr uint32_t kInlineReply = 0xffffffffu;  // wr_id low bits of an inline reply: no buffer
-constexpr uint32_t kSignalEvery = 16;           // selective signaling of inline replies
+// Selective signaling of inline replies: one in every min(kSignalEvery,
+// credits). With at most `credits` apart, any `credits` replies in a row
+// include a signaled one, so a client that holds as many replies as its
+// credits (all it may have outstanding) always holds one the watchdog
+// follows. At one in 16 with 8 credits, a client that sent its 8 requests
+// and posted no receive held only unsignaled replies and was never closed
+// (bench/fairness, "hold").
+constexpr uint32_t kSignalEvery = 16;
 
 }  // namespace
 
@@ -58,10 +65,10 @@ void Worker::Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t>
   w.opcode = WrOpcode::kSend;
   w.local = cs.reply_mr->Slice(size_t{buffer} * kMaxReplySize, static_cast<uint32_t>(len));
   w.inline_data = inline_data;
-  // Only every kSignalEvery-th inline reply asks for a completion (to free
-  // send-queue room, and to show the client takes its replies); a large
-  // reply always does, to free its buffer.
-  w.signaled = !inline_data || ++r.unsignaled >= kSignalEvery;
+  // Only one inline reply in min(kSignalEvery, credits) asks for a
+  // completion (to free send-queue room, and to show the client takes its
+  // replies); a large reply always does, to free its buffer.
+  w.signaled = !inline_data || ++r.unsignaled >= std::min(kSignalEvery, cfg_.credits);
   if (w.signaled && inline_data) r.unsignaled = 0;
   if (!inline_data) {
     r.busy[buffer] = 1;

@@ -455,6 +455,31 @@ TEST_P(HostileClientTest, ClosedFloodersDoNotLeakReplyResources) {
   ExpectStoreIntactAndServing();
 }
 
+// Issue 25, the fairness benchmark's "hold": a connection that sends as many
+// PUTs as its credits (all it may have in flight) and posts no receive holds
+// replies that can never be delivered. The replies are inline, and only one
+// in 16 inline replies was signaled while the watchdog follows only
+// signaled ones: with 8 credits the connection was never closed. Now one in
+// min(16, credits) is signaled, so a connection that holds all its credits'
+// replies holds one the watchdog follows: closed and counted within the
+// reply timeout.
+TEST_P(HostileClientTest, AConnectionThatHoldsAllItsCreditsInlineRepliesIsClosedAndCounted) {
+  server::ServerConfig cfg = TestServer::Defaults();
+  cfg.reply_timeout_ms = 300;
+  StartServer(cfg);
+  const uint64_t closed_before = Stat("closed_flow_control");
+  RogueClient holder;
+  ASSERT_TRUE(holder.Connect(env_, server_->port(), PutPath::kSend, /*receives=*/0).ok());
+  for (uint32_t k = 0; k < cfg.credits; ++k) {
+    ASSERT_TRUE(holder.Send(WholePut("held-" + std::to_string(k), "v", k + 1)).ok()) << k;
+  }
+  EXPECT_TRUE(holder.WaitClosed(10000)) << "a connection holding its replies was not closed";
+  EXPECT_TRUE(StatBecomes("closed_flow_control", closed_before + 1, 10000)) << Stat("closed_flow_control");
+  // Every PUT was applied (the replies, not the requests, were held).
+  for (uint32_t k = 0; k < cfg.credits; ++k) EXPECT_EQ(Stored("held-" + std::to_string(k)), "v") << k;
+  ExpectStoreIntactAndServing();
+}
+
 // Finding 7: a FIRST fragment pinned up to max_value_bytes per connection,
 // indefinitely. Now assemblies share a server-wide budget, charged for the
 // bytes that arrived; their bytes come back when the connection closes or the
