@@ -1,0 +1,84 @@
+// The seam under all of the store's file I/O (the durable store, docs/DESIGN.md
+// "Durability"). kvserver uses PosixFileSystem(); tests substitute
+// FaultFileSystem (tests/store/fault_file_system.h), which keeps files in
+// memory, remembers what was synced, and can lose power (drop every write
+// and every name change that was not synced), tear the last write at any
+// byte, or fail any call (ENOSPC, EIO), as LevelDB's FaultInjectionTestEnv
+// does.
+//
+// Durability contract (what the store relies on, and what FaultFileSystem
+// models):
+// - A File's bytes written with WriteAt are durable once a later Sync() of
+//   that file returns OK. Until then a power cut may keep any subset of them
+//   (FaultFileSystem keeps none, or tears the last WriteAt).
+// - A name created by Open(kCreate) or removed by Remove is durable once a
+//   later SyncDir() of its directory returns OK; until then a power cut may
+//   undo it (a created file vanishes, a removed one comes back).
+// - A process crash (kill -9) loses nothing that a call already returned:
+//   the kernel keeps it.
+// Nothing here throws; every error is an IOError naming the path (and the
+// offset for reads and writes).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace kvrdma {
+
+class File {
+ public:
+  virtual ~File() = default;
+  // Writes all of `data` at `offset` (short writes are retried; an error is
+  // IOError "PATH: writing N bytes at OFFSET: strerror").
+  virtual Status WriteAt(uint64_t offset, std::span<const std::byte> data) = 0;
+  // Reads up to out.size() bytes at `offset`; *got is what was read (less
+  // only at the end of the file).
+  virtual Status ReadAt(uint64_t offset, std::span<std::byte> out, size_t* got) = 0;
+  // fdatasync: every byte written so far is durable when this returns OK.
+  virtual Status Sync() = 0;
+  // Reserves disk space for [0, bytes) (fallocate, keeping the size at
+  // `bytes`), so that writes inside it cannot fail for want of space. Disk
+  // full is IOError whose message contains "no space left on device".
+  virtual Status Allocate(uint64_t bytes) = 0;
+  virtual Result<uint64_t> Size() = 0;
+  const std::string& path() const noexcept { return path_; }
+
+ protected:
+  explicit File(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+};
+
+enum class OpenMode : uint8_t {
+  kCreate,    // a new file; IOError if it exists
+  kReadWrite, // an existing file
+  kReadOnly,  // an existing file (kvserver --verify, recovery)
+};
+
+class FileSystem {
+ public:
+  virtual ~FileSystem() = default;
+  virtual Result<std::unique_ptr<File>> Open(const std::string& path, OpenMode mode) = 0;
+  virtual Status Remove(const std::string& path) = 0;
+  // Replaces `to` with `from` atomically (rename(2)).
+  virtual Status Rename(const std::string& from, const std::string& to) = 0;
+  // Makes the names created, removed or renamed in `dir` durable (fsync of
+  // the directory).
+  virtual Status SyncDir(const std::string& dir) = 0;
+  // The names in `dir` (no "." or ".."), sorted.
+  virtual Result<std::vector<std::string>> List(const std::string& dir) = 0;
+  // Creates `dir` (and its parents) if missing.
+  virtual Status CreateDir(const std::string& dir) = 0;
+  // Whether `path` exists.
+  virtual bool Exists(const std::string& path) = 0;
+};
+
+// The real file system (POSIX calls). Thread-safe; one instance per process.
+FileSystem& PosixFileSystem();
+
+}  // namespace kvrdma
