@@ -51,10 +51,10 @@ bool Store::CompactSegment(uint32_t seg) {
   const uint64_t base = static_cast<uint64_t>(seg) * log_->segment_bytes();
   const uint64_t used = log_->SealedBytes(seg);
   HeadStats& st = head_stats_[cleaner_head_];
-  for (uint64_t pos = 0; pos + kEntryHeaderBytes <= used;) {
-    const uint64_t off = base + pos;
+  for (uint64_t pos = 0; pos + kLeaderBytes + kEntryHeaderBytes <= used;) {
+    const uint64_t off = base + pos + kLeaderBytes;  // the entry, after its leader
     const EntryHeader h = ReadHeader(off);
-    const uint64_t size = LengthsEntryBytes(h.lengths);
+    const uint64_t size = kLeaderBytes + LengthsEntryBytes(h.lengths);
     if (LengthsKey(h.lengths) == 0 || pos + size > used) {
       KVRDMA_LOG_ERROR("store: cleaner found a malformed entry at log offset %llu; segment %u not reclaimed",
                        static_cast<unsigned long long>(off), seg);
@@ -80,22 +80,28 @@ bool Store::CompactSegment(uint32_t seg) {
       return false;
     }
     Index::WindowGuard g = index_->LockWindow(kh.home);
-    // The copy has the same lengths, key, value and checksum (which covers
-    // nothing that depends on the location); only the header's two words may
-    // swap places (entry.h: GuardAt), and the guard's not-current bit starts
-    // SET (unpublished). A copy that loses the race below stays unpublished
-    // forever, so it never validates as current.
-    std::byte* d = log_->data() + *dst;
-    RacyStore(d + LengthsAt(*dst), &h.lengths, sizeof(h.lengths));
-    RacyStore(d + kEntryKeyOffset, log_->data() + off + kEntryKeyOffset, size - kEntryKeyOffset);
-    GuardWord(*dst).store(h.guard | kGuardNotCurrentBit, std::memory_order_relaxed);
+    // The copy has the same leader (the same write, the same version),
+    // lengths, key, value and checksum (which covers nothing that depends on
+    // the location); only the header's two words may swap places (entry.h:
+    // GuardAt), and the guard's not-current bit starts SET (unpublished). A
+    // copy that loses the race below stays unpublished forever, so it never
+    // validates as current, and is marked dead.
+    const uint64_t to = *dst + kLeaderBytes;
+    std::byte* d = log_->data() + to;
+    StoreLeader(to, LoadLeader(off));
+    RacyStore(d + LengthsAt(to), &h.lengths, sizeof(h.lengths));
+    RacyStore(d + kEntryKeyOffset, log_->data() + off + kEntryKeyOffset, size - kLeaderBytes - kEntryKeyOffset);
+    GuardWord(to).store(h.guard | kGuardNotCurrentBit, std::memory_order_relaxed);
     const Found r = FindLocation(kh, off);
-    if (!r.found()) continue;  // updated meanwhile: the copy is dead
-    log_->AddLive(*dst, static_cast<int64_t>(size));
+    if (!r.found()) {  // updated meanwhile: the copy is dead
+      MarkDead(to);
+      continue;
+    }
+    log_->AddLive(to, static_cast<int64_t>(size));
     Supersede(off);  // before the ref leaves the old copy
     log_->AddLive(off, -static_cast<int64_t>(size));
-    index_->StoreRef(r.word, PackRef(kh.fingerprint, RefSizeClass(r.ref), *dst));
-    Publish(*dst);  // after the ref names it
+    index_->StoreRef(r.word, PackRef(kh.fingerprint, RefSizeClass(r.ref), to));
+    Publish(to);  // after the ref names it
     st.relocations.fetch_add(1, std::memory_order_relaxed);
   }
   log_->Retire(seg);
@@ -107,10 +113,10 @@ size_t Store::EvictSegment(uint32_t head, uint32_t seg) {
   const uint64_t base = static_cast<uint64_t>(seg) * log_->segment_bytes();
   const uint64_t used = log_->SealedBytes(seg);
   size_t evicted = 0;
-  for (uint64_t pos = 0; pos + kEntryHeaderBytes <= used;) {
-    const uint64_t off = base + pos;
+  for (uint64_t pos = 0; pos + kLeaderBytes + kEntryHeaderBytes <= used;) {
+    const uint64_t off = base + pos + kLeaderBytes;  // the entry, after its leader
     const EntryHeader h = ReadHeader(off);
-    const uint64_t size = LengthsEntryBytes(h.lengths);
+    const uint64_t size = kLeaderBytes + LengthsEntryBytes(h.lengths);
     if (LengthsKey(h.lengths) == 0 || pos + size > used) break;  // cannot happen; still retire
     pos += size;
     const std::string_view key = EntryKey(off, h);

@@ -16,23 +16,17 @@ Result<std::unique_ptr<Index>> Index::Create(uint64_t home_count, uint64_t windo
   }
   auto arena = Arena::Create(IndexWords(home_count, window_words) * kWordBytes, huge_pages, "index");
   if (!arena.ok()) return arena.status();
-  const uint64_t words = IndexWords(home_count, window_words);
-  Versions versions(static_cast<uint64_t*>(std::calloc(words, sizeof(uint64_t))), &std::free);
-  if (versions == nullptr) return Status::NoResource("no memory for the index's versions");
-  return std::unique_ptr<Index>(
-      new Index(std::move(arena).value(), std::move(versions), home_count, window_words, tag_ttl));
+  return std::unique_ptr<Index>(new Index(std::move(arena).value(), home_count, window_words, tag_ttl));
 }
 
-Index::Index(Arena arena, Versions versions, uint64_t home_count, uint64_t window_words,
-             std::chrono::nanoseconds tag_ttl)
+Index::Index(Arena arena, uint64_t home_count, uint64_t window_words, std::chrono::nanoseconds tag_ttl)
     : arena_(std::move(arena)),
       words_base_(reinterpret_cast<uint64_t*>(arena_.data())),  // mmap: page-aligned, zero-filled
       home_count_(home_count),
       window_words_(window_words),
       words_(IndexWords(home_count, window_words)),
       tag_ttl_(tag_ttl),
-      stripes_(new Stripe[kLockStripes]),
-      versions_(std::move(versions)) {}
+      stripes_(new Stripe[kLockStripes]) {}
 
 void Index::LockStripe(size_t s) noexcept {
   std::atomic<uint32_t>& l = stripes_[s].locked;
@@ -62,8 +56,6 @@ void Index::Hop(uint64_t from, uint64_t to, uint64_t ref, uint64_t hash) {
   // move"): the key is in `to` before it leaves `from`, and the word it
   // leaves carries its tag from that same store on, for tag_ttl.
   StoreRef(to, ref);
-  versions_[to] = versions_[from];
-  versions_[from] = 0;
   const uint64_t nibble = KeyHashOf(hash, home_count_).tag_nibble;
   std::atomic_ref<uint64_t> a(words_base_[from]);
   a.store(WordWith(kEmptyRef, TagAfterMove(WordTag(a.load(std::memory_order_relaxed)), nibble)),

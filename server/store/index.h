@@ -74,13 +74,6 @@ class Index {
     a.store(WordWith(ref, WordTag(a.load(std::memory_order_relaxed))), std::memory_order_release);
   }
 
-  // The version of the write whose ref word `w` holds (0: empty, or never
-  // set), server-private: it is not in the RDMA-visible words. It moves with
-  // the ref (Hop) and stays through the cleaner's relocations (the same
-  // write). REQUIRES the lock of a window containing word `w`.
-  uint64_t Version(uint64_t w) const noexcept { return versions_[w]; }
-  void SetVersion(uint64_t w, uint64_t version) noexcept { versions_[w] = version; }
-
   // The hash of the key a ref names (the server reads the key from the log).
   using HashOfRef = std::function<uint64_t(uint64_t ref)>;
   // Frees a word in kh's window by hopscotch: finds the nearest empty word at
@@ -107,8 +100,7 @@ class Index {
     uint64_t word;
     Clock::time_point at;
   };
-  using Versions = std::unique_ptr<uint64_t[], void (*)(void*)>;
-  Index(Arena arena, Versions versions, uint64_t home_count, uint64_t window_words, std::chrono::nanoseconds tag_ttl);
+  Index(Arena arena, uint64_t home_count, uint64_t window_words, std::chrono::nanoseconds tag_ttl);
   static size_t StripeOf(uint64_t word) noexcept { return (word / kMaxWindowWords) & (kLockStripes - 1); }
   void LockStripe(size_t s) noexcept;
   void UnlockStripe(size_t s) noexcept { stripes_[s].locked.store(0, std::memory_order_release); }
@@ -123,8 +115,6 @@ class Index {
   const uint64_t words_;
   const std::chrono::nanoseconds tag_ttl_;
   std::unique_ptr<Stripe[]> stripes_;
-  // words_ versions (Version), zero pages until written: calloc.
-  Versions versions_;
   std::atomic<uint64_t> moves_{0};
 
   // Tags waiting to expire, oldest first. Lock order: a window's stripes,

@@ -124,7 +124,23 @@ Result<uint64_t> Store::ReserveSpace(uint32_t head, uint64_t bytes, bool wait_fo
   }
 }
 
-void Store::WriteEntry(uint64_t off, std::string_view key, std::string_view value, bool tombstone) noexcept {
+uint64_t Store::LoadLeader(uint64_t off) const noexcept {
+  uint64_t leader;
+  RacyCopy(&leader, log_->data() + off - kLeaderBytes, sizeof(leader));
+  return leader;
+}
+
+void Store::StoreLeader(uint64_t off, uint64_t leader) noexcept {
+  RacyStore(log_->data() + off - kLeaderBytes, &leader, sizeof(leader));
+}
+
+uint64_t Store::EntryVersion(uint64_t off) const noexcept { return LeaderVersion(LoadLeader(off)); }
+
+void Store::MarkDead(uint64_t off) noexcept { StoreLeader(off, PackLeader(0)); }
+
+void Store::WriteEntry(uint64_t off, std::string_view key, std::string_view value, bool tombstone,
+                       uint64_t version) noexcept {
+  StoreLeader(off, PackLeader(version));
   std::byte* p = log_->data() + off;
   const uint32_t lengths = PackLengths(key.size(), value.size(), tombstone);
   RacyStore(p + LengthsAt(off), &lengths, sizeof(lengths));
@@ -221,8 +237,7 @@ void Store::RemoveRef(uint32_t head, const Found& r) {
   const uint64_t off = RefLogOffset(r.ref);
   Supersede(off);
   index_->StoreRef(r.word, kEmptyRef);
-  index_->SetVersion(r.word, 0);
-  log_->AddLive(off, -static_cast<int64_t>(LengthsEntryBytes(r.header.lengths)));
+  log_->AddLive(off, -static_cast<int64_t>(kLeaderBytes + LengthsEntryBytes(r.header.lengths)));
   HeadStats& st = head_stats_[head];
   if (LengthsTombstone(r.header.lengths)) {
     st.tombstones.fetch_sub(1, std::memory_order_relaxed);
@@ -255,11 +270,11 @@ bool Store::EvictOldestCandidate(uint32_t head, const KeyHash& kh) {
 Result<uint64_t> Store::Write(uint32_t head, std::string_view key, std::string_view value, bool tombstone,
                              const CommitCheck& check, bool wait_for_space) {
   const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->home_count());
-  const uint64_t bytes = EntryBytes(key.size(), value.size());
-  const uint64_t size_class = SizeClassFor(bytes);
+  const uint64_t bytes = LogBytes(key.size(), value.size());  // leader + entry
+  const uint64_t size_class = SizeClassFor(EntryBytes(key.size(), value.size()));
   auto reserved = ReserveSpace(head, bytes, wait_for_space);
   if (!reserved.ok()) return reserved.status();
-  const uint64_t off = *reserved;
+  const uint64_t off = *reserved + kLeaderBytes;  // the entry, after its leader
   HeadStats& st = head_stats_[head];
   index_->ExpireTags(Index::Clock::now());
   for (int attempt = 0;; ++attempt) {
@@ -268,12 +283,12 @@ Result<uint64_t> Store::Write(uint32_t head, std::string_view key, std::string_v
     uint64_t empty;
     const Found cur = FindKey(kh, key, &empty);
     const bool had_value = cur.found() && !LengthsTombstone(cur.header.lengths);
-    if (Status ok = check(key, had_value ? index_->Version(cur.word) : 0); !ok.ok()) {
-      WriteEntry(off, key, value, tombstone);  // never published: keeps the segment walkable
+    if (Status ok = check(key, had_value ? EntryVersion(RefLogOffset(cur.ref)) : 0); !ok.ok()) {
+      WriteEntry(off, key, value, tombstone, 0);  // never published: keeps the segment walkable
       return ok;
     }
     if (tombstone && !had_value) {
-      WriteEntry(off, key, {}, true);  // never published: keeps the segment walkable
+      WriteEntry(off, key, {}, true, 0);  // never published: keeps the segment walkable
       return Status::NotFound();
     }
     uint64_t word = cur.found() ? cur.word : empty;
@@ -296,23 +311,25 @@ Result<uint64_t> Store::Write(uint32_t head, std::string_view key, std::string_v
         EvictOldestCandidate(head, kh);
         continue;
       }
-      WriteEntry(off, key, value, tombstone);  // never published (see WriteEntry)
+      WriteEntry(off, key, value, tombstone, 0);  // never published (see WriteEntry)
       return Status::ServerFull("index full");
     }
     const uint64_t version = write_seq_.fetch_add(1, std::memory_order_relaxed) + 1;
     // 1. the new entry, complete and checksummed, not yet current;
-    WriteEntry(off, key, value, tombstone);
+    WriteEntry(off, key, value, tombstone, version);
     log_->AddLive(off, static_cast<int64_t>(bytes));
     if (cur.found()) {
-      // 2. the old entry is marked superseded before the ref leaves it;
+      // 2. the old entry is marked superseded before the ref leaves it, and
+      //    no longer its key's newest write;
       Supersede(RefLogOffset(cur.ref));
-      log_->AddLive(RefLogOffset(cur.ref), -static_cast<int64_t>(LengthsEntryBytes(cur.header.lengths)));
+      MarkDead(RefLogOffset(cur.ref));
+      log_->AddLive(RefLogOffset(cur.ref),
+                    -static_cast<int64_t>(kLeaderBytes + LengthsEntryBytes(cur.header.lengths)));
       if (LengthsTombstone(cur.header.lengths)) st.tombstones.fetch_sub(1, std::memory_order_relaxed);
       if (had_value) st.items.fetch_sub(1, std::memory_order_relaxed);
     }
     // 3. the ref switches with a release store (DESIGN.md, "Ordering");
     index_->StoreRef(word, PackRef(kh.fingerprint, size_class, off));
-    index_->SetVersion(word, version);
     // 4. only now may the entry validate as current (the one-READ GET).
     Publish(off);
     (tombstone ? st.tombstones : st.items).fetch_add(1, std::memory_order_relaxed);
@@ -328,7 +345,7 @@ Status Store::Get(std::string_view key, std::string* value, uint64_t* version) {
   if (!r.found() || LengthsTombstone(r.header.lengths)) return Status::NotFound();
   const std::byte* p = log_->data() + RefLogOffset(r.ref) + kEntryKeyOffset + key.size();
   value->assign(reinterpret_cast<const char*>(p), LengthsValue(r.header.lengths));
-  if (version != nullptr) *version = index_->Version(r.word);
+  if (version != nullptr) *version = EntryVersion(RefLogOffset(r.ref));
   return Status::OK();
 }
 

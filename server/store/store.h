@@ -22,6 +22,7 @@
 #include "common/format/read_path.h"
 #include "common/status.h"
 #include "server/store/commit_check.h"
+#include "server/store/entry_leader.h"
 #include "server/store/index.h"
 #include "server/store/store_config.h"
 #include "server/store/value_log.h"
@@ -115,9 +116,21 @@ class Store {
   Result<uint64_t> Write(uint32_t head, std::string_view key, std::string_view value, bool tombstone,
                          const CommitCheck& check, bool wait_for_space);
   Result<uint64_t> ReserveSpace(uint32_t head, uint64_t bytes, bool wait_for_space);
-  // Writes an entry into reserved log space (RacyStore; checksum last), not
-  // current (unpublished) until Publish.
-  void WriteEntry(uint64_t off, std::string_view key, std::string_view value, bool tombstone) noexcept;
+  // Writes the leader (with `version`, 0 for a write that is refused) and the
+  // entry into reserved log space (`off`: the entry's offset, after its
+  // leader; RacyStore; checksum last), not current (unpublished) until
+  // Publish.
+  void WriteEntry(uint64_t off, std::string_view key, std::string_view value, bool tombstone,
+                  uint64_t version) noexcept;
+  // The version in the leader of the entry at `off` (0: not a write, or dead).
+  uint64_t EntryVersion(uint64_t off) const noexcept;
+  // The leader of the entry at `off` (entry_leader.h).
+  uint64_t LoadLeader(uint64_t off) const noexcept;
+  void StoreLeader(uint64_t off, uint64_t leader) noexcept;
+  // Marks the entry at `off` no longer its key's newest write: its leader's
+  // version becomes 0. REQUIRES its key's window lock, and that a newer
+  // write of the key (or its removal) is in place.
+  void MarkDead(uint64_t off) noexcept;
   EntryHeader ReadHeader(uint64_t off) const noexcept;
   // The guard word of the entry at `off` (entry.h: GuardAt).
   std::atomic_ref<uint64_t> GuardWord(uint64_t off) const noexcept;

@@ -16,6 +16,7 @@
 #include <functional>
 #include <thread>
 
+#include "server/store/entry_leader.h"
 #include "tests/e2e/e2e_util.h"
 
 namespace kvrdma::testing {
@@ -140,7 +141,7 @@ TEST_P(SegmentReuseTest, CachedGetIgnoresAnEntryImageInsideAnotherClientsValue) 
   // k's entry is not the first of segment 0, so that B's value can cover it.
   const std::string g(100, 'g');
   ASSERT_TRUE(a_->Put("g", g).ok());
-  const uint64_t k_off = EntryBytes(1, g.size());  // where "abc" lands
+  const uint64_t k_off = LogBytes(1, g.size()) + kLeaderBytes;  // where "abc"'s entry lands
   ASSERT_TRUE(a_->Put("k", "abc").ok());
   CacheLocationOfK();
   ASSERT_TRUE(a_->Put("k", "abd").ok());  // k's entry moves on; the reader's cache does not know
@@ -151,7 +152,7 @@ TEST_P(SegmentReuseTest, CachedGetIgnoresAnEntryImageInsideAnotherClientsValue) 
   // key "x", then its value, which holds at k_off an image of k -> "EVL"
   // (the same size class as "abc"), laid out for that offset.
   std::string value(k_off + 64, 'v');
-  const uint64_t value_off = kEntryHeaderBytes + 1;
+  const uint64_t value_off = kLeaderBytes + kEntryHeaderBytes + 1;
   std::byte image[64];
   const size_t n = EncodeEntry(image, k_off, "k", "EVL", false, store().config().seed);
   ASSERT_EQ(n, EntryBytes(1, 3));
@@ -171,7 +172,7 @@ TEST_P(SegmentReuseTest, CachedGetIgnoresAnEntryImageInsideAnotherClientsValue) 
 // grace period, and has `reuse` write into the reused segment through B's
 // fresh head (worker 0's). The GET must return "abd".
 static const std::string kG(100, 'g');
-static constexpr uint64_t kKOff = EntryBytes(1, 100);
+static constexpr uint64_t kKOff = LogBytes(1, 100) + kLeaderBytes;  // g's write, then k's leader
 
 void SegmentReuseTest::ExpectLateRoundReturnsTheUpdate(const std::function<void(const StoreWrite&)>& reuse) {
   ClientOptions o;
@@ -226,7 +227,7 @@ TEST_P(SegmentReuseTest, LateRoundIgnoresAnEntryImageInsideAnotherClientsValue) 
   std::byte image[64];
   const size_t n = EncodeEntry(image, kKOff, "k", "EVL", false, store().config().seed);
   ASSERT_EQ(n, EntryBytes(1, 3));
-  std::memcpy(value.data() + (kKOff - (kEntryHeaderBytes + 1)), image, n);
+  std::memcpy(value.data() + (kKOff - (kLeaderBytes + kEntryHeaderBytes + 1)), image, n);
   ExpectLateRoundReturnsTheUpdate([&](const StoreWrite& write) { write(0, "x", value); });
 }
 

@@ -56,6 +56,7 @@
 #include <thread>
 
 #include "common/format/entry.h"
+#include "server/store/entry_leader.h"
 #ifndef KVRDMA_EXPLORE_FORGE_DEFAULT
 #define KVRDMA_EXPLORE_FORGE_DEFAULT 1  // tests/linearizability/CMakeLists.txt sets it
 #endif
@@ -106,12 +107,15 @@ struct Shape {
   // segment is reused soon after it is freed.
   uint64_t segments;
 };
-constexpr Shape kShapes[] = {{"small", 5, 3, 3, 8},      {"mixed", 5, 3, 383, 8}, {"large", 5, 383, 383, 8},
-                             {"wide", 1001, 3, 3, 12}, {"half", 493, 3, 3, 10}};
-static_assert(EntryBytes(5, 0) == 20 && EntryBytes(5, 3) == 20 && EntryBytes(5, 383) == 20 * 20);
-static_assert(EntryBytes(1001, 0) == 1016 && EntryBytes(1001, 3) == 1016 && 4096 / 1016 == 4);
-static_assert(EntryBytes(493, 0) == 508 && EntryBytes(493, 3) == 508 && 4096 / 508 == 8);
-constexpr size_t kMaxValueBytes = 1024;  // room for a forged value of the wide shape (below)
+constexpr Shape kShapes[] = {{"small", 5, 3, 3, 8},      {"mixed", 5, 3, 367, 8}, {"large", 5, 367, 367, 8},
+                             {"wide", 1001, 3, 3, 12}, {"half", 489, 3, 3, 10}};
+// Each write takes its leader and its entry (LogBytes): the grid is that of
+// the shape's smallest write, and every write of a shape is a whole number of
+// grid steps, so entries land at the same offsets of every segment.
+static_assert(LogBytes(5, 0) == 28 && LogBytes(5, 3) == 28 && LogBytes(5, 367) == 28 * 14);
+static_assert(LogBytes(1001, 0) == 1024 && LogBytes(1001, 3) == 1024 && 4096 % 1024 == 0);
+static_assert(LogBytes(489, 0) == 512 && LogBytes(489, 3) == 512 && 4096 % 512 == 0);
+constexpr size_t kMaxValueBytes = 1100;  // room for a forged value of the wide shape (below)
 
 // A value unique in its schedule: the sequence number `n` in base 62 at the
 // end (3 characters: 238,328 values), the client's letter first if longer.
@@ -132,16 +136,22 @@ void UniqueValue(std::string* v, size_t len, int client, uint64_t n) {
 // point.
 template <typename Pick>
 std::string ForgedValue(const Shape& shape, int hot_keys, uint64_t parity, uint64_t hash_seed, Pick&& pick) {
-  const size_t grid = EntryBytes(shape.key_bytes, 0);
+  // A write at grid step j has its entry at j * grid + kLeaderBytes; the
+  // forged value's images sit at the entry offsets of the following steps,
+  // each after kLeaderBytes of padding where a real write's leader would be.
+  const size_t grid = LogBytes(shape.key_bytes, 0);
   const size_t lead = grid - kEntryHeaderBytes - shape.key_bytes;
   const size_t value_image = EntryBytes(shape.key_bytes, shape.hot_value_bytes);
+  static_assert(kLeaderBytes == 8);
   // About as large as a filler value of the mixed shape (at least one image).
   const size_t want = lead + value_image + pick(401);
   std::string v(lead, '#');
   while (v.size() + value_image <= want || v.size() == lead) {
     const bool tombstone = pick(4) == 0;
-    const size_t n = tombstone ? grid : value_image;
-    if (v.size() + n > kMaxValueBytes) break;
+    const size_t n = tombstone ? EntryBytes(shape.key_bytes, 0) : value_image;
+    const size_t pad = v.size() == lead ? 0 : kLeaderBytes;  // where the image's leader would be
+    if (v.size() + pad + n > kMaxValueBytes) break;
+    v.append(pad, '#');
     std::string key = "h" + std::to_string(pick(hot_keys));
     key.resize(shape.key_bytes, 'k');
     // "#" and digits: no PUT's value (UniqueValue writes no '#').
@@ -153,7 +163,7 @@ std::string ForgedValue(const Shape& shape, int hot_keys, uint64_t parity, uint6
     const size_t wrote = EncodeEntry({reinterpret_cast<std::byte*>(v.data() + at), n}, off, key, forged, tombstone, hash_seed);
     EXPECT_EQ(wrote, n);
   }
-  EXPECT_EQ((kEntryHeaderBytes + shape.key_bytes + v.size()) % grid, 0u);
+  EXPECT_EQ((kLeaderBytes + kEntryHeaderBytes + shape.key_bytes + v.size()) % grid, 0u);
   return v;
 }
 

@@ -74,8 +74,8 @@ TEST(Cleaner, KeepsLiveKeysAndReclaimsSpace) {
   EXPECT_LT(end.tombstones, before.tombstones);  // old deletes were forgotten
   EXPECT_EQ(end.items, static_cast<uint64_t>(keys - keys / 10));
   // Live bytes are what the items take.
-  EXPECT_EQ(end.log_bytes_live, end.items * EntryBytes(Key(1).size(), 200) +
-                                    end.tombstones * EntryBytes(Key(10).size(), 0) +
+  EXPECT_EQ(end.log_bytes_live, end.items * LogBytes(Key(1).size(), 200) +
+                                    end.tombstones * LogBytes(Key(10).size(), 0) +
                                     0 * end.tombstones);
 }
 
