@@ -44,7 +44,8 @@ class File {
   virtual Status Sync() = 0;
   // Reserves disk space for [0, bytes) (fallocate, keeping the size at
   // `bytes`), so that writes inside it cannot fail for want of space. Disk
-  // full is IOError whose message contains "no space left on device".
+  // full is IOError whose message contains "No space left on device"
+  // (strerror(ENOSPC)).
   virtual Status Allocate(uint64_t bytes) = 0;
   virtual Result<uint64_t> Size() = 0;
   const std::string& path() const noexcept { return path_; }
