@@ -10,10 +10,12 @@
 // models):
 // - A File's bytes written with WriteAt are durable once a later Sync() of
 //   that file returns OK. Until then a power cut may keep any subset of them
-//   (FaultFileSystem keeps none, or tears the last WriteAt).
-// - A name created by Open(kCreate) or removed by Remove is durable once a
-//   later SyncDir() of its directory returns OK; until then a power cut may
-//   undo it (a created file vanishes, a removed one comes back).
+//   (FaultFileSystem keeps the first k of them in call order, and may tear
+//   the next one at any byte).
+// - A name created by Open(kCreate), removed by Remove or moved by Rename is
+//   durable once a later SyncDir() of its directory returns OK; until then a
+//   power cut may undo it (a created file vanishes, a removed one comes back,
+//   a renamed one is back under its old name).
 // - A process crash (kill -9) loses nothing that a call already returned:
 //   the kernel keeps it.
 // Nothing here throws; every error is an IOError naming the path (and the
@@ -44,7 +46,8 @@ class File {
   virtual Status Sync() = 0;
   // Reserves disk space for [0, bytes) (fallocate, keeping the size at
   // `bytes`), so that writes inside it cannot fail for want of space. Disk
-  // full is IOError whose message contains "no space left on device".
+  // full is IOError whose message contains "No space left on device"
+  // (strerror(ENOSPC)).
   virtual Status Allocate(uint64_t bytes) = 0;
   virtual Result<uint64_t> Size() = 0;
   const std::string& path() const noexcept { return path_; }

@@ -1,0 +1,233 @@
+#include "server/store/file_system.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "common/log.h"
+
+namespace kvrdma {
+namespace {
+
+// "PATH: WHAT: strerror(err)", the shape of every error in this file.
+Status PathError(const std::string& path, std::string_view what, int err) {
+  std::string m = path;
+  m += ": ";
+  m += what;
+  return Status::FromErrno(m, err);
+}
+
+std::string BytesAt(std::string_view verb, uint64_t bytes, uint64_t offset) {
+  return std::string(verb) + " " + std::to_string(bytes) + " bytes at " + std::to_string(offset);
+}
+
+// A descriptor closed exactly once, for the short-lived ones (directories).
+class ScopedFd {
+ public:
+  explicit ScopedFd(int fd) noexcept : fd_(fd) {}
+  ~ScopedFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  int get() const noexcept { return fd_; }
+  int release() noexcept { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+int OpenRetrying(const std::string& path, int flags, mode_t mode = 0) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+  } while (fd < 0 && errno == EINTR);
+  return fd;
+}
+
+// pread/pwrite/fdatasync/fallocate/fstat on one descriptor are each atomic
+// with respect to the file offset (none uses it), so concurrent calls from
+// several threads need no lock here: the kernel orders them.
+class PosixFile final : public File {
+ public:
+  PosixFile(std::string path, int fd) : File(std::move(path)), fd_(fd) {}
+  ~PosixFile() override {
+    // A failed close can mean a lost delayed write error (NFS); nobody is
+    // left to return it to, so it is logged.
+    if (::close(fd_) != 0) KVRDMA_LOG_ERROR("%s: close: %s", path_.c_str(), std::strerror(errno));
+  }
+  PosixFile(const PosixFile&) = delete;
+  PosixFile& operator=(const PosixFile&) = delete;
+
+  Status WriteAt(uint64_t offset, std::span<const std::byte> data) override {
+    size_t done = 0;
+    while (done < data.size()) {
+      ssize_t n = ::pwrite(fd_, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return PathError(path_, BytesAt("writing", data.size(), offset), errno);
+      // A regular file never writes 0 of a non-empty buffer; if it did,
+      // retrying would loop forever.
+      if (n == 0) return Status::IOError(path_ + ": " + BytesAt("writing", data.size(), offset) + ": wrote nothing");
+      done += static_cast<size_t>(n);
+    }
+    return Status::OK();
+  }
+
+  Status ReadAt(uint64_t offset, std::span<std::byte> out, size_t* got) override {
+    size_t done = 0;
+    while (done < out.size()) {
+      ssize_t n = ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return PathError(path_, BytesAt("reading", out.size(), offset), errno);
+      if (n == 0) break;  // end of file
+      done += static_cast<size_t>(n);
+    }
+    *got = done;
+    return Status::OK();
+  }
+
+  Status Sync() override {
+    int rc;
+    do {
+      rc = ::fdatasync(fd_);
+    } while (rc != 0 && errno == EINTR);
+    return rc == 0 ? Status::OK() : PathError(path_, "syncing", errno);
+  }
+
+  Status Allocate(uint64_t bytes) override {
+    if (bytes == 0) return Status::OK();  // fallocate refuses len 0 (EINVAL)
+    int rc;
+    do {
+      rc = ::fallocate(fd_, 0, 0, static_cast<off_t>(bytes));
+    } while (rc != 0 && errno == EINTR);
+    if (rc == 0) return Status::OK();
+    int err = errno;
+    // Some file systems (tmpfs before 3.5, NFSv3, ZFS on older kernels) do
+    // not implement fallocate; posix_fallocate then writes zeros, which
+    // reserves the space just as well, only slower.
+    if (err == EOPNOTSUPP) err = ::posix_fallocate(fd_, 0, static_cast<off_t>(bytes));
+    if (err == 0) return Status::OK();
+    return PathError(path_, "allocating " + std::to_string(bytes) + " bytes", err);
+  }
+
+  Result<uint64_t> Size() override {
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) return PathError(path_, "getting size", errno);
+    return static_cast<uint64_t>(st.st_size);
+  }
+
+ private:
+  const int fd_;
+};
+
+std::string_view OpenVerb(OpenMode mode) {
+  switch (mode) {
+    case OpenMode::kCreate: return "creating";
+    case OpenMode::kReadWrite: return "opening for read/write";
+    case OpenMode::kReadOnly: return "opening read-only";
+  }
+  return "opening";
+}
+
+int OpenFlags(OpenMode mode) {
+  switch (mode) {
+    case OpenMode::kCreate: return O_CREAT | O_EXCL | O_RDWR;
+    case OpenMode::kReadWrite: return O_RDWR;
+    case OpenMode::kReadOnly: return O_RDONLY;
+  }
+  return O_RDONLY;
+}
+
+// mkdir of one directory; an existing directory is fine, an existing file
+// of that name is not (ENOTDIR, as mkdir -p says).
+int MakeOneDir(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0755) == 0) return 0;
+  int err = errno;
+  if (err != EEXIST) return err;
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return errno;
+  return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+}
+
+class PosixFs final : public FileSystem {
+ public:
+  Result<std::unique_ptr<File>> Open(const std::string& path, OpenMode mode) override {
+    int fd = OpenRetrying(path, OpenFlags(mode), 0644);
+    if (fd < 0) return PathError(path, OpenVerb(mode), errno);
+    return std::unique_ptr<File>(std::make_unique<PosixFile>(path, fd));
+  }
+
+  Status Remove(const std::string& path) override {
+    return ::unlink(path.c_str()) == 0 ? Status::OK() : PathError(path, "removing", errno);
+  }
+
+  Status Rename(const std::string& from, const std::string& to) override {
+    if (::rename(from.c_str(), to.c_str()) == 0) return Status::OK();
+    return PathError(from, "renaming to " + to, errno);
+  }
+
+  Status SyncDir(const std::string& dir) override {
+    ScopedFd fd(OpenRetrying(dir, O_RDONLY | O_DIRECTORY));
+    if (fd.get() < 0) return PathError(dir, "syncing directory", errno);
+    int rc;
+    do {
+      rc = ::fsync(fd.get());
+    } while (rc != 0 && errno == EINTR);
+    return rc == 0 ? Status::OK() : PathError(dir, "syncing directory", errno);
+  }
+
+  Result<std::vector<std::string>> List(const std::string& dir) override {
+    // open + fdopendir rather than opendir, to set O_CLOEXEC ourselves.
+    ScopedFd fd(OpenRetrying(dir, O_RDONLY | O_DIRECTORY));
+    if (fd.get() < 0) return PathError(dir, "listing", errno);
+    DIR* d = ::fdopendir(fd.get());
+    if (d == nullptr) return PathError(dir, "listing", errno);
+    fd.release();  // closedir closes it now
+    std::unique_ptr<DIR, int (*)(DIR*)> owner(d, &::closedir);
+    std::vector<std::string> names;
+    for (;;) {
+      errno = 0;  // readdir returns nullptr both at the end and on error
+      const dirent* e = ::readdir(d);
+      if (e == nullptr) break;
+      std::string_view name = e->d_name;
+      if (name != "." && name != "..") names.emplace_back(name);
+    }
+    if (errno != 0) return PathError(dir, "listing", errno);
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  Status CreateDir(const std::string& dir) override {
+    // Every prefix ending before a '/', then the whole path: mkdir -p.
+    for (size_t slash = dir.find('/', 1); slash != std::string::npos; slash = dir.find('/', slash + 1)) {
+      if (dir[slash - 1] == '/') continue;  // "a//b"
+      if (int err = MakeOneDir(dir.substr(0, slash)); err != 0) {
+        return PathError(dir, "creating directory " + dir.substr(0, slash), err);
+      }
+    }
+    if (int err = MakeOneDir(dir); err != 0) return PathError(dir, "creating directory", err);
+    return Status::OK();
+  }
+
+  bool Exists(const std::string& path) override {
+    struct stat st;
+    return ::stat(path.c_str(), &st) == 0;
+  }
+};
+
+}  // namespace
+
+FileSystem& PosixFileSystem() {
+  // Never destroyed: a thread still closing files while main() returns must
+  // not find it gone. It holds no state, so nothing leaks.
+  static PosixFs* const fs = new PosixFs();
+  return *fs;
+}
+
+}  // namespace kvrdma
