@@ -85,7 +85,8 @@ bool Store::CompactSegment(uint32_t seg) {
     // the location); only the header's two words may swap places (entry.h:
     // GuardAt), and the guard's not-current bit starts SET (unpublished). A
     // copy that loses the race below stays unpublished forever, so it never
-    // validates as current, and is marked dead.
+    // validates as current, and is marked in its segment file (a durable
+    // store) as not its key's newest write.
     const uint64_t to = *dst + kLeaderBytes;
     std::byte* d = log_->data() + to;
     StoreLeader(to, LoadLeader(off));
@@ -94,7 +95,7 @@ bool Store::CompactSegment(uint32_t seg) {
     GuardWord(to).store(h.guard | kGuardNotCurrentBit, std::memory_order_relaxed);
     const Found r = FindLocation(kh, off);
     if (!r.found()) {  // updated meanwhile: the copy is dead
-      MarkDead(to);
+      if (durable_) durable_->QueueMark(to, size - kLeaderBytes, 0, 0);
       continue;
     }
     log_->AddLive(to, static_cast<int64_t>(size));
@@ -103,6 +104,15 @@ bool Store::CompactSegment(uint32_t seg) {
     index_->StoreRef(r.word, PackRef(kh.fingerprint, RefSizeClass(r.ref), to));
     Publish(to);  // after the ref names it
     st.relocations.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (durable_) {
+    // The segment's file may go only once its live entries' copies, and the
+    // marks of every older write of its tombstones' keys, are durable.
+    if (Status fs = ForgetSegmentFile(seg); !fs.ok()) {
+      KVRDMA_LOG_ERROR("store: segment %u not reclaimed: %s", seg, fs.ToString().c_str());
+      log_->Unclaim(seg);
+      return false;
+    }
   }
   log_->Retire(seg);
   st.segments_cleaned.fetch_add(1, std::memory_order_relaxed);

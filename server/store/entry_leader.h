@@ -9,8 +9,10 @@
 //   | version:56 | check:8 |   (a little-endian u64; the check is the top byte)
 //
 // version: the write's version (Store::Put), 1 .. 2^56 - 1; 0 marks an entry
-// that is not a write, or no longer the newest of its key: never published
-// (a refused write keeps its segment walkable), or superseded (MarkDead).
+// that is not a write: never published (a refused write keeps its segment
+// walkable). In a segment file, 0 also marks a write that is no longer its
+// key's newest (a mark DurableLog writes over its leader once the newer
+// write is durable); in memory a leader never changes.
 // check: CRC-8 (polynomial 0x07) of the seven version bytes, xor 0x5a. A CRC
 // catches every single-bit flip; the xor makes an all-zero word (a log or
 // file that was never written) invalid. Written before the entry's bytes in

@@ -1,8 +1,11 @@
 #include "server/store/store.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <unordered_map>
+#include <vector>
 
 #include "common/log.h"
 #include "common/memory/racy_copy.h"
@@ -17,11 +20,34 @@ Result<std::unique_ptr<Store>> Store::Open(const StoreConfig& cfg) {
   if (EntryBytes(cfg.max_key_bytes, cfg.max_value_bytes) > cfg.segment_bytes) {
     return Status::InvalidArgument("segment_bytes smaller than the largest entry");
   }
+  if (!cfg.data_dir.empty() && cfg.mode != CapacityMode::kStore) {
+    return Status::InvalidArgument("a data dir needs store mode: cache mode keeps no files");
+  }
   auto index = Index::Create(cfg.index_homes, cfg.index_window, cfg.grace_period, cfg.huge_pages);
   if (!index.ok()) return index.status();
   auto log = ValueLog::Create(cfg, cfg.workers + 1);
   if (!log.ok()) return log.status();
-  std::unique_ptr<Store> s(new Store(cfg, std::move(index).value(), std::move(log).value()));
+  StoreConfig c = cfg;
+  std::unique_ptr<DurableLog> durable;
+  if (!cfg.data_dir.empty()) {
+    DurableLogConfig dc;
+    dc.fs = cfg.file_system != nullptr ? cfg.file_system : &PosixFileSystem();
+    dc.dir = cfg.data_dir;
+    dc.fsync = cfg.fsync;
+    dc.segment_bytes = cfg.segment_bytes;
+    dc.segment_count = (*log)->segment_count();
+    dc.heads = cfg.workers + 1;
+    dc.log_base = (*log)->data();
+    auto d = DurableLog::Open(dc, &c.seed);  // an existing dir's seed replaces ours
+    if (!d.ok()) return d.status();
+    durable = std::move(d).value();
+  }
+  std::unique_ptr<Store> s(new Store(c, std::move(index).value(), std::move(log).value()));
+  if (durable) {
+    s->durable_ = std::move(durable);
+    KVRDMA_RETURN_IF_ERROR(s->Recover());
+    s->log_->set_durable(s->durable_.get());
+  }
   KVRDMA_LOG_INFO("store: %llu index homes (windows of %llu words), log %llu bytes in %u segments, %s mode, grace %lld us",
                   static_cast<unsigned long long>(cfg.index_homes),
                   static_cast<unsigned long long>(cfg.index_window),
@@ -46,6 +72,110 @@ Store::~Store() {
   }
   cleaner_cv_.notify_all();
   if (cleaner_.joinable()) cleaner_.join();
+}
+
+Status Store::Recover() {
+  const auto t0 = std::chrono::steady_clock::now();
+  // Each key's newest write (the highest version) wins; every other write
+  // read is superseded (its mark may not have reached the disk before the
+  // crash: queued again below).
+  struct Newest {
+    uint64_t version;
+    uint64_t off;
+  };
+  std::unordered_map<std::string, Newest> newest;
+  std::vector<uint64_t> superseded;
+  uint64_t max_version = 0;
+  auto write = [&](uint32_t, uint64_t off, uint64_t version) {
+    ++recovered_writes_;
+    max_version = std::max(max_version, version);
+    const EntryHeader h = ReadHeader(off);
+    auto [it, inserted] = newest.try_emplace(std::string(EntryKey(off, h)), Newest{version, off});
+    if (inserted) return;
+    if (version > it->second.version) {
+      superseded.push_back(it->second.off);
+      it->second = Newest{version, off};
+    } else {
+      superseded.push_back(off);  // older, or the cleaner's other copy of the same write
+    }
+  };
+  auto report = [](const std::string& m, bool damage) {
+    if (damage) {
+      KVRDMA_LOG_ERROR("recovery: %s", m.c_str());
+    } else {
+      KVRDMA_LOG_WARN("recovery: %s", m.c_str());
+    }
+  };
+  auto segs = durable_->Load(write, report);
+  if (!segs.ok()) return segs.status();
+  for (const DurableLog::Segment& g : *segs) {
+    KVRDMA_RETURN_IF_ERROR(log_->Restore(g.slot, g.open_seq, g.used));
+    recovered_bytes_ += g.used;
+  }
+  recovered_segments_ = segs->size();
+  write_seq_.store(max_version, std::memory_order_relaxed);
+  for (const uint64_t off : superseded) {
+    Supersede(off);
+    // Its newer write is on disk already: the mark waits for nothing.
+    durable_->QueueMark(off, LengthsEntryBytes(ReadHeader(off).lengths), 0, 0);
+  }
+  for (const auto& [key, n] : newest) {
+    const EntryHeader h = ReadHeader(n.off);
+    if (LengthsTombstone(h.lengths)) {
+      Supersede(n.off);  // a deleted key: no ref; the tombstone stays on disk (DESIGN "Durability")
+      continue;
+    }
+    KVRDMA_RETURN_IF_ERROR(Install(key, n.off, h.lengths));
+    ++recovered_keys_;
+  }
+  recovery_ms_ = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
+  KVRDMA_LOG_INFO("store: recovered %llu keys from %llu writes in %llu segment files (%llu bytes) of %s in %llu ms; "
+                  "writes resume at version %llu",
+                  static_cast<unsigned long long>(recovered_keys_), static_cast<unsigned long long>(recovered_writes_),
+                  static_cast<unsigned long long>(recovered_segments_),
+                  static_cast<unsigned long long>(recovered_bytes_), durable_->dir().c_str(),
+                  static_cast<unsigned long long>(recovery_ms_), static_cast<unsigned long long>(max_version + 1));
+  return Status::OK();
+}
+
+Status Store::Install(std::string_view key, uint64_t off, uint32_t lengths) {
+  const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->home_count());
+  for (int attempt = 0; attempt < 4 * kInsertAttempts; ++attempt) {
+    {
+      Index::WindowGuard guard = index_->LockWindow(kh.home);
+      uint64_t empty;
+      const Found cur = FindKey(kh, key, &empty);
+      if (cur.found()) return Status::Internal("recovery: a key installed twice");
+      if (empty != Found::kNone) {
+        index_->StoreRef(empty, PackRef(kh.fingerprint, SizeClassFor(LengthsEntryBytes(lengths)), off));
+        Publish(off);
+        log_->AddLive(off, static_cast<int64_t>(kLeaderBytes + LengthsEntryBytes(lengths)));
+        head_stats_[cleaner_head_].items.fetch_add(1, std::memory_order_relaxed);
+        return Status::OK();
+      }
+    }
+    Status room = index_->MakeRoom(kh, [this](uint64_t ref) { return HashOfRef(ref); });
+    if (!room.ok() && room.code() != Status::Code::kRetry) break;
+  }
+  return Status::ServerFull("the index has no room for the data dir's keys: raise --index-homes");
+}
+
+Status Store::Commit(uint32_t worker) {
+  if (!durable_) return Status::OK();
+  return durable_->Commit(worker, log_->HeadSegment(worker), log_->HeadUsed(worker));
+}
+
+Status Store::ForgetSegmentFile(uint32_t seg) {
+  KVRDMA_RETURN_IF_ERROR(
+      durable_->Commit(cleaner_head_, log_->HeadSegment(cleaner_head_), log_->HeadUsed(cleaner_head_)));
+  KVRDMA_RETURN_IF_ERROR(durable_->Barrier(cfg_.mark_wait));
+  if (Status st = durable_->RemoveSegment(seg); !st.ok()) {
+    // Its bytes are all superseded or copied (and marked): left behind, the
+    // file costs disk space, never a wrong answer (DESIGN "Durability").
+    KVRDMA_LOG_ERROR("store: removing the file of segment %u: %s", seg, st.ToString().c_str());
+  }
+  return Status::OK();
 }
 
 Status Store::CheckKey(std::string_view key) const {
@@ -135,8 +265,6 @@ void Store::StoreLeader(uint64_t off, uint64_t leader) noexcept {
 }
 
 uint64_t Store::EntryVersion(uint64_t off) const noexcept { return LeaderVersion(LoadLeader(off)); }
-
-void Store::MarkDead(uint64_t off) noexcept { StoreLeader(off, PackLeader(0)); }
 
 void Store::WriteEntry(uint64_t off, std::string_view key, std::string_view value, bool tombstone,
                        uint64_t version) noexcept {
@@ -319,10 +447,14 @@ Result<uint64_t> Store::Write(uint32_t head, std::string_view key, std::string_v
     WriteEntry(off, key, value, tombstone, version);
     log_->AddLive(off, static_cast<int64_t>(bytes));
     if (cur.found()) {
-      // 2. the old entry is marked superseded before the ref leaves it, and
-      //    no longer its key's newest write;
+      // 2. the old entry is marked superseded before the ref leaves it (and,
+      //    in its segment file, no longer its key's newest write once this
+      //    write is durable: DurableLog::QueueMark);
       Supersede(RefLogOffset(cur.ref));
-      MarkDead(RefLogOffset(cur.ref));
+      if (durable_) {
+        durable_->QueueMark(RefLogOffset(cur.ref), LengthsEntryBytes(cur.header.lengths), off - kLeaderBytes,
+                            off + EntryBytes(key.size(), value.size()));
+      }
       log_->AddLive(RefLogOffset(cur.ref),
                     -static_cast<int64_t>(kLeaderBytes + LengthsEntryBytes(cur.header.lengths)));
       if (LengthsTombstone(cur.header.lengths)) st.tombstones.fetch_sub(1, std::memory_order_relaxed);
@@ -378,6 +510,15 @@ StoreStats Store::Stats() const {
   s.segments_busy = c.busy;
   s.index_moves = index_->moves();
   s.index_tags = index_->tags_pending();
+  if (durable_) {
+    s.durable = true;
+    s.disk = durable_->Stats();
+    s.recovery_ms = recovery_ms_;
+    s.recovered_writes = recovered_writes_;
+    s.recovered_keys = recovered_keys_;
+    s.recovered_segments = recovered_segments_;
+    s.recovered_bytes = recovered_bytes_;
+  }
   return s;
 }
 

@@ -22,6 +22,7 @@
 #include "common/format/read_path.h"
 #include "common/status.h"
 #include "server/store/commit_check.h"
+#include "server/store/durable_log.h"
 #include "server/store/entry_leader.h"
 #include "server/store/index.h"
 #include "server/store/store_config.h"
@@ -50,6 +51,15 @@ struct StoreStats {
   uint64_t evictions = 0;         // entries evicted (cache mode)
   uint64_t index_moves = 0;       // hops: refs moved inside their window to make room
   uint64_t index_tags = 0;        // words whose move tag has not expired yet
+  // Durable store (zero when memory only): durable_log.h DurableStats, and
+  // what the last Open recovered.
+  bool durable = false;
+  DurableStats disk;
+  uint64_t recovery_ms = 0;            // wall time of the recovery in Open
+  uint64_t recovered_writes = 0;       // valid writes read from the segment files
+  uint64_t recovered_keys = 0;         // keys with a value after recovery
+  uint64_t recovered_segments = 0;     // segment files read
+  uint64_t recovered_bytes = 0;        // bytes of valid writes read
 };
 
 class Store {
@@ -74,6 +84,14 @@ class Store {
   // NotFound if the key has no value; or what `check` returns.
   Result<uint64_t> Delete(uint32_t worker, std::string_view key, const CommitCheck& check = {},
                           bool wait_for_space = true);
+  // Durable store: makes worker `worker`'s writes so far survive kill -9,
+  // and with FsyncMode::kAlways a power cut (DurableLog::Commit: group
+  // commit). OK at once when memory only. A worker calls it before it
+  // answers the writes it applied; an error (IOError) means they may not
+  // survive a crash (they are applied in memory, and a later Commit writes
+  // them again).
+  Status Commit(uint32_t worker);
+
   // Server-side lookup (copies the value, and its version if `version` is
   // not null). NotFound if absent or deleted.
   Status Get(std::string_view key, std::string* value, uint64_t* version = nullptr);
@@ -112,6 +130,14 @@ class Store {
   };
 
   Store(const StoreConfig& cfg, std::unique_ptr<Index> index, std::unique_ptr<ValueLog> log);
+  // Open: rebuilds the log and the index from the data dir (durable_).
+  Status Recover();
+  // Recovery: the ref of `key`'s newest write, at log offset `off`, into the
+  // index (published). ServerFull if the index has no room.
+  Status Install(std::string_view key, uint64_t off, uint32_t lengths);
+  // Compaction of a durable store: the cleaner's copies and every queued
+  // mark durable, then the segment's file removed (before Retire).
+  Status ForgetSegmentFile(uint32_t seg);
   Status CheckKey(std::string_view key) const;
   Result<uint64_t> Write(uint32_t head, std::string_view key, std::string_view value, bool tombstone,
                          const CommitCheck& check, bool wait_for_space);
@@ -127,10 +153,7 @@ class Store {
   // The leader of the entry at `off` (entry_leader.h).
   uint64_t LoadLeader(uint64_t off) const noexcept;
   void StoreLeader(uint64_t off, uint64_t leader) noexcept;
-  // Marks the entry at `off` no longer its key's newest write: its leader's
-  // version becomes 0. REQUIRES its key's window lock, and that a newer
-  // write of the key (or its removal) is in place.
-  void MarkDead(uint64_t off) noexcept;
+
   EntryHeader ReadHeader(uint64_t off) const noexcept;
   // The guard word of the entry at `off` (entry.h: GuardAt).
   std::atomic_ref<uint64_t> GuardWord(uint64_t off) const noexcept;
@@ -165,7 +188,10 @@ class Store {
   const uint32_t cleaner_head_;  // == cfg_.workers
   std::unique_ptr<Index> index_;
   std::unique_ptr<ValueLog> log_;
+  std::unique_ptr<DurableLog> durable_;  // null: memory only; after log_ (it writes from the log)
   std::unique_ptr<HeadStats[]> head_stats_;
+  uint64_t recovery_ms_ = 0, recovered_writes_ = 0, recovered_keys_ = 0, recovered_segments_ = 0,
+           recovered_bytes_ = 0;
   // The last write's version (Write takes the next one under the key's
   // window lock, so a key's versions grow with each write of it).
   std::atomic<uint64_t> write_seq_{0};

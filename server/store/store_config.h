@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <string_view>
 
 #include "common/format/format_constants.h"
@@ -30,6 +31,16 @@ enum class HugePages : uint8_t {
   kOn,    // MAP_HUGETLB or fail (NoResource)
   kOff,   // normal pages
 };
+
+// How a durable store flushes its writes (DurableLog, docs/DESIGN.md
+// "Durability"; kvserver --fsync).
+enum class FsyncMode : uint8_t {
+  kAlways,    // a write is answered once it is on stable storage (group commit)
+  kEverySec,  // answered once in the kernel; flushed at least once a second
+  kNo,        // answered once in the kernel; the kernel decides when to flush
+};
+
+class FileSystem;
 
 struct StoreConfig {
   // Index: index_homes homes (a power of two >= 1), each key within the
@@ -74,6 +85,20 @@ struct StoreConfig {
   // (under the key's window lock, on the evicting thread), so that a
   // linearizability check can count the eviction as a DELETE. Empty: unused.
   std::function<void(std::string_view key)> on_evict;
+  // Durable store (store mode only): the data dir holding the log's segment
+  // files; empty: memory only, a restart loses everything. A dir that
+  // already holds data is recovered by Open (and its hash seed replaces
+  // `seed`).
+  std::string data_dir;
+  FsyncMode fsync = FsyncMode::kEverySec;
+  // How long the cleaner waits, before it removes a compacted segment's
+  // file, for the writes that superseded its entries to reach their files
+  // (each worker's next Commit); after that it keeps the segment and tries
+  // again later (DESIGN "Durability").
+  std::chrono::milliseconds mark_wait = std::chrono::milliseconds(1000);
+  // The file system under the data dir: nullptr is the real one
+  // (PosixFileSystem); tests pass a FaultFileSystem.
+  FileSystem* file_system = nullptr;
 };
 
 }  // namespace kvrdma

@@ -56,26 +56,54 @@ Result<uint64_t> ValueLog::Reserve(uint32_t head, uint64_t bytes, bool may_use_r
     return off;
   }
   if (bytes > segment_bytes_) return Status::TooLarge("entry larger than a log segment");
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   PromoteExpiredLocked(Clock::now());
   const size_t keep = may_use_reserve ? 0 : kCleanerReserveSegments;
   if (free_.size() <= keep) return Status::NoResource("no free log segment");
+  const uint32_t s = free_.back();
+  free_.pop_back();
+  const uint64_t open_seq = next_open_seq_.fetch_add(1, std::memory_order_relaxed);
+  if (durable_ != nullptr) {
+    // The segment's file first (I/O, outside the lock): a segment whose file
+    // cannot be made (disk full) is not used, and the head keeps its own.
+    lock.unlock();
+    Status st = durable_->OpenSegment(s, open_seq);
+    lock.lock();
+    if (!st.ok()) {
+      free_.push_back(s);
+      return st;
+    }
+    durable_->HeadMoved(head, h.seg, h.used, s);
+  }
   if (h.seg >= 0) {
     // Seal: `used` is final; the release pairs with the acquire in Claim*.
     segs_[h.seg].used.store(h.used, std::memory_order_relaxed);
     segs_[h.seg].state.store(SegmentState::kSealed, std::memory_order_release);
   }
-  const uint32_t s = free_.back();
-  free_.pop_back();
   SegmentInfo& si = segs_[s];
   si.live_bytes.store(0, std::memory_order_relaxed);
-  si.open_seq.store(next_open_seq_.fetch_add(1, std::memory_order_relaxed), std::memory_order_relaxed);
+  si.open_seq.store(open_seq, std::memory_order_relaxed);
   si.generation.fetch_add(1, std::memory_order_release);
   si.used.store(bytes, std::memory_order_relaxed);
   si.state.store(SegmentState::kOpen, std::memory_order_release);
   h.seg = s;
   h.used = bytes;
   return static_cast<uint64_t>(s) * segment_bytes_;
+}
+
+Status ValueLog::Restore(uint32_t seg, uint64_t open_seq, uint64_t used) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = std::find(free_.begin(), free_.end(), seg);
+  if (it == free_.end() || used > segment_bytes_) return Status::Internal("restoring a segment that is not free");
+  free_.erase(it);
+  SegmentInfo& si = segs_[seg];
+  si.live_bytes.store(0, std::memory_order_relaxed);
+  si.open_seq.store(open_seq, std::memory_order_relaxed);
+  si.generation.fetch_add(1, std::memory_order_release);
+  si.used.store(used, std::memory_order_relaxed);
+  si.state.store(SegmentState::kSealed, std::memory_order_release);
+  if (open_seq >= next_open_seq_.load(std::memory_order_relaxed)) next_open_seq_.store(open_seq + 1);
+  return Status::OK();
 }
 
 int64_t ValueLog::ClaimEmptiest(double max_ratio) {

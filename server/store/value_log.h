@@ -23,6 +23,7 @@
 
 #include "common/status.h"
 #include "server/store/arena.h"
+#include "server/store/durable_log.h"
 #include "server/store/store_config.h"
 
 namespace kvrdma {
@@ -49,6 +50,17 @@ class ValueLog {
   // written (its segment may be sealed here). NoResource if no segment is
   // free; `may_use_reserve` lets the cleaner take the last few.
   Result<uint64_t> Reserve(uint32_t head, uint64_t bytes, bool may_use_reserve);
+
+  // Durable store: segment files follow the heads (durable_log.h). Set
+  // before the first Reserve; nullptr: memory only.
+  void set_durable(DurableLog* d) noexcept { durable_ = d; }
+  // Recovery: segment `seg` (free) holds a segment file's `used` bytes,
+  // opened as `open_seq`: it becomes sealed; later opens take higher seqs.
+  Status Restore(uint32_t seg, uint64_t open_seq, uint64_t used);
+  // Head `head`'s open segment (-1: none) and its bytes reserved so far.
+  // REQUIRES: the head's owner thread.
+  int64_t HeadSegment(uint32_t head) const noexcept { return heads_[head].seg; }
+  uint64_t HeadUsed(uint32_t head) const noexcept { return heads_[head].used; }
 
   // Live-byte accounting of the segment holding `off`.
   void AddLive(uint64_t off, int64_t delta) noexcept {
@@ -107,6 +119,7 @@ class ValueLog {
   std::unique_ptr<Head[]> heads_;
   std::atomic<uint64_t> next_open_seq_{1};
   std::atomic<uint64_t> retirements_{0};
+  DurableLog* durable_ = nullptr;
 
   mutable std::mutex mu_;  // free list, retired ring, state transitions to/from kFree
   std::condition_variable freed_cv_;

@@ -1,0 +1,533 @@
+#include "server/store/durable_log.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "common/format/entry.h"
+#include "common/log.h"
+#include "server/store/entry_leader.h"
+#include "server/store/segment_file.h"
+
+namespace kvrdma {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+uint64_t NowNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
+}
+
+std::string At(const std::string& path, uint64_t file_off) {
+  char b[40];
+  std::snprintf(b, sizeof(b), " at file offset %" PRIu64, file_off);
+  return path + b;
+}
+
+// Whether [p, p + n) is all zeros.
+bool AllZero(const std::byte* p, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (p[i] != std::byte{0}) return false;
+  }
+  return true;
+}
+
+uint64_t Load64(const std::byte* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+}  // namespace
+
+const char* FsyncModeName(FsyncMode m) noexcept {
+  switch (m) {
+    case FsyncMode::kAlways: return "always";
+    case FsyncMode::kEverySec: return "everysec";
+    case FsyncMode::kNo: return "no";
+  }
+  return "?";
+}
+
+DurableLog::DurableLog(const DurableLogConfig& cfg)
+    : cfg_(cfg), heads_(new Head[cfg.heads]), slots_(new SlotFile[cfg.segment_count]) {}
+
+Result<std::unique_ptr<DurableLog>> DurableLog::Open(const DurableLogConfig& cfg, uint64_t* hash_seed) {
+  FileSystem& fs = *cfg.fs;
+  KVRDMA_RETURN_IF_ERROR(fs.CreateDir(cfg.dir));
+  std::unique_ptr<DurableLog> d(new DurableLog(cfg));
+  const std::string meta_path = cfg.dir + "/" + kMetaFileName;
+  if (fs.Exists(meta_path)) {
+    auto f = fs.Open(meta_path, OpenMode::kReadOnly);
+    if (!f.ok()) return f.status();
+    std::byte buf[kMetaBytes];
+    size_t got = 0;
+    KVRDMA_RETURN_IF_ERROR((*f)->ReadAt(0, buf, &got));
+    auto meta = DecodeMeta({buf, got}, meta_path);
+    if (!meta.ok()) return meta.status();
+    if (meta->segment_bytes != cfg.segment_bytes) {
+      return Status::InvalidArgument(cfg.dir + " holds segments of " + std::to_string(meta->segment_bytes) +
+                                     " bytes; this kvserver is configured for " +
+                                     std::to_string(cfg.segment_bytes) + " (--segment-bytes must match the data dir)");
+    }
+    d->data_dir_id_ = meta->data_dir_id;
+    *hash_seed = meta->hash_seed;
+    d->hash_seed_ = meta->hash_seed;
+  } else {
+    // A new data dir: refuse one that holds anything else (a typo must not
+    // scatter segment files over someone's directory).
+    auto names = fs.List(cfg.dir);
+    if (!names.ok()) return names.status();
+    if (!names->empty()) {
+      return Status::InvalidArgument(cfg.dir + " is not empty and has no " + kMetaFileName +
+                                     ": not a kvrdma data dir (use an empty or new directory)");
+    }
+    std::random_device rd;
+    d->data_dir_id_ = (uint64_t{rd()} << 32 | rd()) | 1;
+    d->hash_seed_ = *hash_seed;
+    std::byte buf[kMetaBytes];
+    EncodeMeta({d->data_dir_id_, *hash_seed, cfg.segment_bytes}, std::span<std::byte, kMetaBytes>(buf));
+    // Written under a temporary name, flushed, then renamed: a crash leaves
+    // either no meta file or a whole one.
+    const std::string tmp = meta_path + ".tmp";
+    {
+      auto f = fs.Open(tmp, OpenMode::kCreate);
+      if (!f.ok()) return f.status();
+      KVRDMA_RETURN_IF_ERROR((*f)->WriteAt(0, buf));
+      KVRDMA_RETURN_IF_ERROR((*f)->Sync());
+    }
+    KVRDMA_RETURN_IF_ERROR(fs.Rename(tmp, meta_path));
+    KVRDMA_RETURN_IF_ERROR(fs.SyncDir(cfg.dir));
+  }
+  d->flusher_ = std::thread([p = d.get()] { p->FlusherLoop(); });
+  return d;
+}
+
+DurableLog::~DurableLog() {
+  if (cfg_.fsync != FsyncMode::kNo && flusher_.joinable()) {
+    if (Status st = WaitForFlush(); !st.ok()) {
+      KVRDMA_LOG_ERROR("durable log: last flush failed: %s", st.ToString().c_str());
+    }
+  }
+  {
+    std::lock_guard<std::mutex> l(flush_mu_);
+    stop_ = true;
+  }
+  flush_cv_.notify_all();
+  if (flusher_.joinable()) flusher_.join();
+}
+
+std::string DurableLog::PathOf(uint64_t open_seq) const { return cfg_.dir + "/" + SegmentFileName(open_seq); }
+
+std::shared_ptr<File> DurableLog::FileOf(uint32_t slot, uint64_t* open_seq) const {
+  std::lock_guard<std::mutex> l(slots_mu_);
+  if (open_seq != nullptr) *open_seq = slots_[slot].open_seq;
+  return slots_[slot].file;
+}
+
+Result<std::vector<DurableLog::Segment>> DurableLog::Load(const WriteVisitor& write, const Report& report) {
+  auto names = cfg_.fs->List(cfg_.dir);
+  if (!names.ok()) return names.status();
+  std::vector<uint64_t> seqs;
+  for (const std::string& n : *names) {
+    uint64_t seq;
+    if (ParseSegmentFileName(n, &seq)) {
+      seqs.push_back(seq);
+    } else if (n != kMetaFileName) {
+      report(cfg_.dir + "/" + n + ": not a kvrdma file; ignored", false);
+    }
+  }
+  std::sort(seqs.begin(), seqs.end());
+  if (seqs.size() > cfg_.segment_count) {
+    return Status::InvalidArgument(cfg_.dir + " holds " + std::to_string(seqs.size()) + " segments; the log has " +
+                                   std::to_string(cfg_.segment_count) + " (raise --log-bytes)");
+  }
+  std::vector<Segment> out;
+  const uint64_t seg_bytes = cfg_.segment_bytes;
+  // A file whose creation a crash interrupted (OpenSegment: no header yet)
+  // holds nothing and was never written to: removed. Any other file that
+  // does not decode is damage.
+  std::vector<uint64_t> kept;
+  for (const uint64_t seq : seqs) {
+    const std::string path = PathOf(seq);
+    auto f = cfg_.fs->Open(path, OpenMode::kReadOnly);
+    if (!f.ok()) return f.status();
+    std::vector<std::byte> all(kSegmentHeaderBytes + seg_bytes);
+    size_t got = 0;
+    KVRDMA_RETURN_IF_ERROR((*f)->ReadAt(0, all, &got));
+    const bool no_data = got <= kSegmentHeaderBytes || AllZero(all.data() + kSegmentHeaderBytes, got - kSegmentHeaderBytes);
+    if (no_data && !DecodeSegmentHeader({all.data(), std::min<size_t>(got, kSegmentHeaderUsedBytes)}, path).ok()) {
+      report(path + ": a segment file without data or a whole header (its creation was interrupted); removed", false);
+      f->reset();
+      KVRDMA_RETURN_IF_ERROR(cfg_.fs->Remove(path));
+      continue;
+    }
+    kept.push_back(seq);
+  }
+  seqs.swap(kept);
+  for (uint32_t slot = 0; slot < seqs.size(); ++slot) {
+    const std::string path = PathOf(seqs[slot]);
+    auto f = cfg_.fs->Open(path, OpenMode::kReadWrite);
+    if (!f.ok()) return f.status();
+    std::byte hdr[kSegmentHeaderUsedBytes];
+    size_t got = 0;
+    KVRDMA_RETURN_IF_ERROR((*f)->ReadAt(0, hdr, &got));
+    auto h = DecodeSegmentHeader({hdr, got}, path);
+    if (!h.ok()) return h.status();
+    if (h->data_dir_id != data_dir_id_) {
+      return Status::Corruption(path + ": belongs to another data dir (id " + std::to_string(h->data_dir_id) +
+                                ", this dir's is " + std::to_string(data_dir_id_) + ")");
+    }
+    if (h->open_seq != seqs[slot] || h->segment_bytes != seg_bytes) {
+      return Status::Corruption(path + ": header says open seq " + std::to_string(h->open_seq) + " and " +
+                                std::to_string(h->segment_bytes) + "-byte segments; expected " +
+                                std::to_string(seqs[slot]) + " and " + std::to_string(seg_bytes));
+    }
+    std::byte* mem = cfg_.log_base + uint64_t{slot} * seg_bytes;
+    KVRDMA_RETURN_IF_ERROR((*f)->ReadAt(kSegmentHeaderBytes, {mem, seg_bytes}, &got));
+    if (got < seg_bytes) std::memset(mem + got, 0, seg_bytes - got);  // a short file: the rest was never written
+    // Walk: leader + entry, back to back, until the first all-zero leader.
+    uint64_t pos = 0;
+    const uint64_t base = uint64_t{slot} * seg_bytes;
+    const char* bad = nullptr;
+    uint64_t claimed = 0;  // bytes the write that failed claims (for the tail test)
+    while (pos + kLeaderBytes + kEntryHeaderBytes <= seg_bytes) {
+      const uint64_t leader = Load64(mem + pos);
+      // The end of what was written: zeros to the end of the segment.
+      if (leader == 0 && AllZero(mem + pos, seg_bytes - pos)) break;
+      const uint64_t entry = pos + kLeaderBytes;
+      uint32_t lengths;
+      std::memcpy(&lengths, mem + entry + LengthsAt(base + entry), 4);
+      claimed = kLeaderBytes + LengthsEntryBytes(lengths);
+      if (LengthsKey(lengths) == 0 || (LengthsTombstone(lengths) && LengthsValue(lengths) != 0) ||
+          pos + claimed > seg_bytes) {
+        bad = LeaderValid(leader) ? "an entry header with impossible lengths" : "a leader that does not check";
+        break;
+      }
+      const uint64_t guard = Load64(mem + entry + GuardAt(base + entry));
+      const size_t kv = LengthsKey(lengths) + LengthsValue(lengths);
+      if ((guard & kGuardChecksumMask) != EntryChecksum(lengths, mem + entry + kEntryKeyOffset, kv, hash_seed_)) {
+        bad = LeaderValid(leader) ? "an entry whose checksum does not match its bytes" : "a leader that does not check";
+        break;
+      }
+      if (!LeaderValid(leader)) {
+        // A whole entry behind a leader that does not check (zero included):
+        // a mark (written over the leader of a superseded write, never over
+        // a newest one) that a crash tore, or a damaged leader. The write is
+        // taken as superseded, which a torn mark says it is.
+        report(At(path, kSegmentHeaderBytes + pos) +
+                   ": a leader that does not check before a valid entry (a mark torn by a crash, or damage); "
+                   "the write is taken as superseded",
+               false);
+      } else if (LeaderVersion(leader) != 0) {
+        write(slot, base + entry, LeaderVersion(leader));
+      }
+      pos += claimed;
+    }
+    if (bad != nullptr) {
+      // A torn tail: nothing but zeros after the write that failed (what a
+      // crash leaves in a file allocated whole). Anything else is damage.
+      const uint64_t after = std::min<uint64_t>(seg_bytes, pos + std::max<uint64_t>(claimed, kLeaderBytes));
+      const bool tail = AllZero(mem + after, seg_bytes - after);
+      report(At(path, kSegmentHeaderBytes + pos) + ": " + bad +
+                 (tail ? "; a torn tail (the write a crash interrupted), cut"
+                       : "; data follows it: the file is damaged"),
+             !tail);
+      if (!tail) {
+        return Status::Corruption(At(path, kSegmentHeaderBytes + pos) + ": " + bad +
+                                  ", and data follows it (damage, not a torn tail); run kvserver --verify");
+      }
+      std::memset(mem + pos, 0, seg_bytes - pos);
+    }
+    {
+      std::lock_guard<std::mutex> l(slots_mu_);
+      slots_[slot].file = std::move(f).value();
+      slots_[slot].open_seq = seqs[slot];
+      slots_[slot].persisted.store(cfg_.segment_bytes, std::memory_order_release);  // all of it is in the file
+    }
+    segments_on_disk_.fetch_add(1, std::memory_order_relaxed);
+    out.push_back(Segment{slot, seqs[slot], pos});
+  }
+  return out;
+}
+
+Status DurableLog::OpenSegment(uint32_t slot, uint64_t open_seq) {
+  const std::string path = PathOf(open_seq);
+  auto f = cfg_.fs->Open(path, OpenMode::kCreate);
+  if (!f.ok()) {
+    io_errors_.fetch_add(1, std::memory_order_relaxed);
+    return f.status();
+  }
+  std::byte hdr[kSegmentHeaderUsedBytes];
+  EncodeSegmentHeader({data_dir_id_, open_seq, cfg_.segment_bytes},
+                      std::span<std::byte, kSegmentHeaderUsedBytes>(hdr));
+  Status st = (*f)->Allocate(kSegmentHeaderBytes + cfg_.segment_bytes);
+  if (st.ok()) st = (*f)->WriteAt(0, hdr);
+  // The name must survive a power cut before any write in the file is
+  // acknowledged as durable (kAlways), or flushed (kEverySec).
+  if (st.ok() && cfg_.fsync != FsyncMode::kNo) st = cfg_.fs->SyncDir(cfg_.dir);
+  if (!st.ok()) {
+    io_errors_.fetch_add(1, std::memory_order_relaxed);
+    f->reset();
+    (void)cfg_.fs->Remove(path);  // best effort: an empty file left behind is recovered as empty
+    return st;
+  }
+  {
+    std::lock_guard<std::mutex> l(slots_mu_);
+    slots_[slot].file = std::move(f).value();
+    slots_[slot].open_seq = open_seq;
+    slots_[slot].dirty.store(true, std::memory_order_relaxed);  // the header
+    slots_[slot].persisted.store(0, std::memory_order_release);
+  }
+  segments_on_disk_.fetch_add(1, std::memory_order_relaxed);
+  return Status::OK();
+}
+
+void DurableLog::HeadMoved(uint32_t head, int64_t old_slot, uint64_t old_used, uint32_t new_slot) {
+  Head& h = heads_[head];
+  if (old_slot >= 0 && h.slot == old_slot && old_used > h.persisted) {
+    h.sealed.push_back(Range{static_cast<uint32_t>(old_slot), h.open_seq, h.persisted, old_used});
+  }
+  h.slot = new_slot;
+  h.persisted = 0;
+  std::lock_guard<std::mutex> l(slots_mu_);
+  h.open_seq = slots_[new_slot].open_seq;
+}
+
+Status DurableLog::WriteRange(const Range& r) {
+  uint64_t seq;
+  std::shared_ptr<File> f = FileOf(r.slot, &seq);
+  // The segment was compacted and its file removed before its head wrote
+  // this tail (its live entries were copied, and the copies made durable,
+  // first): nothing to write, and the slot's new file must not get it.
+  if (!f || seq != r.open_seq) return Status::OK();
+  const std::byte* mem = cfg_.log_base + uint64_t{r.slot} * cfg_.segment_bytes;
+  Status st = f->WriteAt(kSegmentHeaderBytes + r.from, {mem + r.from, r.to - r.from});
+  if (!st.ok()) {
+    io_errors_.fetch_add(1, std::memory_order_relaxed);
+    return st;
+  }
+  slots_[r.slot].dirty.store(true, std::memory_order_release);
+  slots_[r.slot].persisted.store(r.to, std::memory_order_release);  // a head writes its ranges in order
+  bytes_written_.fetch_add(r.to - r.from, std::memory_order_relaxed);
+  return Status::OK();
+}
+
+Status DurableLog::Commit(uint32_t head, int64_t open_slot, uint64_t used) {
+  Head& h = heads_[head];
+  // Tails of segments the head left, oldest first; a range that fails stays
+  // queued (the next Commit writes it again), and so does what follows it.
+  size_t done = 0;
+  Status st;
+  for (; done < h.sealed.size() && st.ok(); ++done) st = WriteRange(h.sealed[done]);
+  if (!st.ok()) --done;
+  h.sealed.erase(h.sealed.begin(), h.sealed.begin() + static_cast<ptrdiff_t>(done));
+  if (st.ok() && open_slot >= 0 && open_slot == h.slot && used > h.persisted) {
+    st = WriteRange(Range{static_cast<uint32_t>(open_slot), h.open_seq, h.persisted, used});
+    if (st.ok()) h.persisted = used;
+  }
+  if (!st.ok()) return st;
+  if (cfg_.fsync != FsyncMode::kAlways) return Status::OK();
+  st = WaitForFlush();
+  if (st.ok()) commits_flushed_.fetch_add(1, std::memory_order_relaxed);
+  return st;
+}
+
+DurableLog::Place DurableLog::PlaceOf(uint64_t off, uint64_t end) const {
+  Place p;
+  p.slot = static_cast<uint32_t>(off / cfg_.segment_bytes);
+  p.end = end - uint64_t{p.slot} * cfg_.segment_bytes;
+  std::lock_guard<std::mutex> l(slots_mu_);
+  p.open_seq = slots_[p.slot].open_seq;
+  return p;
+}
+
+bool DurableLog::Written(const Place& p) const {
+  if (p.open_seq == 0) return true;
+  std::lock_guard<std::mutex> l(slots_mu_);
+  const SlotFile& f = slots_[p.slot];
+  return f.open_seq != p.open_seq || f.persisted.load(std::memory_order_acquire) >= p.end;
+}
+
+void DurableLog::QueueMark(uint64_t entry_off, uint64_t entry_bytes, uint64_t newer_off, uint64_t newer_end) {
+  const uint64_t leader_off = entry_off - kLeaderBytes;
+  Mark m;
+  m.target = PlaceOf(leader_off, entry_off + entry_bytes);
+  if (m.target.open_seq == 0) return;  // no file (recovery's superseded copies of a gone segment)
+  m.in_segment = leader_off % cfg_.segment_bytes;
+  if (newer_end != 0) m.newer = PlaceOf(newer_off, newer_end);
+  std::lock_guard<std::mutex> l(flush_mu_);
+  m.seq = next_mark_seq_++;
+  marks_.push_back(m);
+}
+
+Status DurableLog::WaitForFlush() {
+  std::unique_lock<std::mutex> l(flush_mu_);
+  const uint64_t ticket = ++requested_;
+  flush_cv_.notify_one();
+  served_cv_.wait(l, [&] { return served_ >= ticket || stop_; });
+  if (served_ < ticket) return Status::IOError("durable log: stopped before the flush");
+  for (const auto& [from, to] : failed_) {
+    if (ticket > from && ticket <= to) return failure_;
+  }
+  return Status::OK();
+}
+
+Status DurableLog::Barrier(std::chrono::milliseconds patience) {
+  const auto give_up = Clock::now() + patience;
+  uint64_t upto;
+  {
+    std::lock_guard<std::mutex> l(flush_mu_);
+    upto = next_mark_seq_;
+  }
+  auto waiting = [&] {
+    std::lock_guard<std::mutex> l(flush_mu_);
+    for (const Mark& m : marks_) {
+      if (m.seq < upto) return true;
+    }
+    return false;
+  };
+  // Each round flushes what was written, then writes the marks whose writes
+  // are in their files; a final round flushes the last marks written.
+  for (;;) {
+    KVRDMA_RETURN_IF_ERROR(WaitForFlush());
+    if (!waiting()) break;
+    if (Clock::now() >= give_up) return Status::Retry("marks still wait for writes a head has not committed");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return WaitForFlush();
+}
+
+Status DurableLog::RemoveSegment(uint32_t slot) {
+  uint64_t seq;
+  {
+    std::lock_guard<std::mutex> l(slots_mu_);
+    if (!slots_[slot].file) return Status::OK();
+    seq = slots_[slot].open_seq;
+    slots_[slot].file.reset();  // closed once the flusher lets go of it too
+    slots_[slot].open_seq = 0;
+    slots_[slot].dirty.store(false, std::memory_order_relaxed);
+  }
+  Status st = cfg_.fs->Remove(PathOf(seq));
+  if (st.ok()) segments_on_disk_.fetch_sub(1, std::memory_order_relaxed);
+  if (st.ok() && cfg_.fsync != FsyncMode::kNo) st = cfg_.fs->SyncDir(cfg_.dir);
+  if (!st.ok()) io_errors_.fetch_add(1, std::memory_order_relaxed);
+  return st;
+}
+
+void DurableLog::FlusherLoop() {
+  pthread_setname_np(pthread_self(), "kv-flusher");
+  std::unique_lock<std::mutex> l(flush_mu_);
+  for (;;) {
+    // kEverySec: a round at least once a second while anything may be
+    // unflushed; kAlways/kNo: when asked (kNo also writes queued marks each
+    // second).
+    flush_cv_.wait_for(l, std::chrono::seconds(1), [&] { return stop_ || requested_ > served_; });
+    if (stop_) break;
+    const uint64_t target = requested_;
+    l.unlock();
+    const Status st = FlushRound();
+    l.lock();
+    if (!st.ok()) {
+      failed_.emplace_back(served_, target);
+      if (failed_.size() > 64) failed_.erase(failed_.begin());
+      failure_ = st;
+    }
+    served_ = target;
+    served_cv_.notify_all();
+  }
+  served_cv_.notify_all();
+}
+
+Status DurableLog::FlushRound() {
+  // The marks this round may write: their writes are in their files now, so
+  // the flush below makes the newer writes durable before the marks go out.
+  std::vector<Mark> ready;
+  {
+    std::lock_guard<std::mutex> l(flush_mu_);
+    auto keep = std::stable_partition(marks_.begin(), marks_.end(),
+                                      [&](const Mark& m) { return !(Written(m.target) && Written(m.newer)); });
+    ready.assign(keep, marks_.end());
+    marks_.erase(keep, marks_.end());
+  }
+  Status result;
+  if (cfg_.fsync != FsyncMode::kNo) {
+    const uint64_t t0 = NowNs();
+    bool any = false;
+    for (uint32_t s = 0; s < cfg_.segment_count; ++s) {
+      if (!slots_[s].dirty.exchange(false, std::memory_order_acq_rel)) continue;
+      std::shared_ptr<File> f = FileOf(s);
+      if (!f) continue;  // removed meanwhile
+      any = true;
+      if (Status st = f->Sync(); !st.ok()) {
+        slots_[s].dirty.store(true, std::memory_order_relaxed);  // flushed again next round
+        io_errors_.fetch_add(1, std::memory_order_relaxed);
+        if (result.ok()) result = st;
+      }
+    }
+    if (any) CountFlush(NowNs() - t0);
+  }
+  std::vector<Mark> again;  // not written: for the next round
+  if (!result.ok()) {
+    again = std::move(ready);  // the writes they follow may not be durable
+  } else {
+    static const uint64_t kDead = PackLeader(0);
+    for (const Mark& m : ready) {
+      uint64_t seq;
+      std::shared_ptr<File> f = FileOf(m.target.slot, &seq);
+      if (!f || seq != m.target.open_seq) continue;  // the segment's file is gone: so is the entry
+      std::byte b[kLeaderBytes];
+      std::memcpy(b, &kDead, kLeaderBytes);
+      if (Status st = f->WriteAt(kSegmentHeaderBytes + m.in_segment, b); !st.ok()) {
+        io_errors_.fetch_add(1, std::memory_order_relaxed);
+        if (result.ok()) result = st;
+        again.push_back(m);
+        continue;
+      }
+      slots_[m.target.slot].dirty.store(true, std::memory_order_release);
+      marks_written_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  if (!again.empty()) {
+    std::lock_guard<std::mutex> l(flush_mu_);
+    marks_.insert(marks_.begin(), again.begin(), again.end());
+  }
+  return result;
+}
+
+void DurableLog::CountFlush(uint64_t ns) {
+  flushes_.fetch_add(1, std::memory_order_relaxed);
+  flush_ns_total_.fetch_add(ns, std::memory_order_relaxed);
+  uint64_t max = flush_ns_max_.load(std::memory_order_relaxed);
+  while (ns > max && !flush_ns_max_.compare_exchange_weak(max, ns, std::memory_order_relaxed)) {
+  }
+  for (size_t i = 0; i < DurableStats::kFlushBuckets; ++i) {
+    if (ns <= DurableStats::kFlushBucketsNs[i]) {
+      flush_buckets_[i].fetch_add(1, std::memory_order_relaxed);
+      break;
+    }
+  }
+}
+
+DurableStats DurableLog::Stats() const {
+  DurableStats s;
+  s.flushes = flushes_.load(std::memory_order_relaxed);
+  s.flush_ns_total = flush_ns_total_.load(std::memory_order_relaxed);
+  s.flush_ns_max = flush_ns_max_.load(std::memory_order_relaxed);
+  s.commits_flushed = commits_flushed_.load(std::memory_order_relaxed);
+  s.bytes_written = bytes_written_.load(std::memory_order_relaxed);
+  s.marks_written = marks_written_.load(std::memory_order_relaxed);
+  s.segments_on_disk = segments_on_disk_.load(std::memory_order_relaxed);
+  s.io_errors = io_errors_.load(std::memory_order_relaxed);
+  for (size_t i = 0; i < DurableStats::kFlushBuckets; ++i) {
+    s.flush_buckets[i] = flush_buckets_[i].load(std::memory_order_relaxed);
+  }
+  return s;
+}
+
+}  // namespace kvrdma

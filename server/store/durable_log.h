@@ -1,0 +1,215 @@
+// DurableLog: the value log's segments kept in files, so that acknowledged
+// writes survive kill -9 and (with --fsync always) a power cut
+// (docs/DESIGN.md, "Durability"). The in-memory segments are the format on
+// disk (segment_file.h): a write is not logged twice, its bytes are written
+// from the log itself.
+//
+// Who calls what:
+// - ValueLog, when a head opens a segment: OpenSegment (creates the file,
+//   whole, so that writes into it cannot fail for want of space), then
+//   HeadMoved (the tail of the segment it leaves is written by its next
+//   Commit).
+// - Store::Commit(head) -> Commit: the head's writes since the last Commit
+//   go to their files (pwrite); with kAlways it returns once a flush (group
+//   commit: one fdatasync per file for every head waiting) made them
+//   durable.
+// - Store::Write, when a write supersedes an older entry: QueueMark. The
+//   mark (a zero-version leader written over the old entry's, in its file)
+//   is written only once (1) the old entry's own bytes are in its file, so
+//   that no later write of that range brings its old leader back, and (2)
+//   the newer write is in its file and a flush has made it durable since, so
+//   that a mark on disk always has its newer write on disk beside it. Marks
+//   are what lets the cleaner drop tombstones (DESIGN "Durability"). The
+//   leader in memory is never changed: what a head writes to its file is the
+//   leader its write was born with.
+// - The cleaner, before a compacted segment's file goes: Barrier (its copies
+//   and every queued mark durable), then RemoveSegment.
+//
+// Threads: a flusher thread runs the flushes (fdatasync of every file
+// written since the last one, then the marks queued before the flush
+// began): on demand (kAlways, Barrier), and at least once a second while
+// something is unflushed (kEverySec; kNo writes marks but never flushes).
+// Each head is used by one thread at a time (as in ValueLog).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "server/store/file_system.h"
+#include "server/store/store_config.h"
+
+namespace kvrdma {
+
+const char* FsyncModeName(FsyncMode m) noexcept;
+
+struct DurableLogConfig {
+  FileSystem* fs = nullptr;
+  std::string dir;
+  FsyncMode fsync = FsyncMode::kEverySec;
+  uint64_t segment_bytes = 0;
+  uint32_t segment_count = 0;
+  uint32_t heads = 0;
+  std::byte* log_base = nullptr;  // the value log (segment i at i * segment_bytes)
+};
+
+// Counters for metrics (all monotonic except segments_on_disk).
+struct DurableStats {
+  uint64_t flushes = 0;           // flush rounds that synced at least one file
+  uint64_t flush_ns_total = 0;    // their wall time
+  uint64_t flush_ns_max = 0;
+  uint64_t commits_flushed = 0;   // Commit calls a flush made durable (kAlways)
+  uint64_t bytes_written = 0;     // segment bytes written to files
+  uint64_t marks_written = 0;     // dead marks written
+  uint64_t segments_on_disk = 0;  // segment files that exist
+  uint64_t io_errors = 0;         // failed writes, flushes, creations
+  // Flush latency histogram: counts of flushes at or below each bound (ns).
+  static constexpr uint64_t kFlushBucketsNs[] = {100'000, 300'000, 1'000'000, 3'000'000, 10'000'000,
+                                                 30'000'000, 100'000'000, 1'000'000'000};
+  static constexpr size_t kFlushBuckets = sizeof(kFlushBucketsNs) / sizeof(kFlushBucketsNs[0]);
+  uint64_t flush_buckets[kFlushBuckets] = {};  // not cumulative; above the last bound: flushes - sum
+};
+
+class DurableLog {
+ public:
+  // Opens the data dir (creating it and its meta file if it has none). A new
+  // dir takes *hash_seed; an existing one sets *hash_seed to its own and
+  // refuses another segment size (InvalidArgument, naming both).
+  static Result<std::unique_ptr<DurableLog>> Open(const DurableLogConfig& cfg, uint64_t* hash_seed);
+  ~DurableLog();  // a last flush (kAlways/kEverySec), then the flusher stops
+  DurableLog(const DurableLog&) = delete;
+  DurableLog& operator=(const DurableLog&) = delete;
+
+  // Recovery: reads every segment file (in open order) into log slots 0, 1,
+  // ... and calls `write(slot, entry_off, version)` for every write whose
+  // leader and entry validate (entry_off: a log offset; versions > 0 only:
+  // a zero version is a write refused or known to be superseded). After a
+  // file's last valid write: a torn tail if nothing but zeros follows the
+  // write that fails to validate (the write a crash interrupted: cut, and
+  // reported through `report` as a warning); otherwise damage: reported,
+  // and Corruption naming the file, the offset and what was expected.
+  struct Segment {
+    uint32_t slot = 0;
+    uint64_t open_seq = 0;
+    uint64_t used = 0;  // bytes of valid writes (the torn tail cut)
+  };
+  using WriteVisitor = std::function<void(uint32_t slot, uint64_t entry_off, uint64_t version)>;
+  using Report = std::function<void(const std::string& message, bool damage)>;
+  Result<std::vector<Segment>> Load(const WriteVisitor& write, const Report& report);
+
+  // ValueLog hooks (the head's owner thread). OpenSegment creates segment
+  // `slot`'s file for open seq `open_seq` (allocated whole; its name made
+  // durable unless kNo); on failure nothing is left behind. Then HeadMoved:
+  // the head left `old_slot` (-1: none) after `old_used` bytes, whose tail
+  // its next Commit writes, and appends to `new_slot`.
+  Status OpenSegment(uint32_t slot, uint64_t open_seq);
+  void HeadMoved(uint32_t head, int64_t old_slot, uint64_t old_used, uint32_t new_slot);
+
+  // Writes head's bytes since its last Commit (its sealed segments' tails,
+  // then its open segment up to `used`) to their files; kAlways: then waits
+  // for a flush. OK: the head's writes so far survive kill -9 (and, with
+  // kAlways, a power cut).
+  Status Commit(uint32_t head, int64_t open_slot, uint64_t used);
+  // The entry at log offset entry_off (entry_bytes long) no longer holds its
+  // key's newest write: the write at [newer_off, newer_end) (log offsets;
+  // newer_end 0: none to wait for) supersedes it. Thread-safe.
+  void QueueMark(uint64_t entry_off, uint64_t entry_bytes, uint64_t newer_off, uint64_t newer_end);
+  // Everything written so far, and every mark queued so far, is durable
+  // (kNo: written): flush rounds until no mark queued before the call waits
+  // (a mark waits for its writes to reach their files, which each head's
+  // next Commit does), then one more flush. Retry if marks still wait after
+  // `patience` (a head that has not committed its writes).
+  Status Barrier(std::chrono::milliseconds patience);
+  // The segment's file is removed (after a Barrier), and the removal made
+  // durable.
+  Status RemoveSegment(uint32_t slot);
+
+  DurableStats Stats() const;
+  FsyncMode fsync() const noexcept { return cfg_.fsync; }
+  const std::string& dir() const noexcept { return cfg_.dir; }
+  uint64_t data_dir_id() const noexcept { return data_dir_id_; }
+
+ private:
+  struct Range {
+    uint32_t slot;
+    uint64_t open_seq;  // the segment's (its slot may have been compacted and reused since)
+    uint64_t from, to;
+  };
+  // Where a write is: its segment's slot and open seq, and its end in the
+  // segment (its bytes are in the file once the slot's `persisted` reaches
+  // it, unless the slot holds another open seq by then: its file is gone).
+  struct Place {
+    uint32_t slot = 0;
+    uint64_t open_seq = 0;  // 0: nothing to wait for
+    uint64_t end = 0;
+  };
+  struct Mark {
+    uint64_t seq;          // queue order (Barrier waits for the ones before it)
+    Place target;          // the superseded entry
+    uint64_t in_segment;   // its leader's offset in its segment
+    Place newer;           // the write that superseded it
+  };
+  struct alignas(64) Head {
+    int64_t slot = -1;           // the open segment's slot
+    uint64_t open_seq = 0;       // and its open seq
+    uint64_t persisted = 0;      // its bytes written to its file
+    std::vector<Range> sealed;   // tails of segments it left, not yet written
+  };
+  struct SlotFile {
+    std::shared_ptr<File> file;
+    uint64_t open_seq = 0;
+    std::atomic<bool> dirty{false};        // written since its last flush
+    std::atomic<uint64_t> persisted{0};    // bytes from 0 written to the file (ranges are written in order)
+  };
+
+  explicit DurableLog(const DurableLogConfig& cfg);
+  std::string PathOf(uint64_t open_seq) const;
+  std::shared_ptr<File> FileOf(uint32_t slot, uint64_t* open_seq = nullptr) const;
+  Status WriteRange(const Range& r);
+  // Asks for a flush round and waits for it: OK if it succeeded.
+  Status WaitForFlush();
+  void FlusherLoop();
+  Place PlaceOf(uint64_t off, uint64_t end) const;
+  // Whether the write at `p` is in its file (or its file is gone).
+  bool Written(const Place& p) const;
+  // One round: takes the marks whose writes are in their files, flushes the
+  // dirty files (unless kNo), then writes those marks; the rest wait.
+  Status FlushRound();
+  void CountFlush(uint64_t ns);
+
+  const DurableLogConfig cfg_;
+  uint64_t data_dir_id_ = 0;
+  uint64_t hash_seed_ = 0;  // the dir's: entry checksums are seeded with it
+  std::unique_ptr<Head[]> heads_;
+  std::unique_ptr<SlotFile[]> slots_;
+  mutable std::mutex slots_mu_;  // the file pointers and open seqs of slots_
+
+  // Flusher state, guarded by flush_mu_.
+  std::mutex flush_mu_;
+  std::condition_variable flush_cv_;   // the flusher waits here
+  std::condition_variable served_cv_;  // Commit/Barrier wait here
+  uint64_t requested_ = 0;             // tickets handed out
+  uint64_t served_ = 0;                // tickets whose round has ended
+  std::vector<std::pair<uint64_t, uint64_t>> failed_;  // ticket ranges (from, to] of failed rounds, recent
+  Status failure_;                     // the last failed round's error
+  std::vector<Mark> marks_;            // queued, not yet written (guarded by flush_mu_)
+  uint64_t next_mark_seq_ = 1;         // guarded by flush_mu_
+  bool stop_ = false;
+  std::thread flusher_;
+
+  // Counters (relaxed atomics: read by Stats from any thread).
+  std::atomic<uint64_t> flushes_{0}, flush_ns_total_{0}, flush_ns_max_{0}, commits_flushed_{0}, bytes_written_{0},
+      marks_written_{0}, segments_on_disk_{0}, io_errors_{0};
+  std::atomic<uint64_t> flush_buckets_[DurableStats::kFlushBuckets] = {};
+};
+
+}  // namespace kvrdma

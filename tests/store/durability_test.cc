@@ -1,0 +1,386 @@
+// The durable store (docs/DESIGN.md, "Durability"): what a restart recovers.
+//
+// DurableStore.*: reopen a data dir on the real file system.
+// CrashExploration.*: a search for counterexamples. Each seed runs a random
+// workload (PUTs, DELETEs, overwrites, conditional writes, both workers' heads,
+// the cleaner compacting and segments reused) on a FaultFileSystem that
+// crashes at a random I/O step, sometimes tearing that write; then a restart
+// after a kill -9 or a power cut, and every key is checked against the
+// history: a key's recovered state is the one a write with a version at
+// least that of its last acknowledged write left (the value and version of
+// that very write, or absent after a DELETE), never anything no write wrote;
+// and a write after the restart gets a higher version than every write
+// before it. Acknowledged = a Commit of its worker returned OK after it
+// (with --fsync always for a power cut; any mode for kill -9).
+// KVRDMA_DURABLE_SEEDS sets the number of seeds (default 2000),
+// KVRDMA_DURABLE_SEED=N runs seed N alone, KVRDMA_DURABLE_DEBUG=1 prints the
+// history of a key that fails and every write found in the files.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "server/store/segment_file.h"
+#include "tests/store/fault_file_system.h"
+#include "tests/store/store_test_util.h"
+
+namespace kvrdma::test {
+namespace {
+
+StoreConfig DurableConfig(const std::string& dir, FileSystem* fs, FsyncMode mode) {
+  StoreConfig c = SmallConfig();
+  c.log_bytes = 24 * 4096;
+  c.segment_bytes = 4096;
+  c.index_homes = 1024;
+  c.max_value_bytes = 600;
+  c.data_dir = dir;
+  c.file_system = fs;
+  c.fsync = mode;
+  // One thread plays both workers and commits at random: a compaction that
+  // finds a write it depends on uncommitted gives up at once (and is retried).
+  c.mark_wait = std::chrono::milliseconds(0);
+  return c;
+}
+
+TEST(DurableStore, ReopenKeepsEveryCommittedWriteWithItsVersion) {
+  char tmpl[] = "/tmp/kvrdma-durable-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = std::string(tmpl) + "/data";
+  std::map<std::string, std::pair<std::string, uint64_t>> want;
+  uint64_t last_version = 0;
+  {
+    auto s = OpenOrDie(DurableConfig(dir, nullptr, FsyncMode::kAlways));
+    ASSERT_TRUE(s);
+    for (int round = 0; round < 5; ++round) {
+      for (int i = 0; i < 40; ++i) {
+        auto v = s->Put(static_cast<uint32_t>(i % 2), Key(i), Value(i, round, 20 + (i * 7 + round) % 300));
+        ASSERT_TRUE(v.ok()) << v.status().ToString();
+        want[Key(i)] = {Value(i, round, 20 + (i * 7 + round) % 300), *v};
+        last_version = *v;
+      }
+      for (int i = 0; i < 40; i += 7) {
+        auto v = s->Delete(0, Key(i));
+        ASSERT_TRUE(v.ok()) << v.status().ToString();
+        want.erase(Key(i));
+        last_version = *v;
+      }
+      ASSERT_TRUE(s->Commit(0).ok());
+      ASSERT_TRUE(s->Commit(1).ok());
+      s->RunCleanerOnce();
+    }
+  }
+  for (int reopen = 0; reopen < 2; ++reopen) {
+    auto s = OpenOrDie(DurableConfig(dir, nullptr, FsyncMode::kAlways));
+    ASSERT_TRUE(s);
+    const StoreStats st = s->Stats();
+    EXPECT_EQ(st.items, want.size());
+    EXPECT_EQ(st.recovered_keys, want.size());
+    for (int i = 0; i < 40; ++i) {
+      std::string v;
+      uint64_t version = 0;
+      Status g = s->Get(Key(i), &v, &version);
+      auto it = want.find(Key(i));
+      if (it == want.end()) {
+        EXPECT_TRUE(g.IsNotFound()) << Key(i) << ": " << g.ToString();
+        continue;
+      }
+      ASSERT_TRUE(g.ok()) << Key(i) << ": " << g.ToString();
+      EXPECT_EQ(v, it->second.first) << Key(i);
+      EXPECT_EQ(version, it->second.second) << Key(i);
+      // What one-sided readers see, too.
+      std::string native;
+      ASSERT_TRUE(ReadNative(*s, Key(i), &native).ok()) << Key(i);
+      EXPECT_EQ(native, it->second.first) << Key(i);
+    }
+    // Versions resume above every version on disk.
+    auto v = s->Put(0, "after-" + std::to_string(reopen), "x");
+    ASSERT_TRUE(v.ok());
+    EXPECT_GT(*v, last_version);
+    last_version = *v;
+    want["after-" + std::to_string(reopen)] = {"x", *v};
+    ASSERT_TRUE(s->Commit(0).ok());
+  }
+  std::system(("rm -rf " + std::string(tmpl)).c_str());
+}
+
+TEST(DurableStore, AnotherDirsSegmentOrADamagedFileIsRefusedWithItsName) {
+  FaultFileSystem fs;
+  {
+    auto s = OpenOrDie(DurableConfig("a", &fs, FsyncMode::kAlways));
+    ASSERT_TRUE(s);
+    ASSERT_TRUE(s->Put(0, "k", "v").ok());
+    ASSERT_TRUE(s->Put(0, "l", "w").ok());  // data after k's write: damage to k is not a torn tail
+    ASSERT_TRUE(s->Commit(0).ok());
+  }
+  {
+    auto s = OpenOrDie(DurableConfig("b", &fs, FsyncMode::kAlways));
+    ASSERT_TRUE(s);
+    ASSERT_TRUE(s->Put(0, "k", "w").ok());
+    ASSERT_TRUE(s->Commit(0).ok());
+  }
+  // b's segment file copied into a.
+  auto names = fs.List("b");
+  ASSERT_TRUE(names.ok());
+  std::string seg;
+  for (const auto& n : *names) {
+    if (n != kMetaFileName) seg = n;
+  }
+  ASSERT_FALSE(seg.empty());
+  {
+    auto from = fs.Open("b/" + seg, OpenMode::kReadOnly);
+    ASSERT_TRUE(from.ok());
+    std::vector<std::byte> bytes(kSegmentHeaderBytes + 4096);
+    size_t got = 0;
+    ASSERT_TRUE((*from)->ReadAt(0, bytes, &got).ok());
+    auto to = fs.Open("a/segment-00000000000000ff.kvseg", OpenMode::kCreate);
+    ASSERT_TRUE(to.ok());
+    ASSERT_TRUE((*to)->WriteAt(0, {bytes.data(), got}).ok());
+  }
+  auto s = Store::Open(DurableConfig("a", &fs, FsyncMode::kAlways));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().ToString().find("a/segment-00000000000000ff.kvseg"), std::string::npos) << s.status().ToString();
+  EXPECT_NE(s.status().ToString().find("another data dir"), std::string::npos) << s.status().ToString();
+  ASSERT_TRUE(fs.Remove("a/segment-00000000000000ff.kvseg").ok());
+  // A flipped bit in a's committed entry: damage (data follows), refused.
+  names = fs.List("a");
+  ASSERT_TRUE(names.ok());
+  for (const auto& n : *names) {
+    if (n == kMetaFileName) continue;
+    auto f = fs.Open("a/" + n, OpenMode::kReadWrite);
+    ASSERT_TRUE(f.ok());
+    std::byte b[1];
+    size_t got = 0;
+    ASSERT_TRUE((*f)->ReadAt(kSegmentHeaderBytes + 8 + 12, b, &got).ok());  // the key of the first write
+    b[0] ^= std::byte{0x10};
+    ASSERT_TRUE((*f)->WriteAt(kSegmentHeaderBytes + 8 + 12, b).ok());
+  }
+  s = Store::Open(DurableConfig("a", &fs, FsyncMode::kAlways));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), Status::Code::kCorruption) << s.status().ToString();
+  EXPECT_NE(s.status().ToString().find("checksum"), std::string::npos) << s.status().ToString();
+}
+
+// ---- crash exploration
+
+struct Write {
+  std::string key;
+  std::string value;  // "" with tombstone
+  bool tombstone = false;
+  uint64_t version = 0;
+  bool acked = false;
+};
+
+struct Outcome {
+  uint64_t seeds = 0, crashes = 0, torn = 0, power_cuts = 0, acked = 0, checked_keys = 0, violations = 0,
+           segments_cleaned = 0, marks = 0;
+  std::string first_violation;
+};
+
+int EnvInt(const char* name, int dflt) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::atoi(v) : dflt;
+}
+
+// Debugging: every write in every segment file (leader version, key).
+void DumpDisk(FaultFileSystem& fs, const std::string& dir) {
+  auto names = fs.List(dir);
+  if (!names.ok()) return;
+  for (const auto& n : *names) {
+    if (n == kMetaFileName) continue;
+    auto f = fs.Open(dir + "/" + n, OpenMode::kReadOnly);
+    if (!f.ok()) continue;
+    std::vector<std::byte> b(kSegmentHeaderBytes + 4096);
+    size_t got = 0;
+    (void)(*f)->ReadAt(0, b, &got);
+    std::printf(" %s:", n.c_str());
+    for (uint64_t pos = kSegmentHeaderBytes; pos + 20 <= got;) {
+      uint64_t leader;
+      std::memcpy(&leader, b.data() + pos, 8);
+      if (leader == 0) break;
+      const uint64_t entry = pos + 8 - kSegmentHeaderBytes;
+      uint32_t lengths;
+      std::memcpy(&lengths, b.data() + pos + 8 + LengthsAt(entry), 4);
+      std::string key(reinterpret_cast<const char*>(b.data() + pos + 8 + 12), LengthsKey(lengths));
+      std::printf(" [%llu %s v%llu%s]", static_cast<unsigned long long>(entry), key.c_str(),
+                  static_cast<unsigned long long>(LeaderVersion(leader)), LengthsTombstone(lengths) ? " del" : "");
+      pos += 8 + LengthsEntryBytes(lengths);
+    }
+    std::printf("\n");
+  }
+}
+
+// One seed: a workload, a crash, a restart, the checks. Returns the
+// violations found (described in *why).
+int RunOneCrash(uint64_t seed, Outcome* out, std::string* why) {
+  std::mt19937_64 rng(seed);
+  auto pick = [&](uint64_t n) { return static_cast<uint64_t>(rng() % n); };
+  const FsyncMode mode = seed % 3 == 0 ? FsyncMode::kEverySec : seed % 3 == 1 ? FsyncMode::kAlways : FsyncMode::kNo;
+  const bool power_cut = mode == FsyncMode::kAlways && pick(2) == 0;
+  constexpr int kKeys = 10;
+  constexpr int kOps = 260;
+  FaultFileSystem fs;
+  // How many steps the workload takes without a crash is not known in
+  // advance (the flusher's rounds): crash somewhere in a generous range.
+  const uint64_t crash_step = 8 + pick(600);
+  const bool tear = pick(2) == 0;
+  std::vector<Write> writes;  // in version order
+  {
+    auto opened = Store::Open(DurableConfig("d", &fs, mode));
+    if (!opened.ok()) {
+      *why = "open: " + opened.status().ToString();
+      return 1;
+    }
+    std::unique_ptr<Store> s = std::move(opened).value();
+    fs.CrashAtStep(crash_step, tear, seed);
+    std::vector<size_t> pending[2];  // writes of each worker since its last Commit
+    for (int op = 0; op < kOps; ++op) {
+      const uint32_t w = static_cast<uint32_t>(pick(2));
+      const std::string key = "k" + std::to_string(pick(kKeys));
+      const uint64_t r = pick(100);
+      Result<uint64_t> v = Status::OK();
+      Write wr;
+      wr.key = key;
+      if (r < 20) {
+        v = s->Delete(w, key);
+        wr.tombstone = true;
+      } else {
+        wr.value = key + "=" + std::to_string(seed) + "." + std::to_string(op) + "#";
+        wr.value.resize(1 + pick(r < 90 ? 60 : 500), static_cast<char>('a' + op % 26));
+        v = s->Put(w, key, wr.value);
+      }
+      if (v.ok()) {
+        wr.version = *v;
+        pending[w].push_back(writes.size());
+        writes.push_back(wr);
+      }
+      if (pick(4) == 0) {
+        if (s->Commit(w).ok()) {
+          for (size_t i : pending[w]) writes[i].acked = true;
+        }
+        pending[w].clear();
+      }
+      if (pick(12) == 0) s->RunCleanerOnce();
+    }
+    out->crashes += fs.crashed();
+    const StoreStats st = s->Stats();
+    out->segments_cleaned += st.segments_cleaned;
+    out->marks += st.disk.marks_written;
+  }
+  fs.Restart(power_cut ? FaultFileSystem::CrashKind::kPowerCut : FaultFileSystem::CrashKind::kProcess, seed);
+  if (std::getenv("KVRDMA_DURABLE_DEBUG") != nullptr) DumpDisk(fs, "d");
+  out->torn += tear;
+  out->power_cuts += power_cut;
+  auto reopened = Store::Open(DurableConfig("d", &fs, mode));
+  if (!reopened.ok()) {
+    *why = "reopen: " + reopened.status().ToString();
+    return 1;
+  }
+  std::unique_ptr<Store> s = std::move(reopened).value();
+  // What each key may be: the writes with a version at least that of its
+  // last acknowledged write.
+  std::map<std::string, uint64_t> last_acked;
+  std::map<uint64_t, const Write*> by_version;
+  uint64_t max_version = 0;
+  for (const Write& wr : writes) {
+    by_version[wr.version] = &wr;
+    max_version = std::max(max_version, wr.version);
+    if (wr.acked) {
+      out->acked++;
+      last_acked[wr.key] = std::max(last_acked[wr.key], wr.version);
+    }
+  }
+  int violations = 0;
+  uint64_t recovered_max = 0;
+  for (int k = 0; k < kKeys; ++k) {
+    const std::string key = "k" + std::to_string(k);
+    const uint64_t floor = last_acked.count(key) ? last_acked[key] : 0;
+    std::string v;
+    uint64_t version = 0;
+    Status g = s->Get(key, &v, &version);
+    out->checked_keys++;
+    if (g.ok()) recovered_max = std::max(recovered_max, version);
+    std::string bad;
+    if (g.ok()) {
+      auto it = by_version.find(version);
+      if (it == by_version.end() || it->second->key != key || it->second->tombstone || it->second->value != v) {
+        bad = "a value no write of this key wrote (version " + std::to_string(version) + ")";
+      } else if (version < floor) {
+        bad = "version " + std::to_string(version) + " older than its last acknowledged write's " +
+              std::to_string(floor);
+      }
+    } else if (g.IsNotFound()) {
+      // Absent: never acknowledged, or a DELETE at or after the floor.
+      bool ok = floor == 0 || (by_version.count(floor) && by_version[floor]->tombstone);
+      for (const Write& wr : writes) ok |= wr.key == key && wr.tombstone && wr.version >= floor;
+      if (!ok) bad = "absent, but its last acknowledged write (version " + std::to_string(floor) + ") is a PUT";
+    } else {
+      bad = g.ToString();
+    }
+    if (!bad.empty() && std::getenv("KVRDMA_DURABLE_DEBUG") != nullptr) {
+      for (const Write& wr : writes) {
+        if (wr.key == key) std::printf("  %s v%llu %s%s\n", key.c_str(), static_cast<unsigned long long>(wr.version),
+                                       wr.tombstone ? "DELETE" : "PUT", wr.acked ? " acked" : "");
+      }
+    }
+    if (!bad.empty()) {
+      ++violations;
+      if (why->empty()) {
+        *why = "seed " + std::to_string(seed) + " (" + FsyncModeName(mode) + (power_cut ? ", power cut" : ", kill -9") +
+               ", crash at step " + std::to_string(crash_step) + (tear ? " torn" : "") + "): " + key + ": " + bad;
+      }
+    }
+  }
+  // Versions resume above every acknowledged write's and every version
+  // recovered (a write that was lost may see its version again).
+  uint64_t floor_version = 0;
+  for (const auto& [key, ver] : last_acked) floor_version = std::max(floor_version, ver);
+  floor_version = std::max(floor_version, recovered_max);
+  auto v = s->Put(0, "after", "x");
+  if (!v.ok() || *v <= floor_version) {
+    ++violations;
+    if (why->empty()) *why = "seed " + std::to_string(seed) + ": the first write after the restart got version " +
+                             (v.ok() ? std::to_string(*v) : v.status().ToString()) + ", not above " +
+                             std::to_string(floor_version);
+  }
+  (void)max_version;
+  return violations;
+}
+
+TEST(CrashExploration, EveryAcknowledgedWriteSurvivesAnyCrashPoint) {
+  const int seeds = EnvInt("KVRDMA_DURABLE_SEEDS", 2000);
+  const int only = EnvInt("KVRDMA_DURABLE_SEED", 0);  // one seed (to debug it)
+  Outcome out;
+  int first_bad_seed = -1;
+  for (int seed = only > 0 ? only : 1; seed <= (only > 0 ? only : seeds); ++seed) {
+    std::string why;
+    const int v = RunOneCrash(static_cast<uint64_t>(seed), &out, &why);
+    out.seeds++;
+    if (v > 0) {
+      out.violations += static_cast<uint64_t>(v);
+      if (first_bad_seed < 0) {
+        first_bad_seed = seed;
+        out.first_violation = why;
+      }
+    }
+  }
+  std::printf("crash exploration: %llu seeds (%llu crashed mid-run, %llu torn writes, %llu power cuts; "
+              "%llu segments compacted and their files removed, %llu marks written), "
+              "%llu acknowledged writes, %llu keys checked, %llu violations%s%s\n",
+              static_cast<unsigned long long>(out.seeds), static_cast<unsigned long long>(out.crashes),
+              static_cast<unsigned long long>(out.torn), static_cast<unsigned long long>(out.power_cuts),
+              static_cast<unsigned long long>(out.segments_cleaned), static_cast<unsigned long long>(out.marks),
+              static_cast<unsigned long long>(out.acked), static_cast<unsigned long long>(out.checked_keys),
+              static_cast<unsigned long long>(out.violations),
+              first_bad_seed >= 0 ? "; first at seed " : "",
+              first_bad_seed >= 0 ? std::to_string(first_bad_seed).c_str() : "");
+  EXPECT_EQ(out.violations, 0u) << out.first_violation;
+  EXPECT_GT(out.crashes, out.seeds / 4) << "most crash points fell after the workload: the search is weak";
+  EXPECT_GT(out.segments_cleaned, out.seeds / 2) << "few compactions removed a file: the search is weak";
+}
+
+}  // namespace
+}  // namespace kvrdma::test
