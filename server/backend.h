@@ -41,6 +41,11 @@ class Backend {
                      const CommitCheck& check, bool wait_for_space, uint64_t* version) = 0;
   virtual Status Delete(uint32_t worker, std::span<const uint8_t> key, const CommitCheck& check,
                         bool wait_for_space, uint64_t* version) = 0;
+  // Durable store: makes worker `worker`'s writes so far durable
+  // (Store::Commit); a worker calls it before it answers them. Memory only:
+  // durable() is false and nothing needs calling.
+  virtual bool durable() const { return false; }
+  virtual Status Commit(uint32_t /*worker*/) { return Status::OK(); }
   virtual StoreRegions regions() const = 0;
   // Appends (name, value) pairs: items, index/log bytes used, cleaner runs, evictions...
   virtual void AppendStats(std::vector<std::pair<std::string_view, uint64_t>>* out) const = 0;

@@ -19,6 +19,7 @@
 #include "server/metrics/server_metrics.h"
 #include "server/server.h"
 #include "server/store_backend.h"
+#include "server/data_dir.h"
 
 namespace {
 
@@ -132,6 +133,28 @@ int main(int argc, char** argv) {
                                        ->check(CLI::Range(256, 1 << 24))->group("");
   CLI::Option* old_lock_words = app.add_option("--lock-slots", cfg.lock_words)
                                     ->check(CLI::Range(0, 1 << 26))->group("");
+  std::string data_dir, fsync = "everysec";
+  bool verify = false;
+  app.add_option("--data-dir", data_dir,
+                 "Keep the store in this directory and recover it at start: every log segment is\n"
+                 "written to a file as it fills, and a restart serves every acknowledged write again\n"
+                 "(store mode only; cache mode and no --data-dir keep memory only: a restart loses\n"
+                 "everything). An empty or new directory is made a data dir; --segment-mb must match\n"
+                 "the one it was made with")
+      ->type_name("DIR");
+  app.add_option("--fsync", fsync,
+                 "With --data-dir, when a PUT/DELETE is answered:\n"
+                 "always: once on stable storage (writes of all workers share one flush: group\n"
+                 "  commit); survives kill -9 and a power cut\n"
+                 "everysec: once in the kernel, flushed at least once a second; survives kill -9, a\n"
+                 "  power cut may lose about the last second\n"
+                 "no: once in the kernel, flushed when the kernel decides; survives kill -9 only")
+      ->capture_default_str()->check(CLI::IsMember({"always", "everysec", "no"}));
+  app.add_flag("--verify", verify,
+               "Check the --data-dir offline (meta file, every segment file's header and every entry's\n"
+               "checksum), print what is wrong (file, offset, what was expected) and exit: 0 if it can\n"
+               "be served, 1 if it is damaged. Does not change the directory; needs no RDMA device")
+      ->needs("--data-dir");
   app.add_option("--log-level", level, "debug, info, warn or error")
       ->capture_default_str()->check(CLI::IsMember({"debug", "info", "warn", "error"}));
   try {
@@ -198,6 +221,11 @@ int main(int argc, char** argv) {
                                                                  {"error", kvrdma::LogLevel::kError}};
   kvrdma::SetLogLevel(kLevels.at(level));
   cfg.mode = mode == "cache" ? kvrdma::CapacityMode::kCache : kvrdma::CapacityMode::kStore;
+  if (verify) return kvrdma::server::VerifyDataDir(data_dir);
+  if (!data_dir.empty() && cfg.mode != kvrdma::CapacityMode::kStore) {
+    std::fprintf(stderr, "kvserver: --data-dir needs --mode store (a cache keeps memory only)\n");
+    return 2;
+  }
   cfg.huge_pages = huge == "on" ? kvrdma::HugePages::kOn
                    : huge == "off" ? kvrdma::HugePages::kOff : kvrdma::HugePages::kAuto;
 
@@ -222,6 +250,17 @@ int main(int argc, char** argv) {
   // The cleaner sleeps this long when there is nothing to do; appends that
   // need space wake it at once. An idle server must stay idle.
   sc.cleaner_interval = std::chrono::milliseconds(20);
+  sc.data_dir = data_dir;
+  sc.fsync = fsync == "always" ? kvrdma::FsyncMode::kAlways
+             : fsync == "no"   ? kvrdma::FsyncMode::kNo
+                               : kvrdma::FsyncMode::kEverySec;
+  kvrdma::server::DataDirLock dir_lock;
+  if (!data_dir.empty()) {
+    if (kvrdma::Status st = dir_lock.Take(data_dir); !st.ok()) {
+      KVRDMA_LOG_ERROR("%s", st.ToString().c_str());
+      return 1;
+    }
+  }
 
   auto device = kvrdma::OpenVerbsDevice(cfg.device);
   if (!device.ok()) {

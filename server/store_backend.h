@@ -30,6 +30,8 @@ class StoreBackend final : public Backend {
     *version = *r;
     return Status::OK();
   }
+  bool durable() const override { return store_->Stats().durable; }
+  Status Commit(uint32_t worker) override { return store_->Commit(worker); }
   StoreRegions regions() const override {
     IndexParams p = store_->index_params();
     return StoreRegions{store_->index_base(), store_->index_bytes(), p.home_count, static_cast<uint16_t>(p.window_words),

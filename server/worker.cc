@@ -38,6 +38,7 @@ Worker::Worker(uint32_t index, const ServerConfig& cfg, Backend& backend, Server
                std::unique_ptr<CompletionQueue> cq)
     : index_(index),
       cfg_(cfg),
+      durable_(backend.durable()),
       backend_(backend),
       counters_(counters),
       assembly_budget_(assembly_budget),
@@ -46,6 +47,7 @@ Worker::Worker(uint32_t index, const ServerConfig& cfg, Backend& backend, Server
       cq_(std::move(cq)),
       request_(new uint8_t[cfg.message_bytes]) {
   reply_queued_.reserve(wc_.size());
+  awaiting_.reserve(64);
 }
 
 Worker::~Worker() { Stop(); }

@@ -164,9 +164,15 @@ class Worker {
   void ReplyError(ConnState& cs, uint64_t request_id, const Status& st, uint64_t version = 0);
   void FlushReplies();
   void FlushReplies(ConnState& cs);
+  // A durable store: the writes this worker applied since its last Commit
+  // are made durable (Backend::Commit: one call for all of them, the group
+  // commit) before any reply leaves; if that fails, their replies, still
+  // queued, become IOError.
+  void CommitWrites();
 
   const uint32_t index_;
   const ServerConfig& cfg_;
+  const bool durable_;  // the backend keeps its writes in files (Backend::durable)
   std::array<Completion, 32> wc_;  // Run's completion buffer (not re-initialised per poll)
   Backend& backend_;
   ServerCounters& counters_;
@@ -182,6 +188,14 @@ class Worker {
   // message per connection: each appears once; capacity reserved at Add).
   // Emptied before any Remove is applied.
   std::vector<ConnState*> reply_queued_;
+  // Replies to writes applied since the last Commit (a durable store): the
+  // connection and the reply's place in its queue.
+  struct Awaiting {
+    ConnState* cs;
+    uint32_t queued;
+    uint64_t request_id;
+  };
+  std::vector<Awaiting> awaiting_;
   // Connections with messages queued, in the order they are served:
   // ready_[ready_head_..] (each at most once: ConnState::in_ready).
   std::vector<ConnState*> ready_;

@@ -85,9 +85,40 @@ void Worker::FlushReplies() {
 
 // Posts cs's queued replies in request order with one doorbell (on Soft-RoCE
 // one system call for the batch instead of one per reply).
+void Worker::CommitWrites() {
+  const Status st = backend_.Commit(index_);
+  if (!st.ok()) {
+    // Applied, but perhaps not durable: the client hears IOError, which
+    // (like ConnectionLost) leaves the outcome open; a later Commit writes
+    // them again (DESIGN "Durability", "Disk errors").
+    KVRDMA_LOG_WARN("worker %u: %zu writes not made durable: %s", index_, awaiting_.size(), st.ToString().c_str());
+    for (const Awaiting& a : awaiting_) {
+      ConnState::Replies& r = a.cs->replies;
+      if (a.queued >= r.queued.size()) continue;
+      counters_.request_metrics.CountFailure(st.code());
+      counters_.errors.fetch_add(1, std::memory_order_relaxed);
+      ReplyHeader h;
+      h.status = st.code();
+      h.request_id = a.request_id;
+      const std::string m = "not made durable: " + st.message();
+      const size_t room = a.cs->qp->max_inline() > kReplyHeaderSize ? a.cs->qp->max_inline() - kReplyHeaderSize : 0;
+      SendWr& w = r.queued[a.queued];
+      const uint32_t buffer = static_cast<uint32_t>(r.busy.size()) + a.queued;
+      auto* buf = static_cast<uint8_t*>(a.cs->reply_mr->addr()) + size_t{buffer} * kMaxReplySize;
+      const size_t len = EncodeReply(h, {reinterpret_cast<const uint8_t*>(m.data()), std::min(m.size(), room)},
+                                     {buf, kMaxReplySize});
+      w.local = a.cs->reply_mr->Slice(size_t{buffer} * kMaxReplySize, static_cast<uint32_t>(len));
+    }
+  }
+  awaiting_.clear();
+}
+
 void Worker::FlushReplies(ConnState& cs) {
   ConnState::Replies& r = cs.replies;
   if (r.queued.empty()) return;
+  // No reply leaves before the writes this worker applied are durable (they
+  // may be answered in another connection's queue: one Commit for all).
+  if (!awaiting_.empty()) CommitWrites();
   if (Status st = cs.qp->PostSend({r.queued.data(), r.queued.size()}); !st.ok()) {
     // A broken QP, or a send queue full of replies the client does not take.
     KVRDMA_LOG_DEBUG("worker %u: replies to connection %u not sent: %s", index_, cs.id, st.ToString().c_str());

@@ -139,6 +139,9 @@ void Worker::Apply(ConnState& cs, const RequestHeader& h, std::span<const uint8_
                         : backend_.Put(index_, key, value, check, wait_for_space, &rh.version);
   if (st.ok()) {
     (is_delete ? counters_.deletes : counters_.puts).fetch_add(1, std::memory_order_relaxed);
+    // A durable store answers only once the write is durable: the reply
+    // waits in the queue for the worker's next Commit (CommitWrites).
+    if (durable_) awaiting_.push_back(Awaiting{&cs, static_cast<uint32_t>(cs.replies.queued.size()), h.request_id});
     return Reply(cs, rh, {});
   }
   if (!st.IsNotFound() && st.code() != Status::Code::kLocked && !st.IsVersionMismatch()) {

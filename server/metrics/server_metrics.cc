@@ -4,6 +4,7 @@
 
 #include "common/version.h"
 #include "server/metrics/exposition.h"
+#include "server/store/segment_file.h"
 
 namespace kvrdma::server::metrics {
 namespace {
@@ -86,6 +87,8 @@ void RenderConnections(Exposition& e, const MetricsSources& s) {
   Gauge(e, "kvrdma_workers", "Worker threads applying requests", s.config->workers);
 }
 
+void RenderDisk(Exposition& e, const StoreStats& st, double seg);
+
 void RenderStore(Exposition& e, const Store& store) {
   const StoreStats st = store.Stats();
   const double seg = static_cast<double>(store.config().segment_bytes);
@@ -122,6 +125,39 @@ void RenderStore(Exposition& e, const Store& store) {
   Counter(e, "kvrdma_index_moves_total", "Entry refs hopped to another word of their window to make room", st.index_moves);
   Gauge(e, "kvrdma_index_move_tags", "Index words whose move tag has not expired (readers of a matching key take another round)",
         static_cast<double>(st.index_tags));
+  if (st.durable) RenderDisk(e, st, seg);
+}
+
+// The durable store (--data-dir): its files, flushes and last recovery.
+void RenderDisk(Exposition& e, const StoreStats& st, double seg) {
+  const DurableStats& d = st.disk;
+  Gauge(e, "kvrdma_disk_segments", "Segment files in the data dir", static_cast<double>(d.segments_on_disk));
+  Gauge(e, "kvrdma_disk_bytes", "Bytes the segment files take (each allocated whole, with its header)",
+        static_cast<double>(d.segments_on_disk) * (seg + static_cast<double>(kSegmentHeaderBytes)));
+  Counter(e, "kvrdma_disk_written_bytes_total", "Log bytes written to segment files", d.bytes_written);
+  Counter(e, "kvrdma_disk_marks_total", "Superseded writes marked in their segment files", d.marks_written);
+  Counter(e, "kvrdma_disk_errors_total", "Failed file writes, flushes and creations", d.io_errors);
+  Counter(e, "kvrdma_disk_commits_flushed_total",
+          "Worker commits a flush made durable (--fsync always; commits over flushes: writes batches per flush)",
+          d.commits_flushed);
+  e.Family("kvrdma_disk_flush_seconds", "histogram",
+           "Flush rounds (fdatasync of every segment file written since the last round)");
+  uint64_t running = 0;
+  for (size_t b = 0; b < DurableStats::kFlushBuckets; ++b) {
+    running += d.flush_buckets[b];
+    e.Sample("kvrdma_disk_flush_seconds_bucket",
+             {{"le", Exposition::FormatDouble(static_cast<double>(DurableStats::kFlushBucketsNs[b]) * 1e-9)}}, running);
+  }
+  e.Sample("kvrdma_disk_flush_seconds_bucket", {{"le", "+Inf"}}, d.flushes);
+  e.Sample("kvrdma_disk_flush_seconds_sum", {}, static_cast<double>(d.flush_ns_total) * 1e-9);
+  e.Sample("kvrdma_disk_flush_seconds_count", {}, d.flushes);
+  Gauge(e, "kvrdma_recovery_seconds", "Wall time of the recovery at start (rebuilding the index from the files)",
+        static_cast<double>(st.recovery_ms) * 1e-3);
+  Gauge(e, "kvrdma_recovery_writes", "Valid writes read from the segment files at start",
+        static_cast<double>(st.recovered_writes));
+  Gauge(e, "kvrdma_recovery_keys", "Keys with a value after the recovery at start",
+        static_cast<double>(st.recovered_keys));
+  Gauge(e, "kvrdma_recovery_bytes", "Bytes of valid writes read at start", static_cast<double>(st.recovered_bytes));
 }
 
 // The lock table: clients take and release locks with RDMA atomics the

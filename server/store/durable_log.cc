@@ -83,7 +83,8 @@ Result<std::unique_ptr<DurableLog>> DurableLog::Open(const DurableLogConfig& cfg
     // scatter segment files over someone's directory).
     auto names = fs.List(cfg.dir);
     if (!names.ok()) return names.status();
-    if (!names->empty()) {
+    const bool only_lock = names->size() == 1 && (*names)[0] == kLockFileName;
+    if (!names->empty() && !only_lock) {
       return Status::InvalidArgument(cfg.dir + " is not empty and has no " + kMetaFileName +
                                      ": not a kvrdma data dir (use an empty or new directory)");
     }
@@ -130,130 +131,190 @@ std::shared_ptr<File> DurableLog::FileOf(uint32_t slot, uint64_t* open_seq) cons
   return slots_[slot].file;
 }
 
-Result<std::vector<DurableLog::Segment>> DurableLog::Load(const WriteVisitor& write, const Report& report) {
-  auto names = cfg_.fs->List(cfg_.dir);
+namespace {
+
+// Walks a segment's writes (leader + entry, back to back) in `mem`, laid out
+// for log offset `base`: calls write(entry_off, version) for each valid
+// write with a version. Returns the bytes of valid writes; a torn tail
+// (nothing but zeros after the write that fails) is cut (zeroed) and
+// reported; anything else is damage: reported, and Corruption.
+Result<uint64_t> WalkSegment(std::byte* mem, uint64_t seg_bytes, uint64_t base, uint64_t hash_seed,
+                             const std::string& path, const std::function<void(uint64_t, uint64_t)>& write,
+                             const DurableLog::Report& report) {
+  uint64_t pos = 0;
+  const char* bad = nullptr;
+  uint64_t claimed = 0;  // bytes the write that failed claims (for the tail test)
+  while (pos + kLeaderBytes + kEntryHeaderBytes <= seg_bytes) {
+    const uint64_t leader = Load64(mem + pos);
+    // The end of what was written: zeros to the end of the segment.
+    if (leader == 0 && AllZero(mem + pos, seg_bytes - pos)) break;
+    const uint64_t entry = pos + kLeaderBytes;
+    uint32_t lengths;
+    std::memcpy(&lengths, mem + entry + LengthsAt(base + entry), 4);
+    claimed = kLeaderBytes + LengthsEntryBytes(lengths);
+    if (LengthsKey(lengths) == 0 || (LengthsTombstone(lengths) && LengthsValue(lengths) != 0) ||
+        pos + claimed > seg_bytes) {
+      bad = LeaderValid(leader) ? "an entry header with impossible lengths" : "a leader that does not check";
+      break;
+    }
+    const uint64_t guard = Load64(mem + entry + GuardAt(base + entry));
+    const size_t kv = LengthsKey(lengths) + LengthsValue(lengths);
+    if ((guard & kGuardChecksumMask) != EntryChecksum(lengths, mem + entry + kEntryKeyOffset, kv, hash_seed)) {
+      bad = LeaderValid(leader) ? "an entry whose checksum does not match its bytes" : "a leader that does not check";
+      break;
+    }
+    if (!LeaderValid(leader)) {
+      // A whole entry behind a leader that does not check (zero included):
+      // a mark (written over the leader of a superseded write, never over a
+      // newest one) that a crash tore, or a damaged leader. The write is
+      // taken as superseded, which a torn mark says it is.
+      report(At(path, kSegmentHeaderBytes + pos) +
+                 ": a leader that does not check before a valid entry (a mark torn by a crash, or damage); "
+                 "the write is taken as superseded",
+             false);
+    } else if (LeaderVersion(leader) != 0) {
+      write(base + entry, LeaderVersion(leader));
+    }
+    pos += claimed;
+  }
+  if (bad == nullptr) return pos;
+  // A torn tail: nothing but zeros after the write that failed (what a crash
+  // leaves in a file allocated whole). Anything else is damage.
+  const uint64_t after = std::min<uint64_t>(seg_bytes, pos + std::max<uint64_t>(claimed, kLeaderBytes));
+  if (AllZero(mem + after, seg_bytes - after)) {
+    report(At(path, kSegmentHeaderBytes + pos) + ": " + bad + "; a torn tail (the write a crash interrupted), cut",
+           false);
+    std::memset(mem + pos, 0, seg_bytes - pos);
+    return pos;
+  }
+  const std::string what = At(path, kSegmentHeaderBytes + pos) + ": " + bad +
+                           ", and data follows it (damage, not a torn tail)";
+  report(what, true);
+  return Status::Corruption(what + "; run kvserver --verify");
+}
+
+}  // namespace
+
+// Reads segment file `path` into `mem`: false (and reported) if it is a
+// file whose creation a crash interrupted (no whole header and no data: it
+// was never written to), Corruption if its header does not decode or is not
+// this dir's.
+Result<bool> DurableLog::ReadSegmentFile(FileSystem& fs, const std::string& path, uint64_t seq, uint64_t dir_id,
+                                         uint64_t seg_bytes, std::byte* mem, const Report& report) {
+  auto f = fs.Open(path, OpenMode::kReadOnly);
+  if (!f.ok()) return f.status();
+  std::byte hdr[kSegmentHeaderUsedBytes];
+  size_t got = 0;
+  KVRDMA_RETURN_IF_ERROR((*f)->ReadAt(0, hdr, &got));
+  auto h = DecodeSegmentHeader({hdr, got}, path);
+  size_t data = 0;
+  KVRDMA_RETURN_IF_ERROR((*f)->ReadAt(kSegmentHeaderBytes, {mem, seg_bytes}, &data));
+  if (data < seg_bytes) std::memset(mem + data, 0, seg_bytes - data);  // never written
+  if (!h.ok()) {
+    if (AllZero(mem, seg_bytes)) {
+      report(path + ": a segment file without data or a whole header (its creation was interrupted)", false);
+      return false;
+    }
+    return h.status();
+  }
+  if (h->data_dir_id != dir_id) {
+    return Status::Corruption(path + ": belongs to another data dir (id " + std::to_string(h->data_dir_id) +
+                              ", this dir's is " + std::to_string(dir_id) + ")");
+  }
+  if (h->open_seq != seq || h->segment_bytes != seg_bytes) {
+    return Status::Corruption(path + ": header says open seq " + std::to_string(h->open_seq) + " and " +
+                              std::to_string(h->segment_bytes) + "-byte segments; expected " + std::to_string(seq) +
+                              " and " + std::to_string(seg_bytes));
+  }
+  return true;
+}
+
+Result<std::vector<uint64_t>> DurableLog::ListSegments(FileSystem& fs, const std::string& dir, const Report& report) {
+  auto names = fs.List(dir);
   if (!names.ok()) return names.status();
   std::vector<uint64_t> seqs;
   for (const std::string& n : *names) {
     uint64_t seq;
     if (ParseSegmentFileName(n, &seq)) {
       seqs.push_back(seq);
-    } else if (n != kMetaFileName) {
-      report(cfg_.dir + "/" + n + ": not a kvrdma file; ignored", false);
+    } else if (n != kMetaFileName && n != kLockFileName) {
+      report(dir + "/" + n + ": not a kvrdma file; ignored", false);
     }
   }
   std::sort(seqs.begin(), seqs.end());
-  if (seqs.size() > cfg_.segment_count) {
-    return Status::InvalidArgument(cfg_.dir + " holds " + std::to_string(seqs.size()) + " segments; the log has " +
-                                   std::to_string(cfg_.segment_count) + " (raise --log-bytes)");
-  }
+  return seqs;
+}
+
+Result<std::vector<DurableLog::Segment>> DurableLog::Load(const WriteVisitor& write, const Report& report) {
+  auto seqs = ListSegments(*cfg_.fs, cfg_.dir, report);
+  if (!seqs.ok()) return seqs.status();
   std::vector<Segment> out;
   const uint64_t seg_bytes = cfg_.segment_bytes;
-  // A file whose creation a crash interrupted (OpenSegment: no header yet)
-  // holds nothing and was never written to: removed. Any other file that
-  // does not decode is damage.
-  std::vector<uint64_t> kept;
-  for (const uint64_t seq : seqs) {
+  uint32_t slot = 0;
+  for (const uint64_t seq : *seqs) {
+    if (slot == cfg_.segment_count) {
+      return Status::InvalidArgument(cfg_.dir + " holds more segments than the log's " +
+                                     std::to_string(cfg_.segment_count) + " (raise --log-mb)");
+    }
     const std::string path = PathOf(seq);
-    auto f = cfg_.fs->Open(path, OpenMode::kReadOnly);
-    if (!f.ok()) return f.status();
-    std::vector<std::byte> all(kSegmentHeaderBytes + seg_bytes);
-    size_t got = 0;
-    KVRDMA_RETURN_IF_ERROR((*f)->ReadAt(0, all, &got));
-    const bool no_data = got <= kSegmentHeaderBytes || AllZero(all.data() + kSegmentHeaderBytes, got - kSegmentHeaderBytes);
-    if (no_data && !DecodeSegmentHeader({all.data(), std::min<size_t>(got, kSegmentHeaderUsedBytes)}, path).ok()) {
-      report(path + ": a segment file without data or a whole header (its creation was interrupted); removed", false);
-      f->reset();
+    std::byte* mem = cfg_.log_base + uint64_t{slot} * seg_bytes;
+    auto whole = ReadSegmentFile(*cfg_.fs, path, seq, data_dir_id_, seg_bytes, mem, report);
+    if (!whole.ok()) return whole.status();
+    if (!*whole) {
       KVRDMA_RETURN_IF_ERROR(cfg_.fs->Remove(path));
       continue;
     }
-    kept.push_back(seq);
-  }
-  seqs.swap(kept);
-  for (uint32_t slot = 0; slot < seqs.size(); ++slot) {
-    const std::string path = PathOf(seqs[slot]);
-    auto f = cfg_.fs->Open(path, OpenMode::kReadWrite);
+    auto used = WalkSegment(mem, seg_bytes, uint64_t{slot} * seg_bytes, hash_seed_, path,
+                            [&](uint64_t off, uint64_t version) { write(slot, off, version); }, report);
+    if (!used.ok()) return used.status();
+    auto f = cfg_.fs->Open(path, OpenMode::kReadWrite);  // for its marks
     if (!f.ok()) return f.status();
-    std::byte hdr[kSegmentHeaderUsedBytes];
-    size_t got = 0;
-    KVRDMA_RETURN_IF_ERROR((*f)->ReadAt(0, hdr, &got));
-    auto h = DecodeSegmentHeader({hdr, got}, path);
-    if (!h.ok()) return h.status();
-    if (h->data_dir_id != data_dir_id_) {
-      return Status::Corruption(path + ": belongs to another data dir (id " + std::to_string(h->data_dir_id) +
-                                ", this dir's is " + std::to_string(data_dir_id_) + ")");
-    }
-    if (h->open_seq != seqs[slot] || h->segment_bytes != seg_bytes) {
-      return Status::Corruption(path + ": header says open seq " + std::to_string(h->open_seq) + " and " +
-                                std::to_string(h->segment_bytes) + "-byte segments; expected " +
-                                std::to_string(seqs[slot]) + " and " + std::to_string(seg_bytes));
-    }
-    std::byte* mem = cfg_.log_base + uint64_t{slot} * seg_bytes;
-    KVRDMA_RETURN_IF_ERROR((*f)->ReadAt(kSegmentHeaderBytes, {mem, seg_bytes}, &got));
-    if (got < seg_bytes) std::memset(mem + got, 0, seg_bytes - got);  // a short file: the rest was never written
-    // Walk: leader + entry, back to back, until the first all-zero leader.
-    uint64_t pos = 0;
-    const uint64_t base = uint64_t{slot} * seg_bytes;
-    const char* bad = nullptr;
-    uint64_t claimed = 0;  // bytes the write that failed claims (for the tail test)
-    while (pos + kLeaderBytes + kEntryHeaderBytes <= seg_bytes) {
-      const uint64_t leader = Load64(mem + pos);
-      // The end of what was written: zeros to the end of the segment.
-      if (leader == 0 && AllZero(mem + pos, seg_bytes - pos)) break;
-      const uint64_t entry = pos + kLeaderBytes;
-      uint32_t lengths;
-      std::memcpy(&lengths, mem + entry + LengthsAt(base + entry), 4);
-      claimed = kLeaderBytes + LengthsEntryBytes(lengths);
-      if (LengthsKey(lengths) == 0 || (LengthsTombstone(lengths) && LengthsValue(lengths) != 0) ||
-          pos + claimed > seg_bytes) {
-        bad = LeaderValid(leader) ? "an entry header with impossible lengths" : "a leader that does not check";
-        break;
-      }
-      const uint64_t guard = Load64(mem + entry + GuardAt(base + entry));
-      const size_t kv = LengthsKey(lengths) + LengthsValue(lengths);
-      if ((guard & kGuardChecksumMask) != EntryChecksum(lengths, mem + entry + kEntryKeyOffset, kv, hash_seed_)) {
-        bad = LeaderValid(leader) ? "an entry whose checksum does not match its bytes" : "a leader that does not check";
-        break;
-      }
-      if (!LeaderValid(leader)) {
-        // A whole entry behind a leader that does not check (zero included):
-        // a mark (written over the leader of a superseded write, never over
-        // a newest one) that a crash tore, or a damaged leader. The write is
-        // taken as superseded, which a torn mark says it is.
-        report(At(path, kSegmentHeaderBytes + pos) +
-                   ": a leader that does not check before a valid entry (a mark torn by a crash, or damage); "
-                   "the write is taken as superseded",
-               false);
-      } else if (LeaderVersion(leader) != 0) {
-        write(slot, base + entry, LeaderVersion(leader));
-      }
-      pos += claimed;
-    }
-    if (bad != nullptr) {
-      // A torn tail: nothing but zeros after the write that failed (what a
-      // crash leaves in a file allocated whole). Anything else is damage.
-      const uint64_t after = std::min<uint64_t>(seg_bytes, pos + std::max<uint64_t>(claimed, kLeaderBytes));
-      const bool tail = AllZero(mem + after, seg_bytes - after);
-      report(At(path, kSegmentHeaderBytes + pos) + ": " + bad +
-                 (tail ? "; a torn tail (the write a crash interrupted), cut"
-                       : "; data follows it: the file is damaged"),
-             !tail);
-      if (!tail) {
-        return Status::Corruption(At(path, kSegmentHeaderBytes + pos) + ": " + bad +
-                                  ", and data follows it (damage, not a torn tail); run kvserver --verify");
-      }
-      std::memset(mem + pos, 0, seg_bytes - pos);
-    }
     {
       std::lock_guard<std::mutex> l(slots_mu_);
       slots_[slot].file = std::move(f).value();
-      slots_[slot].open_seq = seqs[slot];
-      slots_[slot].persisted.store(cfg_.segment_bytes, std::memory_order_release);  // all of it is in the file
+      slots_[slot].open_seq = seq;
+      slots_[slot].persisted.store(seg_bytes, std::memory_order_release);  // all of it is in the file
     }
     segments_on_disk_.fetch_add(1, std::memory_order_relaxed);
-    out.push_back(Segment{slot, seqs[slot], pos});
+    out.push_back(Segment{slot, seq, *used});
+    ++slot;
   }
   return out;
+}
+
+Result<DurableLog::VerifySummary> DurableLog::Verify(FileSystem& fs, const std::string& dir, const Report& report) {
+  VerifySummary sum;
+  const std::string meta_path = dir + "/" + kMetaFileName;
+  auto mf = fs.Open(meta_path, OpenMode::kReadOnly);
+  if (!mf.ok()) return Status::InvalidArgument(dir + " is not a kvrdma data dir: " + mf.status().message());
+  std::byte buf[kMetaBytes];
+  size_t got = 0;
+  KVRDMA_RETURN_IF_ERROR((*mf)->ReadAt(0, buf, &got));
+  auto meta = DecodeMeta({buf, got}, meta_path);
+  if (!meta.ok()) return meta.status();
+  sum.segment_bytes = meta->segment_bytes;
+  auto seqs = ListSegments(fs, dir, report);
+  if (!seqs.ok()) return seqs.status();
+  std::vector<std::byte> mem(meta->segment_bytes);
+  for (const uint64_t seq : *seqs) {
+    const std::string path = dir + "/" + SegmentFileName(seq);
+    ++sum.files;
+    auto whole = ReadSegmentFile(fs, path, seq, meta->data_dir_id, meta->segment_bytes, mem.data(), report);
+    if (!whole.ok()) {
+      report(whole.status().message(), true);
+      ++sum.damaged;
+      continue;
+    }
+    if (!*whole) continue;
+    auto used = WalkSegment(mem.data(), meta->segment_bytes, 0, meta->hash_seed, path,
+                            [&](uint64_t, uint64_t) { ++sum.writes; }, report);
+    if (!used.ok()) {
+      ++sum.damaged;
+      continue;
+    }
+    sum.bytes += *used;
+  }
+  return sum;
 }
 
 Status DurableLog::OpenSegment(uint32_t slot, uint64_t open_seq) {

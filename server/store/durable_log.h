@@ -106,6 +106,14 @@ class DurableLog {
   using Report = std::function<void(const std::string& message, bool damage)>;
   Result<std::vector<Segment>> Load(const WriteVisitor& write, const Report& report);
 
+  // kvserver --verify: checks a data dir without changing it (meta file,
+  // every segment file's header, every write's leader and checksum); each
+  // problem goes to `report` (damage: true). Error: not a data dir.
+  struct VerifySummary {
+    uint64_t segment_bytes = 0, files = 0, writes = 0, bytes = 0, damaged = 0;
+  };
+  static Result<VerifySummary> Verify(FileSystem& fs, const std::string& dir, const Report& report);
+
   // ValueLog hooks (the head's owner thread). OpenSegment creates segment
   // `slot`'s file for open seq `open_seq` (allocated whole; its name made
   // durable unless kNo); on failure nothing is left behind. Then HeadMoved:
@@ -172,6 +180,9 @@ class DurableLog {
   };
 
   explicit DurableLog(const DurableLogConfig& cfg);
+  static Result<std::vector<uint64_t>> ListSegments(FileSystem& fs, const std::string& dir, const Report& report);
+  static Result<bool> ReadSegmentFile(FileSystem& fs, const std::string& path, uint64_t seq, uint64_t dir_id,
+                                      uint64_t seg_bytes, std::byte* mem, const Report& report);
   std::string PathOf(uint64_t open_seq) const;
   std::shared_ptr<File> FileOf(uint32_t slot, uint64_t* open_seq = nullptr) const;
   Status WriteRange(const Range& r);

@@ -36,6 +36,9 @@ inline constexpr size_t kMetaBytes = 72;
 inline constexpr size_t kSegmentHeaderBytes = 4096;
 inline constexpr size_t kSegmentHeaderUsedBytes = 72;
 inline constexpr const char* kMetaFileName = "kvrdma.meta";
+// kvserver holds an exclusive flock(2) on this file while it runs (two
+// servers on one data dir would overwrite each other's files).
+inline constexpr const char* kLockFileName = "kvrdma.lock";
 
 struct DataDirMeta {
   uint64_t data_dir_id = 0;
