@@ -11,6 +11,7 @@
 
 #include "common/format/entry.h"
 #include "common/log.h"
+#include "common/memory/racy_copy.h"
 #include "server/store/entry_leader.h"
 #include "server/store/segment_file.h"
 
@@ -368,7 +369,18 @@ Status DurableLog::WriteRange(const Range& r) {
   // first): nothing to write, and the slot's new file must not get it.
   if (!f || seq != r.open_seq) return Status::OK();
   const std::byte* mem = cfg_.log_base + uint64_t{r.slot} * cfg_.segment_bytes;
-  Status st = f->WriteAt(kSegmentHeaderBytes + r.from, {mem + r.from, r.to - r.from});
+  std::span<const std::byte> bytes{mem + r.from, r.to - r.from};
+#if defined(KVRDMA_TSAN)
+  // The kernel copies these bytes while other threads may set the
+  // not-current bit of an entry among them (Store::Supersede: an atomic
+  // store; recovery ignores that bit). ThreadSanitizer sees pwrite read the
+  // buffer plainly: copy it first the way a racing reader must (RacyCopy).
+  thread_local std::vector<std::byte> copy;
+  copy.resize(bytes.size());
+  RacyCopy(copy.data(), bytes.data(), bytes.size());
+  bytes = copy;
+#endif
+  Status st = f->WriteAt(kSegmentHeaderBytes + r.from, bytes);
   if (!st.ok()) {
     io_errors_.fetch_add(1, std::memory_order_relaxed);
     return st;
