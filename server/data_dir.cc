@@ -21,7 +21,7 @@ DataDirLock::~DataDirLock() {
 Status DataDirLock::Take(const std::string& dir) {
   KVRDMA_RETURN_IF_ERROR(PosixFileSystem().CreateDir(dir));
   const std::string path = dir + "/" + kLockFileName;
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd_ < 0) return Status::FromErrno(path + ": opening the data dir's lock file", errno);
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int e = errno;

@@ -147,7 +147,7 @@ int OpenFlags(OpenMode mode) {
 // mkdir of one directory; an existing directory is fine, an existing file
 // of that name is not (ENOTDIR, as mkdir -p says).
 int MakeOneDir(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0755) == 0) return 0;
+  if (::mkdir(dir.c_str(), 0700) == 0) return 0;
   int err = errno;
   if (err != EEXIST) return err;
   struct stat st;
@@ -158,7 +158,7 @@ int MakeOneDir(const std::string& dir) {
 class PosixFs final : public FileSystem {
  public:
   Result<std::unique_ptr<File>> Open(const std::string& path, OpenMode mode) override {
-    int fd = OpenRetrying(path, OpenFlags(mode), 0644);
+    int fd = OpenRetrying(path, OpenFlags(mode), 0600);
     if (fd < 0) return PathError(path, OpenVerb(mode), errno);
     return std::unique_ptr<File>(std::make_unique<PosixFile>(path, fd));
   }
