@@ -470,7 +470,9 @@ Status DurableLog::Barrier(std::chrono::milliseconds patience) {
   for (;;) {
     KVRDMA_RETURN_IF_ERROR(WaitForFlush());
     if (!waiting()) break;
-    if (Clock::now() >= give_up) return Status::Retry("marks still wait for writes a head has not committed");
+    if (Clock::now() >= give_up) {
+      return Status::Retry("marks still wait for writes a head has not committed");
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return WaitForFlush();

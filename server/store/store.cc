@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
-#include <unordered_map>
 #include <vector>
 
 #include "common/log.h"
@@ -76,28 +75,51 @@ Store::~Store() {
 
 Status Store::Recover() {
   const auto t0 = std::chrono::steady_clock::now();
-  // Each key's newest write (the highest version) wins; every other write
-  // read is superseded (its mark may not have reached the disk before the
-  // crash: queued again below).
-  struct Newest {
-    uint64_t version;
-    uint64_t off;
-  };
-  std::unordered_map<std::string, Newest> newest;
+  // Each write read goes straight into the index: a key's newest write (the
+  // highest version) holds its word; every other write read is superseded
+  // (and marked again: its mark may not have reached the disk before the
+  // crash). Tombstones hold words too, as after any DELETE (the cleaner
+  // purges them).
   std::vector<uint64_t> superseded;
   uint64_t max_version = 0;
+  Status failed;
+  HeadStats& hs = head_stats_[cleaner_head_];
   auto write = [&](uint32_t, uint64_t off, uint64_t version) {
+    if (!failed.ok()) return;
     ++recovered_writes_;
     max_version = std::max(max_version, version);
     const EntryHeader h = ReadHeader(off);
-    auto [it, inserted] = newest.try_emplace(std::string(EntryKey(off, h)), Newest{version, off});
-    if (inserted) return;
-    if (version > it->second.version) {
-      superseded.push_back(it->second.off);
-      it->second = Newest{version, off};
-    } else {
-      superseded.push_back(off);  // older, or the cleaner's other copy of the same write
+    const std::string_view key = EntryKey(off, h);
+    const bool tomb = LengthsTombstone(h.lengths);
+    const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->home_count());
+    const uint64_t ref = PackRef(kh.fingerprint, SizeClassFor(LengthsEntryBytes(h.lengths)), off);
+    for (int attempt = 0; attempt < 4 * kInsertAttempts; ++attempt) {
+      {
+        Index::WindowGuard guard = index_->LockWindow(kh.home);
+        uint64_t empty;
+        const Found cur = FindKey(kh, key, &empty);
+        if (cur.found() && EntryVersion(RefLogOffset(cur.ref)) >= version) {
+          superseded.push_back(off);  // older (or the cleaner's other copy of the same write)
+          return;
+        }
+        const uint64_t word = cur.found() ? cur.word : empty;
+        if (word != Found::kNone) {
+          if (cur.found()) {
+            superseded.push_back(RefLogOffset(cur.ref));
+            log_->AddLive(RefLogOffset(cur.ref),
+                          -static_cast<int64_t>(kLeaderBytes + LengthsEntryBytes(cur.header.lengths)));
+            (LengthsTombstone(cur.header.lengths) ? hs.tombstones : hs.items).fetch_sub(1, std::memory_order_relaxed);
+          }
+          index_->StoreRef(word, ref);
+          log_->AddLive(off, static_cast<int64_t>(kLeaderBytes + LengthsEntryBytes(h.lengths)));
+          (tomb ? hs.tombstones : hs.items).fetch_add(1, std::memory_order_relaxed);
+          return;
+        }
+      }
+      Status room = index_->MakeRoom(kh, [this](uint64_t r) { return HashOfRef(r); });
+      if (!room.ok() && room.code() != Status::Code::kRetry) break;
     }
+    failed = Status::ServerFull("the index has no room for the data dir's keys: raise --index-mb");
   };
   auto report = [](const std::string& m, bool damage) {
     if (damage) {
@@ -108,6 +130,7 @@ Status Store::Recover() {
   };
   auto segs = durable_->Load(write, report);
   if (!segs.ok()) return segs.status();
+  KVRDMA_RETURN_IF_ERROR(failed);
   for (const DurableLog::Segment& g : *segs) {
     KVRDMA_RETURN_IF_ERROR(log_->Restore(g.slot, g.open_seq, g.used));
     recovered_bytes_ += g.used;
@@ -119,15 +142,12 @@ Status Store::Recover() {
     // Its newer write is on disk already: the mark waits for nothing.
     durable_->QueueMark(off, LengthsEntryBytes(ReadHeader(off).lengths), 0, 0);
   }
-  for (const auto& [key, n] : newest) {
-    const EntryHeader h = ReadHeader(n.off);
-    if (LengthsTombstone(h.lengths)) {
-      Supersede(n.off);  // a deleted key: no ref; the tombstone stays on disk (DESIGN "Durability")
-      continue;
-    }
-    KVRDMA_RETURN_IF_ERROR(Install(key, n.off, h.lengths));
-    ++recovered_keys_;
+  // Publish what the index names (a newest write's NOT-CURRENT bit may be
+  // set in its file: it was written before its publication).
+  for (uint64_t w = 0; w < index_->words(); ++w) {
+    if (const uint64_t r = index_->LoadRef(w); r != kEmptyRef) Publish(RefLogOffset(r));
   }
+  recovered_keys_ = static_cast<uint64_t>(hs.items.load(std::memory_order_relaxed));
   recovery_ms_ = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
   KVRDMA_LOG_INFO("store: recovered %llu keys from %llu writes in %llu segment files (%llu bytes) of %s in %llu ms; "
@@ -137,28 +157,6 @@ Status Store::Recover() {
                   static_cast<unsigned long long>(recovered_bytes_), durable_->dir().c_str(),
                   static_cast<unsigned long long>(recovery_ms_), static_cast<unsigned long long>(max_version + 1));
   return Status::OK();
-}
-
-Status Store::Install(std::string_view key, uint64_t off, uint32_t lengths) {
-  const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->home_count());
-  for (int attempt = 0; attempt < 4 * kInsertAttempts; ++attempt) {
-    {
-      Index::WindowGuard guard = index_->LockWindow(kh.home);
-      uint64_t empty;
-      const Found cur = FindKey(kh, key, &empty);
-      if (cur.found()) return Status::Internal("recovery: a key installed twice");
-      if (empty != Found::kNone) {
-        index_->StoreRef(empty, PackRef(kh.fingerprint, SizeClassFor(LengthsEntryBytes(lengths)), off));
-        Publish(off);
-        log_->AddLive(off, static_cast<int64_t>(kLeaderBytes + LengthsEntryBytes(lengths)));
-        head_stats_[cleaner_head_].items.fetch_add(1, std::memory_order_relaxed);
-        return Status::OK();
-      }
-    }
-    Status room = index_->MakeRoom(kh, [this](uint64_t ref) { return HashOfRef(ref); });
-    if (!room.ok() && room.code() != Status::Code::kRetry) break;
-  }
-  return Status::ServerFull("the index has no room for the data dir's keys: raise --index-homes");
 }
 
 Status Store::Commit(uint32_t worker) {
@@ -214,6 +212,11 @@ Result<uint64_t> Store::ReserveSpace(uint32_t head, uint64_t bytes, bool wait_fo
   // `wait_for_space` (the worker has other connections' requests waiting:
   // DESIGN "A full log does not hold the worker") it makes room but does not
   // wait: ServerFull at once.
+  // A durable store: the cleaner removes a compacted segment's file only
+  // once the writes that superseded its entries are in their files (marks,
+  // DurableLog::Barrier); this head's may be among them. Write them now,
+  // before waiting for the room the cleaner makes (else both wait).
+  if (durable_) (void)Commit(head);
   space_waiters_.fetch_add(1, std::memory_order_relaxed);
   struct Leave {
     std::atomic<uint32_t>& n;

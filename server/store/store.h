@@ -132,9 +132,6 @@ class Store {
   Store(const StoreConfig& cfg, std::unique_ptr<Index> index, std::unique_ptr<ValueLog> log);
   // Open: rebuilds the log and the index from the data dir (durable_).
   Status Recover();
-  // Recovery: the ref of `key`'s newest write, at log offset `off`, into the
-  // index (published). ServerFull if the index has no room.
-  Status Install(std::string_view key, uint64_t off, uint32_t lengths);
   // Compaction of a durable store: the cleaner's copies and every queued
   // mark durable, then the segment's file removed (before Retire).
   Status ForgetSegmentFile(uint32_t seg);

@@ -77,7 +77,11 @@ struct Totals {
   std::atomic<uint64_t> puts{0}, deletes{0}, full{0};
 };
 
-void RunStress(uint64_t target_reads, uint64_t min_tears) {
+// durable: the store keeps its segments in files (a temporary data dir,
+// --fsync no), the writers commit every few writes, and the cleaner removes
+// compacted segments' files: the concurrency of DurableLog (flusher, marks,
+// barriers) under the same load, for ThreadSanitizer.
+void RunStress(uint64_t target_reads, uint64_t min_tears, bool durable = false) {
   const int readers = static_cast<int>(EnvOr("KVRDMA_STRESS_READERS", 2));
   const int writers = static_cast<int>(EnvOr("KVRDMA_STRESS_WRITERS", 2));
   StoreConfig c;
@@ -92,6 +96,21 @@ void RunStress(uint64_t target_reads, uint64_t min_tears) {
   c.cleaner_interval = std::chrono::microseconds(200);
   c.min_free_segments = 16;
   c.full_wait = std::chrono::milliseconds(2000);
+  std::string dir;
+  if (durable) {
+    char tmpl[] = "/tmp/kvrdma-stress-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir = tmpl;
+    c.data_dir = dir + "/data";
+    c.fsync = FsyncMode::kNo;
+    c.mark_wait = std::chrono::milliseconds(200);
+  }
+  struct RemoveDir {
+    std::string d;
+    ~RemoveDir() {
+      if (!d.empty()) std::system(("rm -rf " + d).c_str());
+    }
+  } remove_dir{dir};
   auto store = OpenOrDie(c);
   ASSERT_TRUE(store);
   Store& s = *store;
@@ -116,6 +135,7 @@ void RunStress(uint64_t target_reads, uint64_t min_tears) {
     threads.emplace_back([&, w] {
       std::mt19937_64 rng(100 + w);
       std::string v;
+      int writes_since_commit = 0;
       while (!stop.load(std::memory_order_relaxed)) {
         // Worker w owns the keys k with k % writers == w.
         const int k = static_cast<int>(rng() % (kKeys / writers)) * writers + w;
@@ -131,6 +151,11 @@ void RunStress(uint64_t target_reads, uint64_t min_tears) {
           MakeValue(k, seq, &v);
           st = s.Put(static_cast<uint32_t>(w), KeyName(k), v).status();
           t.puts.fetch_add(1, std::memory_order_relaxed);
+        }
+        // A worker commits once per round of requests: here every 8 writes.
+        if (durable && ++writes_since_commit == 8) {
+          writes_since_commit = 0;
+          if (Status c = s.Commit(static_cast<uint32_t>(w)); !c.ok()) ADD_FAILURE() << c.ToString();
         }
         if (st.ok()) {
           floor[k].store(seq, std::memory_order_release);
@@ -383,6 +408,8 @@ void RunDisplacement(uint64_t target_reads) {
 
 TEST(StoreStress, Full) { RunStress(EnvOr("KVRDMA_STRESS_READS", 10'000'000), 50); }
 TEST(StoreStress, Short) { RunStress(EnvOr("KVRDMA_STRESS_READS", 300'000), 3); }
+TEST(StoreStress, FullDurable) { RunStress(EnvOr("KVRDMA_STRESS_READS", 2'000'000), 10, /*durable=*/true); }
+TEST(StoreStress, ShortDurable) { RunStress(EnvOr("KVRDMA_STRESS_READS", 300'000), 3, /*durable=*/true); }
 TEST(StoreStress, FullDisplacement) { RunDisplacement(EnvOr("KVRDMA_STRESS_READS", 1'000'000)); }
 TEST(StoreStress, ShortDisplacement) { RunDisplacement(EnvOr("KVRDMA_STRESS_READS", 100'000)); }
 

@@ -1,0 +1,236 @@
+// kvrdma_durable_bench: what the durable store costs, on this machine's disk,
+// without RDMA (the store as the workers drive it: PUTs, then a Commit per
+// batch). docs/PERFORMANCE.md, "Durable store".
+//
+//   kvrdma_durable_bench writes   --dir D [--workers 2] [--batch 16] [--seconds 3] [--value-bytes 64]
+//     PUT throughput and commit latency for memory only, --fsync no,
+//     everysec and always; writes per flush with always.
+//   kvrdma_durable_bench recovery --dir D --gib 0.25,1,4 [--value-bytes 1000]
+//     fills a data dir with that much log, then times `cat` of its files and
+//     the store's recovery (each the best of 3; the files in the page cache,
+//     or with --cold the page cache dropped before each), and the ratio.
+//   kvrdma_durable_bench diskuse  --dir D [--keys 20000] [--seconds 10]
+//     overwrites a fixed key set at random: disk bytes against live bytes.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/log.h"
+#include "server/store/store.h"
+
+namespace {
+
+using kvrdma::FsyncMode;
+using kvrdma::Store;
+using kvrdma::StoreConfig;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+StoreConfig Config(const std::string& dir, FsyncMode mode, uint64_t log_bytes, uint32_t workers) {
+  StoreConfig c;
+  c.index_homes = uint64_t{1} << 21;
+  c.segment_bytes = 8 << 20;
+  c.log_bytes = log_bytes;
+  c.workers = workers;
+  c.huge_pages = kvrdma::HugePages::kAuto;  // as kvserver: transparent huge pages where it can
+  c.data_dir = dir;
+  c.fsync = mode;
+  c.seed = 0x6b7672646d61ull;
+  return c;
+}
+
+void RemoveDir(const std::string& dir) { std::system(("rm -rf '" + dir + "'").c_str()); }
+
+int Writes(const std::string& root, uint32_t workers, uint32_t batch, double seconds, size_t value_bytes) {
+  std::printf("%-9s %10s %12s %12s %12s %14s\n", "fsync", "PUT/s", "commit p50", "commit p99", "flushes", "commits/flush");
+  const char* names[] = {"memory", "no", "everysec", "always"};
+  for (int m = 0; m < 4; ++m) {
+    const std::string dir = root + "/writes-" + names[m];
+    RemoveDir(dir);
+    StoreConfig c = Config(m == 0 ? "" : dir, m == 1 ? FsyncMode::kNo : m == 2 ? FsyncMode::kEverySec : FsyncMode::kAlways,
+                           uint64_t{2} << 30, workers);
+    auto s = Store::Open(c);
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s\n", s.status().ToString().c_str());
+      return 1;
+    }
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> puts{0};
+    std::vector<std::vector<double>> lat(workers);
+    std::vector<std::thread> t;
+    const auto t0 = Clock::now();
+    for (uint32_t w = 0; w < workers; ++w) {
+      t.emplace_back([&, w] {
+        std::mt19937_64 rng(w);
+        std::string value(value_bytes, 'v');
+        uint64_t n = 0;
+        while (!stop.load(std::memory_order_relaxed)) {
+          for (uint32_t b = 0; b < batch; ++b) {
+            const std::string key = "k" + std::to_string(rng() % 100000);
+            if (!(*s)->Put(w, key, value).ok()) std::abort();
+            ++n;
+          }
+          const auto c0 = Clock::now();
+          if (!(*s)->Commit(w).ok()) std::abort();
+          lat[w].push_back(Since(c0) * 1e6);
+        }
+        puts.fetch_add(n);
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    stop = true;
+    for (auto& th : t) th.join();
+    const double el = Since(t0);
+    std::vector<double> all;
+    for (auto& v : lat) all.insert(all.end(), v.begin(), v.end());
+    std::sort(all.begin(), all.end());
+    const auto st = (*s)->Stats();
+    std::printf("%-9s %10.0f %10.1fus %10.1fus %12llu %14.2f\n", names[m], static_cast<double>(puts.load()) / el,
+                all.empty() ? 0.0 : all[all.size() / 2], all.empty() ? 0.0 : all[all.size() * 99 / 100],
+                static_cast<unsigned long long>(st.disk.flushes),
+                st.disk.flushes == 0 ? 0.0 : static_cast<double>(st.disk.commits_flushed) / static_cast<double>(st.disk.flushes));
+    s->reset();
+    RemoveDir(dir);
+  }
+  std::printf("(%u workers, %u PUTs of %zu-byte values per commit, %.0f s each)\n", workers, batch, value_bytes, seconds);
+  return 0;
+}
+
+int Recovery(const std::string& root, const std::string& gibs, size_t value_bytes, bool cold) {
+  std::printf("%8s %10s %10s %10s %8s %10s\n", "GiB", "keys", "cat s", "recover s", "ratio", "GB/s");
+  std::stringstream ss(gibs);
+  for (std::string g; std::getline(ss, g, ',');) {
+    const double gib = std::stod(g);
+    const std::string dir = root + "/recovery";
+    RemoveDir(dir);
+    const uint64_t log_bytes = (static_cast<uint64_t>(gib * (1 << 30)) / (8 << 20) + 8) * (8 << 20);
+    uint64_t keys = 0;
+    {
+      auto s = Store::Open(Config(dir, FsyncMode::kNo, log_bytes + (uint64_t{64} << 20), 1));
+      if (!s.ok()) {
+        std::fprintf(stderr, "%s\n", s.status().ToString().c_str());
+        return 1;
+      }
+      std::string value(value_bytes, 'r');
+      const uint64_t target = static_cast<uint64_t>(gib * (1 << 30));
+      while ((*s)->Stats().log_bytes_live < target) {
+        for (int i = 0; i < 1000; ++i) {
+          if (!(*s)->Put(0, "key-" + std::to_string(keys++), value).ok()) std::abort();
+        }
+        if (!(*s)->Commit(0).ok()) std::abort();
+      }
+    }
+    std::system(("sync; cat '" + dir + "'/*.kvseg > /dev/null").c_str());  // in the page cache
+    double cat_s = 1e9, rec_s = 1e9;
+    // Cold: the page cache dropped before each read (needs root).
+    auto drop = [&] {
+      if (cold && std::system("sync; echo 3 > /proc/sys/vm/drop_caches") != 0) std::fprintf(stderr, "cannot drop caches\n");
+    };
+    for (int r = 0; r < 3; ++r) {
+      drop();
+      auto t0 = Clock::now();
+      std::system(("cat '" + dir + "'/*.kvseg > /dev/null").c_str());
+      cat_s = std::min(cat_s, Since(t0));
+      drop();
+      t0 = Clock::now();
+      auto s = Store::Open(Config(dir, FsyncMode::kNo, log_bytes + (uint64_t{64} << 20), 1));
+      const double el = Since(t0);
+      if (!s.ok() || (*s)->Stats().recovered_keys != keys) {
+        std::fprintf(stderr, "recovery failed or lost keys\n");
+        return 1;
+      }
+      rec_s = std::min(rec_s, el);
+    }
+    std::printf("%8.2f %10llu %10.3f %10.3f %8.2f %10.2f\n", gib, static_cast<unsigned long long>(keys), cat_s, rec_s,
+                rec_s / cat_s, gib * 1.073741824 / rec_s);
+    RemoveDir(dir);
+  }
+  std::printf("(values of %zu bytes; %s; best of 3; recover = Store::Open: read, walk, rebuild the index)\n",
+              value_bytes, cold ? "page cache dropped before each read" : "files in the page cache");
+  return 0;
+}
+
+int DiskUse(const std::string& root, uint64_t keys, double seconds) {
+  const std::string dir = root + "/diskuse";
+  RemoveDir(dir);
+  StoreConfig c = Config(dir, FsyncMode::kEverySec, uint64_t{512} << 20, 1);
+  c.cleaner_thread = true;
+  auto s = Store::Open(c);
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s\n", s.status().ToString().c_str());
+    return 1;
+  }
+  std::mt19937_64 rng(1);
+  std::string value(200, 'd');
+  const auto t0 = Clock::now();
+  uint64_t puts = 0;
+  double worst = 0;
+  std::printf("%8s %12s %14s %12s %8s\n", "t s", "PUTs", "live MiB", "disk MiB", "ratio");
+  for (int tick = 1; Since(t0) < seconds; ++tick) {
+    const auto until = t0 + std::chrono::duration<double>(seconds * tick / 10);
+    while (Clock::now() < until) {
+      for (int i = 0; i < 100; ++i) {
+        auto r = (*s)->Put(0, "key-" + std::to_string(rng() % keys), value);
+        if (!r.ok()) {
+          std::fprintf(stderr, "%s\n", r.status().ToString().c_str());
+          return 1;
+        }
+        ++puts;
+      }
+      (void)(*s)->Commit(0);
+    }
+    const auto st = (*s)->Stats();
+    const double live = static_cast<double>(st.log_bytes_live) / (1 << 20);
+    const double disk = static_cast<double>(st.disk.segments_on_disk) * ((8 << 20) + 4096) / (1 << 20);
+    worst = std::max(worst, disk / live);
+    std::printf("%8.1f %12llu %14.1f %12.1f %8.2f\n", Since(t0), static_cast<unsigned long long>(puts), live, disk,
+                disk / live);
+  }
+  std::printf("worst disk/live: %.2f (%llu keys of 200-byte values, 8 MiB segments, cleaner at its defaults)\n", worst,
+              static_cast<unsigned long long>(keys));
+  s->reset();
+  RemoveDir(dir);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvrdma_durable_bench: the durable store's costs on this machine's disk (no RDMA)"};
+  std::string dir = "/tmp/kvrdma-durable-bench", gibs = "0.25,1";
+  uint32_t workers = 2, batch = 16;
+  double seconds = 3;
+  size_t value_bytes = 64;
+  uint64_t keys = 20000;
+  app.add_option("--dir", dir, "Scratch directory (removed and recreated)")->capture_default_str();
+  app.require_subcommand(1);
+  auto* w = app.add_subcommand("writes", "PUT/s and commit latency per --fsync mode");
+  w->add_option("--workers", workers)->capture_default_str();
+  w->add_option("--batch", batch, "PUTs per commit (a worker's round)")->capture_default_str();
+  w->add_option("--seconds", seconds)->capture_default_str();
+  w->add_option("--value-bytes", value_bytes)->capture_default_str();
+  auto* r = app.add_subcommand("recovery", "recovery time against cat of the same files");
+  r->add_option("--gib", gibs, "Log sizes to recover, comma-separated")->capture_default_str();
+  r->add_option("--value-bytes", value_bytes)->capture_default_str();
+  bool cold = false;
+  r->add_flag("--cold", cold, "Drop the page cache before each read (root)");
+  auto* d = app.add_subcommand("diskuse", "disk bytes against live bytes under overwrites");
+  d->add_option("--keys", keys)->capture_default_str();
+  d->add_option("--seconds", seconds)->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  kvrdma::SetLogLevel(kvrdma::LogLevel::kWarn);
+  std::system(("mkdir -p '" + dir + "'").c_str());
+  if (w->parsed()) return Writes(dir, workers, batch, seconds, value_bytes);
+  if (r->parsed()) return Recovery(dir, gibs, value_bytes == 64 ? 1000 : value_bytes, cold);
+  return DiskUse(dir, keys, seconds);
+}
