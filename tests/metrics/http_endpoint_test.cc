@@ -176,13 +176,15 @@ TEST_F(HttpEndpointTest, TrickledHeadIsClosedAtTheHeaderDeadline) {
   auto t0 = std::chrono::steady_clock::now();
   bool sent = slow.Send("GET /metrics HTTP/1.1\r\n");
   bool closed = false;
-  while (sent && !closed && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(4)) {
+  while (sent && !closed && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(8)) {
     (void)slow.ReadAll(200, &closed);
     if (!closed) sent = slow.Send("X-Slow: 1\r\n");  // a header line every 200 ms, never the blank line
   }
   auto held = std::chrono::steady_clock::now() - t0;
-  EXPECT_TRUE(closed || !sent) << "a head trickled for 4 s was not closed (header deadline 1 s)";
-  EXPECT_LT(held, std::chrono::milliseconds(2500));
+  EXPECT_TRUE(closed || !sent) << "a head trickled for 8 s was not closed (header deadline 1 s)";
+  // Closed at the deadline, not at the idle timeout (30 s); the slack is for
+  // a loaded CI machine (2.5 s was passed once while a build ran beside it).
+  EXPECT_LT(held, std::chrono::milliseconds(5000));
   EXPECT_EQ(ep_->late_heads(), 1u);
   EXPECT_EQ(renders_.load(), 0);
   // Meanwhile and afterwards, others are served (each answer closes its
