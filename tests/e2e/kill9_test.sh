@@ -14,6 +14,11 @@
 # kvserver is killed too (idle) and the next cycle starts. At the end the dir
 # must pass kvserver --verify.
 #
+# Time: on the Soft-RoCE guest a SIGKILLed kvserver is reaped only after
+# ~206 s (a thread in D state in the rxe driver's __rxe_cleanup; ~50 s when
+# no client was connected), and the next kvserver must wait for it (the data
+# dir's flock): a cycle takes ~4 min there.
+#
 # Usage: kill9_test.sh BUILD_DIR [CYCLES]   (CYCLES default 5; KVRDMA_TEST_ADDR
 # names the device's address: run it under tools/with-rdma)
 # Knobs: KVRDMA_KILL9_KEYS (2000), KVRDMA_KILL9_LOG_MB (64), KVRDMA_KILL9_KEEP=DIR
