@@ -254,18 +254,22 @@ int main(int argc, char** argv) {
   sc.fsync = fsync == "always" ? kvrdma::FsyncMode::kAlways
              : fsync == "no"   ? kvrdma::FsyncMode::kNo
                                : kvrdma::FsyncMode::kEverySec;
+  auto device = kvrdma::OpenVerbsDevice(cfg.device);
+  if (!device.ok()) {
+    KVRDMA_LOG_ERROR("%s", device.status().ToString().c_str());
+    return 1;
+  }
+  // The data dir's lock, before the store reads the dir, and after the
+  // device is open: when kvserver dies, the kernel releases its files
+  // newest first, so the lock is gone before the device's teardown (on
+  // Soft-RoCE that takes up to minutes after a SIGKILL) and a new kvserver
+  // can start on the dir at once.
   kvrdma::server::DataDirLock dir_lock;
   if (!data_dir.empty()) {
     if (kvrdma::Status st = dir_lock.Take(data_dir); !st.ok()) {
       KVRDMA_LOG_ERROR("%s", st.ToString().c_str());
       return 1;
     }
-  }
-
-  auto device = kvrdma::OpenVerbsDevice(cfg.device);
-  if (!device.ok()) {
-    KVRDMA_LOG_ERROR("%s", device.status().ToString().c_str());
-    return 1;
   }
   auto backend = kvrdma::server::StoreBackend::Create(sc);
   if (!backend.ok()) {
