@@ -175,7 +175,7 @@ int DiskUse(const std::string& root, uint64_t keys, double seconds) {
   const auto t0 = Clock::now();
   uint64_t puts = 0;
   double worst = 0;
-  std::printf("%8s %12s %14s %12s %8s\n", "t s", "PUTs", "live MiB", "disk MiB", "ratio");
+  std::printf("%8s %12s %14s %12s %8s %10s\n", "t s", "PUTs", "live MiB", "disk MiB", "ratio", "cleaned");
   for (int tick = 1; Since(t0) < seconds; ++tick) {
     const auto until = t0 + std::chrono::duration<double>(seconds * tick / 10);
     while (Clock::now() < until) {
@@ -193,8 +193,8 @@ int DiskUse(const std::string& root, uint64_t keys, double seconds) {
     const double live = static_cast<double>(st.log_bytes_live) / (1 << 20);
     const double disk = static_cast<double>(st.disk.segments_on_disk) * ((8 << 20) + 4096) / (1 << 20);
     worst = std::max(worst, disk / live);
-    std::printf("%8.1f %12llu %14.1f %12.1f %8.2f\n", Since(t0), static_cast<unsigned long long>(puts), live, disk,
-                disk / live);
+    std::printf("%8.1f %12llu %14.1f %12.1f %8.2f %10llu\n", Since(t0), static_cast<unsigned long long>(puts), live, disk,
+                disk / live, static_cast<unsigned long long>(st.segments_cleaned));
   }
   std::printf("worst disk/live: %.2f (%llu keys of 200-byte values, 8 MiB segments, cleaner at its defaults)\n", worst,
               static_cast<unsigned long long>(keys));

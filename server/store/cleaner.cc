@@ -51,6 +51,7 @@ bool Store::CompactSegment(uint32_t seg) {
   const uint64_t base = static_cast<uint64_t>(seg) * log_->segment_bytes();
   const uint64_t used = log_->SealedBytes(seg);
   HeadStats& st = head_stats_[cleaner_head_];
+  bool tombstones = false;  // the segment holds a tombstone (a write): dropping it needs the marks
   for (uint64_t pos = 0; pos + kLeaderBytes + kEntryHeaderBytes <= used;) {
     const uint64_t off = base + pos + kLeaderBytes;  // the entry, after its leader
     const EntryHeader h = ReadHeader(off);
@@ -62,6 +63,7 @@ bool Store::CompactSegment(uint32_t seg) {
       return false;
     }
     pos += size;
+    tombstones |= LengthsTombstone(h.lengths) && EntryVersion(off) != 0;
     const std::string_view key = EntryKey(off, h);
     const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->home_count());
     {
@@ -106,9 +108,10 @@ bool Store::CompactSegment(uint32_t seg) {
     st.relocations.fetch_add(1, std::memory_order_relaxed);
   }
   if (durable_) {
-    // The segment's file may go only once its live entries' copies, and the
-    // marks of every older write of its tombstones' keys, are durable.
-    if (Status fs = ForgetSegmentFile(seg); !fs.ok()) {
+    // The segment's file may go only once its live entries' copies, the
+    // writes that superseded its dead entries, and (if it holds tombstones)
+    // the marks of every older write of their keys, are durable.
+    if (Status fs = ForgetSegmentFile(seg, tombstones); !fs.ok()) {
       KVRDMA_LOG_ERROR("store: segment %u not reclaimed: %s", seg, fs.ToString().c_str());
       log_->Unclaim(seg);
       return false;

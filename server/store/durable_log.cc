@@ -420,6 +420,11 @@ DurableLog::Place DurableLog::PlaceOf(uint64_t off, uint64_t end) const {
   return p;
 }
 
+bool DurableLog::Gone(const Place& p) const {
+  std::lock_guard<std::mutex> l(slots_mu_);
+  return slots_[p.slot].open_seq != p.open_seq;
+}
+
 bool DurableLog::Written(const Place& p) const {
   if (p.open_seq == 0) return true;
   std::lock_guard<std::mutex> l(slots_mu_);
@@ -451,28 +456,46 @@ Status DurableLog::WaitForFlush() {
   return Status::OK();
 }
 
-Status DurableLog::Barrier(std::chrono::milliseconds patience) {
+Status DurableLog::Settle(uint32_t slot, bool tombstones, std::chrono::milliseconds patience) {
   const auto give_up = Clock::now() + patience;
-  uint64_t upto;
+  uint64_t upto, seg_seq;
   {
     std::lock_guard<std::mutex> l(flush_mu_);
     upto = next_mark_seq_;
+    if (tombstones) ++write_marks_;
   }
+  {
+    std::lock_guard<std::mutex> l(slots_mu_);
+    seg_seq = slots_[slot].open_seq;
+  }
+  struct Done {
+    DurableLog* d;
+    bool on;
+    ~Done() {
+      if (!on) return;
+      std::lock_guard<std::mutex> l(d->flush_mu_);
+      --d->write_marks_;
+    }
+  } done{this, tombstones};
+  // Whether a mark queued before the call still waits: any (tombstones:
+  // they must all be written), else one of this segment whose newer write
+  // is not in its file yet.
   auto waiting = [&] {
     std::lock_guard<std::mutex> l(flush_mu_);
     for (const Mark& m : marks_) {
-      if (m.seq < upto) return true;
+      if (m.seq >= upto) continue;
+      if (tombstones) return true;
+      if (m.target.slot == slot && m.target.open_seq == seg_seq && !Written(m.newer)) return true;
     }
     return false;
   };
-  // Each round flushes what was written, then writes the marks whose writes
-  // are in their files; a final round flushes the last marks written.
+  // Each round flushes what is in the files (then, with tombstones, writes
+  // the marks whose writes were in their files); a last round flushes what
+  // the rounds before left in the files.
   for (;;) {
     KVRDMA_RETURN_IF_ERROR(WaitForFlush());
     if (!waiting()) break;
-    if (Clock::now() >= give_up) {
-      return Status::Retry("marks still wait for writes a head has not committed");
-    }
+    if (Clock::now() >= give_up) return Status::Retry("marks still wait for writes a head has not committed");
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return WaitForFlush();
@@ -525,10 +548,14 @@ Status DurableLog::FlushRound() {
   std::vector<Mark> ready;
   {
     std::lock_guard<std::mutex> l(flush_mu_);
-    auto keep = std::stable_partition(marks_.begin(), marks_.end(),
-                                      [&](const Mark& m) { return !(Written(m.target) && Written(m.newer)); });
-    ready.assign(keep, marks_.end());
-    marks_.erase(keep, marks_.end());
+    // A mark whose segment's file is gone has nothing left to mark.
+    std::erase_if(marks_, [&](const Mark& m) { return Gone(m.target); });
+    if (write_marks_ > 0) {
+      auto keep = std::stable_partition(marks_.begin(), marks_.end(),
+                                        [&](const Mark& m) { return !(Written(m.target) && Written(m.newer)); });
+      ready.assign(keep, marks_.end());
+      marks_.erase(keep, marks_.end());
+    }
   }
   Status result;
   if (cfg_.fsync != FsyncMode::kNo) {

@@ -22,12 +22,14 @@
 //   are what lets the cleaner drop tombstones (DESIGN "Durability"). The
 //   leader in memory is never changed: what a head writes to its file is the
 //   leader its write was born with.
-// - The cleaner, before a compacted segment's file goes: Barrier (its copies
-//   and every queued mark durable), then RemoveSegment.
+// - The cleaner, before a compacted segment's file goes: Settle (its copies
+//   and the writes that superseded the segment's entries durable; the queued
+//   marks written too if the compaction drops tombstones), then
+//   RemoveSegment.
 //
 // Threads: a flusher thread runs the flushes (fdatasync of every file
 // written since the last one, then the marks queued before the flush
-// began): on demand (kAlways, Barrier), and at least once a second while
+// began): on demand (kAlways, Settle), and at least once a second while
 // something is unflushed (kEverySec; kNo writes marks but never flushes).
 // Each head is used by one thread at a time (as in ValueLog).
 #pragma once
@@ -131,13 +133,19 @@ class DurableLog {
   // key's newest write: the write at [newer_off, newer_end) (log offsets;
   // newer_end 0: none to wait for) supersedes it. Thread-safe.
   void QueueMark(uint64_t entry_off, uint64_t entry_bytes, uint64_t newer_off, uint64_t newer_end);
-  // Everything written so far, and every mark queued so far, is durable
-  // (kNo: written): flush rounds until no mark queued before the call waits
-  // (a mark waits for its writes to reach their files, which each head's
-  // next Commit does), then one more flush. Retry if marks still wait after
-  // `patience` (a head that has not committed its writes).
-  Status Barrier(std::chrono::milliseconds patience);
-  // The segment's file is removed (after a Barrier), and the removal made
+  // Before the cleaner removes segment `slot`'s file: everything written so
+  // far is durable (kNo: in the files), and
+  // - every write that superseded an entry of the segment too (its marks'
+  //   newer writes in their files, then a flush), so the segment's dead
+  //   entries may go;
+  // - with `tombstones` (the compaction drops tombstones), every mark queued
+  //   so far written and flushed too, so no older write of their keys can
+  //   come back at recovery (marks are written only here: most targets'
+  //   segments are compacted before any tombstone needs them).
+  // A mark waits for its writes to reach their files, which each head's
+  // next Commit does: Retry if one still waits after `patience`.
+  Status Settle(uint32_t slot, bool tombstones, std::chrono::milliseconds patience);
+  // The segment's file is removed (after Settle), and the removal made
   // durable.
   Status RemoveSegment(uint32_t slot);
 
@@ -161,7 +169,7 @@ class DurableLog {
     uint64_t end = 0;
   };
   struct Mark {
-    uint64_t seq;          // queue order (Barrier waits for the ones before it)
+    uint64_t seq;          // queue order (Settle waits for the ones before it)
     Place target;          // the superseded entry
     uint64_t in_segment;   // its leader's offset in its segment
     Place newer;           // the write that superseded it
@@ -192,8 +200,11 @@ class DurableLog {
   Place PlaceOf(uint64_t off, uint64_t end) const;
   // Whether the write at `p` is in its file (or its file is gone).
   bool Written(const Place& p) const;
-  // One round: takes the marks whose writes are in their files, flushes the
-  // dirty files (unless kNo), then writes those marks; the rest wait.
+  // Whether the file of the segment `p` names is gone (compacted).
+  bool Gone(const Place& p) const;
+  // One round: flushes the dirty files (unless kNo); with write_marks_, then
+  // writes the marks whose writes were in their files before the flush (the
+  // rest wait); always drops the marks whose segment's file is gone.
   Status FlushRound();
   void CountFlush(uint64_t ns);
 
@@ -207,13 +218,14 @@ class DurableLog {
   // Flusher state, guarded by flush_mu_.
   std::mutex flush_mu_;
   std::condition_variable flush_cv_;   // the flusher waits here
-  std::condition_variable served_cv_;  // Commit/Barrier wait here
+  std::condition_variable served_cv_;  // Commit/Settle wait here
   uint64_t requested_ = 0;             // tickets handed out
   uint64_t served_ = 0;                // tickets whose round has ended
   std::vector<std::pair<uint64_t, uint64_t>> failed_;  // ticket ranges (from, to] of failed rounds, recent
   Status failure_;                     // the last failed round's error
   std::vector<Mark> marks_;            // queued, not yet written (guarded by flush_mu_)
   uint64_t next_mark_seq_ = 1;         // guarded by flush_mu_
+  uint32_t write_marks_ = 0;           // Settle calls that want marks written (guarded by flush_mu_)
   bool stop_ = false;
   std::thread flusher_;
 

@@ -164,10 +164,10 @@ Status Store::Commit(uint32_t worker) {
   return durable_->Commit(worker, log_->HeadSegment(worker), log_->HeadUsed(worker));
 }
 
-Status Store::ForgetSegmentFile(uint32_t seg) {
+Status Store::ForgetSegmentFile(uint32_t seg, bool tombstones) {
   KVRDMA_RETURN_IF_ERROR(
       durable_->Commit(cleaner_head_, log_->HeadSegment(cleaner_head_), log_->HeadUsed(cleaner_head_)));
-  KVRDMA_RETURN_IF_ERROR(durable_->Barrier(cfg_.mark_wait));
+  KVRDMA_RETURN_IF_ERROR(durable_->Settle(seg, tombstones, cfg_.mark_wait));
   if (Status st = durable_->RemoveSegment(seg); !st.ok()) {
     // Its bytes are all superseded or copied (and marked): left behind, the
     // file costs disk space, never a wrong answer (DESIGN "Durability").
@@ -213,8 +213,8 @@ Result<uint64_t> Store::ReserveSpace(uint32_t head, uint64_t bytes, bool wait_fo
   // DESIGN "A full log does not hold the worker") it makes room but does not
   // wait: ServerFull at once.
   // A durable store: the cleaner removes a compacted segment's file only
-  // once the writes that superseded its entries are in their files (marks,
-  // DurableLog::Barrier); this head's may be among them. Write them now,
+  // once the writes that superseded its entries are in their files
+  // (DurableLog::Settle); this head's may be among them. Write them now,
   // before waiting for the room the cleaner makes (else both wait).
   if (durable_) (void)Commit(head);
   space_waiters_.fetch_add(1, std::memory_order_relaxed);

@@ -132,9 +132,11 @@ class Store {
   Store(const StoreConfig& cfg, std::unique_ptr<Index> index, std::unique_ptr<ValueLog> log);
   // Open: rebuilds the log and the index from the data dir (durable_).
   Status Recover();
-  // Compaction of a durable store: the cleaner's copies and every queued
-  // mark durable, then the segment's file removed (before Retire).
-  Status ForgetSegmentFile(uint32_t seg);
+  // Compaction of a durable store: the cleaner's copies and the writes that
+  // superseded the segment's entries durable (and every queued mark, if the
+  // compaction drops `tombstones`), then the segment's file removed (before
+  // Retire).
+  Status ForgetSegmentFile(uint32_t seg, bool tombstones);
   Status CheckKey(std::string_view key) const;
   Result<uint64_t> Write(uint32_t head, std::string_view key, std::string_view value, bool tombstone,
                          const CommitCheck& check, bool wait_for_space);
