@@ -9,7 +9,7 @@
 //     fills a data dir with that much log, then times `cat` of its files and
 //     the store's recovery (each the best of 3; the files in the page cache,
 //     or with --cold the page cache dropped before each), and the ratio.
-//   kvrdma_durable_bench diskuse  --dir D [--keys 20000] [--seconds 10]
+//   kvrdma_durable_bench diskuse  --dir D [--keys 20000] [--seconds 10] [--puts-per-sec R]
 //     overwrites a fixed key set at random: disk bytes against live bytes.
 #include <CLI/CLI.hpp>
 
@@ -160,7 +160,7 @@ int Recovery(const std::string& root, const std::string& gibs, size_t value_byte
   return 0;
 }
 
-int DiskUse(const std::string& root, uint64_t keys, double seconds) {
+int DiskUse(const std::string& root, uint64_t keys, double seconds, double rate) {
   const std::string dir = root + "/diskuse";
   RemoveDir(dir);
   StoreConfig c = Config(dir, FsyncMode::kEverySec, uint64_t{512} << 20, 1);
@@ -188,6 +188,9 @@ int DiskUse(const std::string& root, uint64_t keys, double seconds) {
         ++puts;
       }
       (void)(*s)->Commit(0);
+      if (rate > 0) {  // paced: a load a kvserver on this device could carry
+        std::this_thread::sleep_until(t0 + std::chrono::duration<double>(static_cast<double>(puts) / rate));
+      }
     }
     const auto st = (*s)->Stats();
     const double live = static_cast<double>(st.log_bytes_live) / (1 << 20);
@@ -196,8 +199,8 @@ int DiskUse(const std::string& root, uint64_t keys, double seconds) {
     std::printf("%8.1f %12llu %14.1f %12.1f %8.2f %10llu\n", Since(t0), static_cast<unsigned long long>(puts), live, disk,
                 disk / live, static_cast<unsigned long long>(st.segments_cleaned));
   }
-  std::printf("worst disk/live: %.2f (%llu keys of 200-byte values, 8 MiB segments, cleaner at its defaults)\n", worst,
-              static_cast<unsigned long long>(keys));
+  std::printf("worst disk/live: %.2f (%llu keys of 200-byte values, 8 MiB segments, cleaner at its defaults, %s)\n",
+              worst, static_cast<unsigned long long>(keys), rate > 0 ? (std::to_string(static_cast<long>(rate)) + " PUT/s").c_str() : "as fast as it goes");
   s->reset();
   RemoveDir(dir);
   return 0;
@@ -227,10 +230,12 @@ int main(int argc, char** argv) {
   auto* d = app.add_subcommand("diskuse", "disk bytes against live bytes under overwrites");
   d->add_option("--keys", keys)->capture_default_str();
   d->add_option("--seconds", seconds)->capture_default_str();
+  double rate = 0;
+  d->add_option("--puts-per-sec", rate, "Pace the PUTs (0: as fast as they go)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   kvrdma::SetLogLevel(kvrdma::LogLevel::kWarn);
   std::system(("mkdir -p '" + dir + "'").c_str());
   if (w->parsed()) return Writes(dir, workers, batch, seconds, value_bytes);
   if (r->parsed()) return Recovery(dir, gibs, value_bytes == 64 ? 1000 : value_bytes, cold);
-  return DiskUse(dir, keys, seconds);
+  return DiskUse(dir, keys, seconds, rate);
 }

@@ -251,8 +251,23 @@ Result<std::vector<DurableLog::Segment>> DurableLog::Load(const WriteVisitor& wr
   if (!seqs.ok()) return seqs.status();
   std::vector<Segment> out;
   const uint64_t seg_bytes = cfg_.segment_bytes;
+  // The disk reads the next files while this thread checks and indexes the
+  // current one (kept open until it is read: ReadSegmentFile reopens).
+  constexpr size_t kReadAhead = 4;
+  std::vector<std::unique_ptr<File>> ahead;
+  auto prefetch = [&](size_t i) {
+    if (i >= seqs->size()) return;
+    auto f = cfg_.fs->Open(PathOf((*seqs)[i]), OpenMode::kReadOnly);
+    if (!f.ok()) return;  // reported when it is read
+    (*f)->Prefetch();
+    ahead.push_back(std::move(f).value());
+  };
+  for (size_t i = 0; i < kReadAhead; ++i) prefetch(i);
   uint32_t slot = 0;
+  size_t index = 0;
   for (const uint64_t seq : *seqs) {
+    prefetch(kReadAhead + index++);
+    if (ahead.size() > 2 * kReadAhead) ahead.erase(ahead.begin());
     if (slot == cfg_.segment_count) {
       return Status::InvalidArgument(cfg_.dir + " holds more segments than the log's " +
                                      std::to_string(cfg_.segment_count) + " (raise --log-mb)");

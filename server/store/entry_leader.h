@@ -31,14 +31,29 @@ inline constexpr size_t kLeaderBytes = 8;
 inline constexpr uint64_t kMaxWriteVersion = (uint64_t{1} << 56) - 1;
 static_assert(kLeaderBytes % kEntryAlign == 0, "a leader keeps the entry after it aligned");
 
+namespace detail {
+// CRC-8 (polynomial 0x07) of each byte value: the check byte one lookup per
+// byte (recovery checks every leader of the log).
+constexpr auto kCrc8Table = [] {
+  struct Table {
+    uint8_t v[256];
+  } t{};
+  for (int i = 0; i < 256; ++i) {
+    uint8_t crc = static_cast<uint8_t>(i);
+    for (int b = 0; b < 8; ++b) crc = static_cast<uint8_t>((crc & 0x80) ? (crc << 1) ^ 0x07 : crc << 1);
+    t.v[i] = crc;
+  }
+  return t;
+}();
+}  // namespace detail
+
 constexpr uint8_t LeaderCheck(uint64_t version) noexcept {
   uint8_t crc = 0;
-  for (int i = 0; i < 7; ++i) {
-    crc = static_cast<uint8_t>(crc ^ static_cast<uint8_t>(version >> (8 * i)));
-    for (int b = 0; b < 8; ++b) crc = static_cast<uint8_t>((crc & 0x80) ? (crc << 1) ^ 0x07 : crc << 1);
-  }
+  for (int i = 0; i < 7; ++i) crc = detail::kCrc8Table.v[crc ^ static_cast<uint8_t>(version >> (8 * i))];
   return static_cast<uint8_t>(crc ^ 0x5a);
 }
+// The table-driven CRC is the bitwise one (x^8 + x^2 + x + 1).
+static_assert(detail::kCrc8Table.v[1] == 0x07 && detail::kCrc8Table.v[0x80] == 0x89);
 
 constexpr uint64_t PackLeader(uint64_t version) noexcept {
   return (version & kMaxWriteVersion) | (uint64_t{LeaderCheck(version & kMaxWriteVersion)} << 56);

@@ -50,6 +50,9 @@ class File {
   // (strerror(ENOSPC)).
   virtual Status Allocate(uint64_t bytes) = 0;
   virtual Result<uint64_t> Size() = 0;
+  // A hint that the whole file will be read soon (posix_fadvise WILLNEED:
+  // the kernel reads it ahead while the caller works on something else).
+  virtual void Prefetch() noexcept {}
   const std::string& path() const noexcept { return path_; }
 
  protected:
