@@ -44,6 +44,15 @@ uint64_t Load64(const std::byte* p) {
   return v;
 }
 
+Result<DataDirMeta> ReadMeta(FileSystem& fs, const std::string& path) {
+  auto f = fs.Open(path, OpenMode::kReadOnly);
+  if (!f.ok()) return f.status();
+  std::byte buf[kMetaBytes];
+  size_t got = 0;
+  KVRDMA_RETURN_IF_ERROR((*f)->ReadAt(0, buf, &got));
+  return DecodeMeta({buf, got}, path);
+}
+
 }  // namespace
 
 const char* FsyncModeName(FsyncMode m) noexcept {
@@ -64,12 +73,7 @@ Result<std::unique_ptr<DurableLog>> DurableLog::Open(const DurableLogConfig& cfg
   std::unique_ptr<DurableLog> d(new DurableLog(cfg));
   const std::string meta_path = cfg.dir + "/" + kMetaFileName;
   if (fs.Exists(meta_path)) {
-    auto f = fs.Open(meta_path, OpenMode::kReadOnly);
-    if (!f.ok()) return f.status();
-    std::byte buf[kMetaBytes];
-    size_t got = 0;
-    KVRDMA_RETURN_IF_ERROR((*f)->ReadAt(0, buf, &got));
-    auto meta = DecodeMeta({buf, got}, meta_path);
+    auto meta = ReadMeta(fs, meta_path);
     if (!meta.ok()) return meta.status();
     if (meta->segment_bytes != cfg.segment_bytes) {
       return Status::InvalidArgument(cfg.dir + " holds segments of " + std::to_string(meta->segment_bytes) +
@@ -301,12 +305,8 @@ Result<std::vector<DurableLog::Segment>> DurableLog::Load(const WriteVisitor& wr
 Result<DurableLog::VerifySummary> DurableLog::Verify(FileSystem& fs, const std::string& dir, const Report& report) {
   VerifySummary sum;
   const std::string meta_path = dir + "/" + kMetaFileName;
-  auto mf = fs.Open(meta_path, OpenMode::kReadOnly);
-  if (!mf.ok()) return Status::InvalidArgument(dir + " is not a kvrdma data dir: " + mf.status().message());
-  std::byte buf[kMetaBytes];
-  size_t got = 0;
-  KVRDMA_RETURN_IF_ERROR((*mf)->ReadAt(0, buf, &got));
-  auto meta = DecodeMeta({buf, got}, meta_path);
+  if (!fs.Exists(meta_path)) return Status::InvalidArgument(dir + " is not a kvrdma data dir: it has no " + kMetaFileName);
+  auto meta = ReadMeta(fs, meta_path);
   if (!meta.ok()) return meta.status();
   sum.segment_bytes = meta->segment_bytes;
   auto seqs = ListSegments(fs, dir, report);

@@ -80,15 +80,19 @@ Result<uint64_t> ValueLog::Reserve(uint32_t head, uint64_t bytes, bool may_use_r
     segs_[h.seg].used.store(h.used, std::memory_order_relaxed);
     segs_[h.seg].state.store(SegmentState::kSealed, std::memory_order_release);
   }
-  SegmentInfo& si = segs_[s];
-  si.live_bytes.store(0, std::memory_order_relaxed);
-  si.open_seq.store(open_seq, std::memory_order_relaxed);
-  si.generation.fetch_add(1, std::memory_order_release);
-  si.used.store(bytes, std::memory_order_relaxed);
-  si.state.store(SegmentState::kOpen, std::memory_order_release);
+  StartUse(s, open_seq, bytes, SegmentState::kOpen);
   h.seg = s;
   h.used = bytes;
   return static_cast<uint64_t>(s) * segment_bytes_;
+}
+
+void ValueLog::StartUse(uint32_t seg, uint64_t open_seq, uint64_t used, SegmentState state) {
+  SegmentInfo& si = segs_[seg];
+  si.live_bytes.store(0, std::memory_order_relaxed);
+  si.open_seq.store(open_seq, std::memory_order_relaxed);
+  si.generation.fetch_add(1, std::memory_order_release);
+  si.used.store(used, std::memory_order_relaxed);
+  si.state.store(state, std::memory_order_release);
 }
 
 Status ValueLog::Restore(uint32_t seg, uint64_t open_seq, uint64_t used) {
@@ -96,12 +100,7 @@ Status ValueLog::Restore(uint32_t seg, uint64_t open_seq, uint64_t used) {
   auto it = std::find(free_.begin(), free_.end(), seg);
   if (it == free_.end() || used > segment_bytes_) return Status::Internal("restoring a segment that is not free");
   free_.erase(it);
-  SegmentInfo& si = segs_[seg];
-  si.live_bytes.store(0, std::memory_order_relaxed);
-  si.open_seq.store(open_seq, std::memory_order_relaxed);
-  si.generation.fetch_add(1, std::memory_order_release);
-  si.used.store(used, std::memory_order_relaxed);
-  si.state.store(SegmentState::kSealed, std::memory_order_release);
+  StartUse(seg, open_seq, used, SegmentState::kSealed);
   if (open_seq >= next_open_seq_.load(std::memory_order_relaxed)) next_open_seq_.store(open_seq + 1);
   return Status::OK();
 }

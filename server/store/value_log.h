@@ -110,6 +110,9 @@ class ValueLog {
 
   ValueLog(Arena arena, const StoreConfig& cfg, uint32_t heads);
   void PromoteExpiredLocked(Clock::time_point now);  // REQUIRES: mu_ held
+  // A free segment taken into use (opened, or restored by recovery), with
+  // `used` bytes and a new generation. REQUIRES: mu_ held.
+  void StartUse(uint32_t seg, uint64_t open_seq, uint64_t used, SegmentState state);
 
   Arena arena_;
   const uint64_t segment_bytes_;
