@@ -119,8 +119,16 @@ Result<std::shared_ptr<VerbsDevice>> VerbsDevice::Open(const std::string& name) 
         "under tools/with-rdma)");
   }
   std::string names;
+  int unopened = 0;
   for (int i = 0; i < n; ++i) {
     ibv_context* c = dev->list_.get()[i];
+    // librdmacm leaves a device it could not open as a null context (out of
+    // device contexts, e.g. while dead processes' resources are still being
+    // torn down): skip it, and say so if nothing else matches.
+    if (c == nullptr || c->device == nullptr) {
+      ++unopened;
+      continue;
+    }
     const char* dn = ibv_get_device_name(c->device);
     if (name.empty() || name == dn) {
       dev->ctx_ = c;
@@ -130,7 +138,9 @@ Result<std::shared_ptr<VerbsDevice>> VerbsDevice::Open(const std::string& name) 
     names += dn;
   }
   if (dev->ctx_ == nullptr) {
-    return Status::Unavailable("RDMA device '" + name + "' not found (have: " + names + ")");
+    const std::string skipped =
+        unopened == 0 ? "" : "; " + std::to_string(unopened) + " device(s) could not be opened (out of resources?)";
+    return Status::Unavailable("RDMA device '" + name + "' not found (have: " + names + skipped + ")");
   }
   dev->pd_.reset(ibv_alloc_pd(dev->ctx_));
   if (!dev->pd_) return Status::FromErrno("ibv_alloc_pd", errno);
