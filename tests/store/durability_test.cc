@@ -17,6 +17,7 @@
 // history of a key that fails and every write found in the files.
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -162,6 +163,67 @@ TEST(DurableStore, AnotherDirsSegmentOrADamagedFileIsRefusedWithItsName) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), Status::Code::kCorruption) << s.status().ToString();
   EXPECT_NE(s.status().ToString().find("checksum"), std::string::npos) << s.status().ToString();
+}
+
+// Disk full and I/O errors: a write that needs a new segment file when the
+// disk is full is refused with IOError before anything is applied; a flush
+// that fails makes Commit fail (the writes stay applied and are written
+// again by the next Commit); GETs go on; writes resume when space returns;
+// nothing answered is lost (a restart serves it).
+TEST(DurableStore, DiskFullAndIoErrorsAreIOErrorsAndWritesResume) {
+  FaultFileSystem fs;
+  std::map<std::string, std::string> answered;
+  {
+    StoreConfig c = DurableConfig("d", &fs, FsyncMode::kAlways);
+    auto s = OpenOrDie(c);
+    ASSERT_TRUE(s);
+    // Fill about two segments, then leave no room for a third file.
+    int i = 0;
+    for (; i < 40; ++i) {
+      ASSERT_TRUE(s->Put(0, Key(i), Value(i, 0, 150)).ok()) << i;
+      answered[Key(i)] = Value(i, 0, 150);
+    }
+    ASSERT_TRUE(s->Commit(0).ok());
+    fs.SetSpaceLimit(1);  // every new allocation fails
+    Status full;
+    for (int j = 0; j < 60 && full.ok(); ++j, ++i) {
+      auto v = s->Put(0, Key(i), Value(i, 0, 150));
+      if (!v.ok()) {
+        full = v.status();
+        break;
+      }
+      answered[Key(i)] = Value(i, 0, 150);  // still room in the open segment
+    }
+    ASSERT_EQ(full.code(), Status::Code::kIOError) << full.ToString();
+    EXPECT_NE(full.message().find("No space left on device"), std::string::npos) << full.ToString();
+    std::string v;
+    EXPECT_FALSE(s->Get(Key(i), &v).ok()) << "a refused write was applied";
+    ASSERT_TRUE(s->Get(Key(0), &v).ok());  // reads go on
+    EXPECT_EQ(v, answered[Key(0)]);
+    ASSERT_TRUE(s->Commit(0).ok());  // what was applied is in the open segment's file
+    // A failing flush: Commit says so; the next one writes it again.
+    ASSERT_TRUE(s->Put(0, Key(0), "after the failed flush").ok());
+    fs.FailCalls(FaultFileSystem::Op::kSync, EIO, 1);
+    Status st = s->Commit(0);
+    EXPECT_EQ(st.code(), Status::Code::kIOError) << st.ToString();
+    ASSERT_TRUE(s->Commit(0).ok());
+    answered[Key(0)] = "after the failed flush";
+    // Space returns: writes resume.
+    fs.SetSpaceLimit(0);
+    for (int j = 0; j < 30; ++j, ++i) {
+      ASSERT_TRUE(s->Put(0, Key(i), Value(i, 1, 150)).ok()) << i;
+      answered[Key(i)] = Value(i, 1, 150);
+    }
+    ASSERT_TRUE(s->Commit(0).ok());
+  }
+  fs.Restart(FaultFileSystem::CrashKind::kPowerCut, 7);
+  auto s = OpenOrDie(DurableConfig("d", &fs, FsyncMode::kAlways));
+  ASSERT_TRUE(s);
+  for (const auto& [key, value] : answered) {
+    std::string v;
+    ASSERT_TRUE(s->Get(key, &v).ok()) << key;
+    EXPECT_EQ(v, value) << key;
+  }
 }
 
 // ---- crash exploration
