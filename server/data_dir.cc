@@ -39,7 +39,8 @@ int VerifyDataDir(const std::string& dir) {
   };
   auto sum = DurableLog::Verify(PosixFileSystem(), dir, report);
   if (!sum.ok()) {
-    std::printf("DAMAGE: %s\n", sum.status().ToString().c_str());
+    // Not a data dir at all (no meta file), or its meta file is damaged.
+    std::printf("%s: %s\n", sum.status().code() == Status::Code::kCorruption ? "DAMAGE" : "error", sum.status().message().c_str());
     return 1;
   }
   std::printf("%s: %llu segment files of %llu bytes, %llu writes (%llu bytes) checked: %s\n", dir.c_str(),

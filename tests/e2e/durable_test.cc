@@ -5,10 +5,12 @@
 // tests/store/durability_test.cc and tests/e2e/kill9_test.sh.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <string>
 
+#include "server/data_dir.h"
 #include "tests/e2e/e2e_util.h"
 
 namespace kvrdma::testing {
@@ -106,6 +108,42 @@ TEST_P(DurableServerTest, ARestartServesEveryAnsweredWriteWithItsVersion) {
     std::printf("fsync %s: %llu values and their versions served after the restart\n", FsyncModeName(mode),
                 static_cast<unsigned long long>(checked));
   }
+}
+
+// kvserver --data-dir DIR --verify (server::VerifyDataDir): 0 on a good dir,
+// 1 once a byte in the middle of a segment file is flipped, 1 on a dir that
+// is not a data dir; it changes nothing.
+TEST(VerifyDataDirTest, AGoodDirPassesADamagedOneFails) {
+  char tmpl[] = "/tmp/kvrdma-verify-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string root = tmpl, dir = root + "/data";
+  {
+    StoreConfig sc;
+    sc.index_homes = 1024;
+    sc.segment_bytes = 64 << 10;
+    sc.log_bytes = 16 * sc.segment_bytes;
+    sc.max_value_bytes = 4096;
+    sc.huge_pages = HugePages::kOff;
+    sc.data_dir = dir;
+    sc.fsync = FsyncMode::kAlways;
+    auto s = Store::Open(sc);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    for (int i = 0; i < 300; ++i) ASSERT_TRUE((*s)->Put(0, "k" + std::to_string(i), std::string(100, 'v')).ok());
+    ASSERT_TRUE((*s)->Commit(0).ok());
+  }
+  EXPECT_EQ(server::VerifyDataDir(dir), 0);
+  EXPECT_EQ(server::VerifyDataDir(root), 1);  // no meta file: not a data dir
+  // One byte in the middle of the first segment file's data.
+  const std::string seg = dir + "/segment-0000000000000001.kvseg";
+  FILE* f = std::fopen(seg.c_str(), "r+b");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(std::fseek(f, 4096 + 1000, SEEK_SET), 0);
+  const int c = std::fgetc(f);
+  ASSERT_EQ(std::fseek(f, 4096 + 1000, SEEK_SET), 0);
+  std::fputc(c ^ 0x01, f);
+  std::fclose(f);
+  EXPECT_EQ(server::VerifyDataDir(dir), 1);
+  std::system(("rm -rf " + root).c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, DurableServerTest, ::testing::Values(Kind::kLoopback), KindName);
