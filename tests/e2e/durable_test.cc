@@ -5,12 +5,14 @@
 // tests/store/durability_test.cc and tests/e2e/kill9_test.sh.
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <string>
 
 #include "server/data_dir.h"
+#include "tests/store/fault_file_system.h"
 #include "tests/e2e/e2e_util.h"
 
 namespace kvrdma::testing {
@@ -108,6 +110,46 @@ TEST_P(DurableServerTest, ARestartServesEveryAnsweredWriteWithItsVersion) {
     std::printf("fsync %s: %llu values and their versions served after the restart\n", FsyncModeName(mode),
                 static_cast<unsigned long long>(checked));
   }
+}
+
+// A flush that fails under --fsync always: the PUTs whose commit it was are
+// answered IOError (the worker rewrites their queued replies), the client
+// and the server go on, and the next PUTs succeed once the disk does. A full
+// disk refuses a PUT that needs a new segment file, with the reason.
+TEST(DurableServerErrorsTest, AFailedFlushAnswersIOErrorAndTheServerGoesOn) {
+  TransportEnv env = TransportEnv::Make(Kind::kLoopback);
+  test::FaultFileSystem fs;
+  TestServer server(env, TestServer::Defaults(), [&](StoreConfig& sc) {
+    sc.data_dir = "d";
+    sc.file_system = &fs;
+    sc.fsync = FsyncMode::kAlways;
+    sc.segment_bytes = 1 << 20;
+    sc.log_bytes = 8 << 20;
+    sc.max_value_bytes = 64 << 10;
+  });
+  server::ServerConfig cfg = TestServer::Defaults();
+  auto c = server.Connect(PutMode::kSend);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_TRUE((*c)->Put("before", "v").ok());
+  fs.FailCalls(test::FaultFileSystem::Op::kSync, EIO, 1000000);
+  Status st = (*c)->Put("during", "v");
+  EXPECT_EQ(st.code(), Status::Code::kIOError) << st.ToString();
+  EXPECT_NE(st.message().find("not made durable"), std::string::npos) << st.ToString();
+  fs.FailCalls(test::FaultFileSystem::Op::kSync, EIO, 0);
+  ASSERT_TRUE((*c)->Put("after", "v").ok());
+  std::string v;
+  ASSERT_TRUE((*c)->Get("before", &v).ok());
+  // A full disk: the next segment file cannot be allocated.
+  fs.SetSpaceLimit(1);
+  Status full;
+  const std::string big(60 << 10, 'x');
+  for (int i = 0; i < 40 && full.ok(); ++i) full = (*c)->Put("big" + std::to_string(i), big);
+  EXPECT_EQ(full.code(), Status::Code::kIOError) << full.ToString();
+  EXPECT_NE(full.message().find("No space left on device"), std::string::npos) << full.ToString();
+  fs.SetSpaceLimit(0);
+  EXPECT_TRUE((*c)->Put("resumed", big).ok());
+  ASSERT_TRUE((*c)->Get("after", &v).ok());
+  (void)cfg;
 }
 
 // kvserver --data-dir DIR --verify (server::VerifyDataDir): 0 on a good dir,
