@@ -233,8 +233,10 @@ void RunStress(uint64_t target_reads, uint64_t min_tears, bool durable = false) 
         RacyLoad(buf.data() + done, src + done, n);
         done += n;
         if (wait_for_reuse && done == n) {
-          // Hold the READ open until the segment is recycled (or 100 ms).
-          const auto until = Clock::now() + std::chrono::milliseconds(100);
+          // Hold the READ open until the segment is recycled (or 400 ms: on
+          // a loaded machine under ThreadSanitizer 100 ms once saw no reuse
+          // in 60 s, and no tear).
+          const auto until = Clock::now() + std::chrono::milliseconds(400);
           while (s.SegmentGeneration(cand.entry.offset) == gen && Clock::now() < until &&
                  !stop.load(std::memory_order_relaxed)) {
             std::this_thread::sleep_for(std::chrono::microseconds(200));
