@@ -112,7 +112,14 @@ bool Store::CompactSegment(uint32_t seg) {
     // writes that superseded its dead entries, and (if it holds tombstones)
     // the marks of every older write of their keys, are durable.
     if (Status fs = ForgetSegmentFile(seg, tombstones); !fs.ok()) {
-      KVRDMA_LOG_ERROR("store: segment %u not reclaimed: %s", seg, fs.ToString().c_str());
+      // Retry: marks wait for a head's next commit (an idle worker's, or one
+      // stopping): the segment is cleaned again on a later pass. Anything
+      // else is a disk error.
+      if (fs.code() == Status::Code::kRetry) {
+        KVRDMA_LOG_DEBUG("store: segment %u not reclaimed yet: %s", seg, fs.ToString().c_str());
+      } else {
+        KVRDMA_LOG_ERROR("store: segment %u not reclaimed: %s", seg, fs.ToString().c_str());
+      }
       log_->Unclaim(seg);
       return false;
     }

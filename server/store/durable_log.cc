@@ -356,10 +356,20 @@ Status DurableLog::OpenSegment(uint32_t slot, uint64_t open_seq) {
   }
   {
     std::lock_guard<std::mutex> l(slots_mu_);
-    slots_[slot].file = std::move(f).value();
-    slots_[slot].open_seq = open_seq;
-    slots_[slot].dirty.store(true, std::memory_order_relaxed);  // the header
-    slots_[slot].persisted.store(0, std::memory_order_release);
+    SlotFile& sf = slots_[slot];
+    sf.file = std::move(f).value();
+    // persisted belongs to the new seq before a reader can see that seq
+    // (Written reads both without the lock); the slot's old file is gone.
+    sf.open_seq.store(0, std::memory_order_release);
+    sf.persisted.store(0, std::memory_order_release);
+    sf.dirty.store(true, std::memory_order_relaxed);  // the header
+    sf.open_seq.store(open_seq, std::memory_order_release);
+  }
+  {
+    // Marks queued for the slot's previous file after it went (their
+    // PlaceOf ran before its RemoveSegment) have nothing left to mark.
+    std::lock_guard<std::mutex> l(slots_[slot].marks_mu);
+    slots_[slot].marks.clear();
   }
   segments_on_disk_.fetch_add(1, std::memory_order_relaxed);
   return Status::OK();
@@ -430,21 +440,21 @@ DurableLog::Place DurableLog::PlaceOf(uint64_t off, uint64_t end) const {
   Place p;
   p.slot = static_cast<uint32_t>(off / cfg_.segment_bytes);
   p.end = end - uint64_t{p.slot} * cfg_.segment_bytes;
-  std::lock_guard<std::mutex> l(slots_mu_);
-  p.open_seq = slots_[p.slot].open_seq;
+  p.open_seq = slots_[p.slot].open_seq.load(std::memory_order_acquire);
   return p;
 }
 
 bool DurableLog::Gone(const Place& p) const {
-  std::lock_guard<std::mutex> l(slots_mu_);
-  return slots_[p.slot].open_seq != p.open_seq;
+  return slots_[p.slot].open_seq.load(std::memory_order_acquire) != p.open_seq;
 }
 
 bool DurableLog::Written(const Place& p) const {
   if (p.open_seq == 0) return true;
-  std::lock_guard<std::mutex> l(slots_mu_);
   const SlotFile& f = slots_[p.slot];
-  return f.open_seq != p.open_seq || f.persisted.load(std::memory_order_acquire) >= p.end;
+  // persisted first: if the seq is still p's afterwards, persisted was p's
+  // file's (OpenSegment resets it only while the seq is 0).
+  const uint64_t persisted = f.persisted.load(std::memory_order_acquire);
+  return f.open_seq.load(std::memory_order_acquire) != p.open_seq || persisted >= p.end;
 }
 
 void DurableLog::QueueMark(uint64_t entry_off, uint64_t entry_bytes, uint64_t newer_off, uint64_t newer_end) {
@@ -454,9 +464,12 @@ void DurableLog::QueueMark(uint64_t entry_off, uint64_t entry_bytes, uint64_t ne
   if (m.target.open_seq == 0) return;  // no file (recovery's superseded copies of a gone segment)
   m.in_segment = leader_off % cfg_.segment_bytes;
   if (newer_end != 0) m.newer = PlaceOf(newer_off, newer_end);
-  std::lock_guard<std::mutex> l(flush_mu_);
-  m.seq = next_mark_seq_++;
-  marks_.push_back(m);
+  SlotFile& sf = slots_[m.target.slot];
+  // The seq is taken under the slot's lock: a Settle that reads
+  // next_mark_seq_ after it finds the mark in the slot's list.
+  std::lock_guard<std::mutex> l(sf.marks_mu);
+  m.seq = next_mark_seq_.fetch_add(1, std::memory_order_acq_rel);
+  sf.marks.push_back(m);
 }
 
 Status DurableLog::WaitForFlush() {
@@ -471,45 +484,45 @@ Status DurableLog::WaitForFlush() {
   return Status::OK();
 }
 
+bool DurableLog::MarksWait(uint64_t upto, bool tombstones, uint32_t slot, uint64_t seg_seq) {
+  auto waits = [&](const Mark& m) {
+    if (m.seq >= upto) return false;
+    if (tombstones) return !Gone(m.target);
+    return m.target.open_seq == seg_seq && !Written(m.newer);
+  };
+  const uint32_t first = tombstones ? 0 : slot, last = tombstones ? cfg_.segment_count : slot + 1;
+  for (uint32_t i = first; i < last; ++i) {
+    std::lock_guard<std::mutex> l(slots_[i].marks_mu);
+    for (const Mark& m : slots_[i].marks) {
+      if (waits(m)) return true;
+    }
+  }
+  // Marks a round took out to write (tombstones: they must be written; the
+  // other case needs only what such marks already have: their newer writes
+  // in their files). Checked after the lists: a round lowers it (under a
+  // slot's lock) before it takes marks out of that slot, and raises it only
+  // after it wrote them or put them back.
+  return tombstones && marks_out_min_seq_.load(std::memory_order_acquire) < upto;
+}
+
 Status DurableLog::Settle(uint32_t slot, bool tombstones, std::chrono::milliseconds patience) {
   const auto give_up = Clock::now() + patience;
-  uint64_t upto, seg_seq;
-  {
-    std::lock_guard<std::mutex> l(flush_mu_);
-    upto = next_mark_seq_;
-    if (tombstones) ++write_marks_;
-  }
-  {
-    std::lock_guard<std::mutex> l(slots_mu_);
-    seg_seq = slots_[slot].open_seq;
-  }
+  const uint64_t upto = next_mark_seq_.load(std::memory_order_acquire);
+  const uint64_t seg_seq = slots_[slot].open_seq.load(std::memory_order_acquire);
+  if (tombstones) write_marks_.fetch_add(1, std::memory_order_acq_rel);
   struct Done {
     DurableLog* d;
     bool on;
     ~Done() {
-      if (!on) return;
-      std::lock_guard<std::mutex> l(d->flush_mu_);
-      --d->write_marks_;
+      if (on) d->write_marks_.fetch_sub(1, std::memory_order_acq_rel);
     }
   } done{this, tombstones};
-  // Whether a mark queued before the call still waits: any (tombstones:
-  // they must all be written), else one of this segment whose newer write
-  // is not in its file yet.
-  auto waiting = [&] {
-    std::lock_guard<std::mutex> l(flush_mu_);
-    for (const Mark& m : marks_) {
-      if (m.seq >= upto) continue;
-      if (tombstones) return true;
-      if (m.target.slot == slot && m.target.open_seq == seg_seq && !Written(m.newer)) return true;
-    }
-    return false;
-  };
   // Each round flushes what is in the files (then, with tombstones, writes
   // the marks whose writes were in their files); a last round flushes what
   // the rounds before left in the files.
   for (;;) {
     KVRDMA_RETURN_IF_ERROR(WaitForFlush());
-    if (!waiting()) break;
+    if (!MarksWait(upto, tombstones, slot, seg_seq)) break;
     if (Clock::now() >= give_up) return Status::Retry("marks still wait for writes a head has not committed");
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -521,10 +534,15 @@ Status DurableLog::RemoveSegment(uint32_t slot) {
   {
     std::lock_guard<std::mutex> l(slots_mu_);
     if (!slots_[slot].file) return Status::OK();
-    seq = slots_[slot].open_seq;
+    seq = slots_[slot].open_seq.load(std::memory_order_relaxed);
     slots_[slot].file.reset();  // closed once the flusher lets go of it too
-    slots_[slot].open_seq = 0;
+    slots_[slot].open_seq.store(0, std::memory_order_release);
     slots_[slot].dirty.store(false, std::memory_order_relaxed);
+  }
+  {
+    // The marks of the file's entries go with it, all at once.
+    std::lock_guard<std::mutex> l(slots_[slot].marks_mu);
+    std::vector<Mark>().swap(slots_[slot].marks);
   }
   Status st = cfg_.fs->Remove(PathOf(seq));
   if (st.ok()) segments_on_disk_.fetch_sub(1, std::memory_order_relaxed);
@@ -560,16 +578,23 @@ void DurableLog::FlusherLoop() {
 Status DurableLog::FlushRound() {
   // The marks this round may write: their writes are in their files now, so
   // the flush below makes the newer writes durable before the marks go out.
+  // Marks are looked at only while a Settle wants them written: otherwise
+  // they wait in their slots, and go with their file.
   std::vector<Mark> ready;
-  {
-    std::lock_guard<std::mutex> l(flush_mu_);
-    // A mark whose segment's file is gone has nothing left to mark.
-    std::erase_if(marks_, [&](const Mark& m) { return Gone(m.target); });
-    if (write_marks_ > 0) {
-      auto keep = std::stable_partition(marks_.begin(), marks_.end(),
+  if (write_marks_.load(std::memory_order_acquire) > 0) {
+    for (uint32_t i = 0; i < cfg_.segment_count; ++i) {
+      SlotFile& sf = slots_[i];
+      std::lock_guard<std::mutex> l(sf.marks_mu);
+      // A mark whose segment's file is gone has nothing left to mark.
+      std::erase_if(sf.marks, [&](const Mark& m) { return Gone(m.target); });
+      auto keep = std::stable_partition(sf.marks.begin(), sf.marks.end(),
                                         [&](const Mark& m) { return !(Written(m.target) && Written(m.newer)); });
-      ready.assign(keep, marks_.end());
-      marks_.erase(keep, marks_.end());
+      if (keep == sf.marks.end()) continue;
+      uint64_t min_seq = marks_out_min_seq_.load(std::memory_order_relaxed);
+      for (auto it = keep; it != sf.marks.end(); ++it) min_seq = std::min(min_seq, it->seq);
+      marks_out_min_seq_.store(min_seq, std::memory_order_release);  // before they leave the list
+      ready.insert(ready.end(), keep, sf.marks.end());
+      sf.marks.erase(keep, sf.marks.end());
     }
   }
   Status result;
@@ -610,10 +635,11 @@ Status DurableLog::FlushRound() {
       marks_written_.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  if (!again.empty()) {
-    std::lock_guard<std::mutex> l(flush_mu_);
-    marks_.insert(marks_.begin(), again.begin(), again.end());
+  for (const Mark& m : again) {
+    std::lock_guard<std::mutex> l(slots_[m.target.slot].marks_mu);
+    slots_[m.target.slot].marks.push_back(m);
   }
+  marks_out_min_seq_.store(UINT64_MAX, std::memory_order_release);  // after they were written or put back
   return result;
 }
 

