@@ -170,7 +170,11 @@ class World {
   int get_key = 0;
   std::vector<std::string> allowed;  // values the key had at some instant of the GET
   bool absent_ok = false;            // the key was absent at some instant of the GET
-  int fire_at = 0, hook_calls = 0;
+  // The point the plan runs at: 1..127, the n-th point of the GET (before
+  // each READ, between two chunks of one); 128 + n, before its READ n % 8 + 1
+  // (the second: a window round's entry READ, or a cached GET's entry READ);
+  // 0: none.
+  int fire_at = 0, hook_calls = 0, reads = 0;
   std::string plan;
 
   uint8_t* Log() { return N().mem.data() + kLogAt; }
@@ -333,11 +337,14 @@ bool Verbose() {
 // client waits): before each of its READs executes (LoopbackFaults::fail_wr,
 // which fails nothing here) and between any two 8-byte chunks of one
 // (between_read_chunks); the input chooses the point by its number.
-void AtPoint() {
+void AtPoint(bool before_read) {
   World* w = g_world.load();
   if (w == nullptr) return;
   std::lock_guard<std::mutex> g(w->mu);
-  if (!w->in_get || w->fire_at == 0 || ++w->hook_calls != w->fire_at) return;
+  if (!w->in_get || w->fire_at == 0) return;
+  ++w->hook_calls;
+  w->reads += before_read;
+  if (w->fire_at < 128 ? w->hook_calls != w->fire_at : !before_read || w->reads != w->fire_at % 8 + 1) return;
   Reader r{reinterpret_cast<const uint8_t*>(w->plan.data()), w->plan.size()};
   for (int i = 0; i < 4 && !r.Done(); ++i) w->Act(r);
 }
@@ -410,9 +417,9 @@ int Run(const uint8_t* data, size_t size) {
   LoopbackFaults f;
   f.read_chunk_bytes = 8;
   f.read_descending = descending;
-  f.between_read_chunks = [](const SendWr&, size_t) { AtPoint(); };
+  f.between_read_chunks = [](const SendWr&, size_t) { AtPoint(false); };
   f.fail_wr = [](const SendWr&) {
-    AtPoint();
+    AtPoint(true);
     return WcStatus::kSuccess;
   };
   n.fabric->SetFaults(std::move(f));
@@ -454,7 +461,8 @@ int Run(const uint8_t* data, size_t size) {
         if (w.keys[k].present) w.allowed.push_back(w.keys[k].value);
         w.absent_ok = !w.keys[k].present;
         w.hook_calls = 0;
-        w.fire_at = r.U8() % 64;
+        w.reads = 0;
+        w.fire_at = r.U8();
         w.plan = r.Bytes(r.U8() % 64);
       }
       std::string v;

@@ -104,8 +104,8 @@ write('fuzz_read_path', 'valid_entry_at_4_mod_8',
 # the key [flags: 1 tombstone, 2 other parity's layout, 4 the stale entry's
 # size, 8 at any offset, 16 4 bytes on][which stale location][any offset / 4:
 # u16][value length][value]; 4 raw bytes [which stale location][length][bytes].
-# The GET's plan runs at its `point` (1-based: before each READ, between its
-# 8-byte chunks). Issue 25 item 1's forged entries, each a complete attack
+# The GET's plan runs at its `point`: 1..127 the n-th point of the GET (before
+# each READ, between its 8-byte chunks), 128 + n before its READ n % 8 + 1. Issue 25 item 1's forged entries, each a complete attack
 # (the fixed client answers right; tests/putback/run 25.1, 25.1b, 25.1c make
 # it abort):
 
