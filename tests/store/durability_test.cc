@@ -12,6 +12,8 @@
 // and a write after the restart gets a higher version than every write
 // before it. Acknowledged = a Commit of its worker returned OK after it
 // (with --fsync always for a power cut; any mode for kill -9).
+// EverySecLossWindow.*: how old the acknowledged writes a power cut loses
+// under --fsync everysec are (see its comment).
 // KVRDMA_DURABLE_SEEDS sets the number of seeds (default 2000),
 // KVRDMA_DURABLE_SEED=N runs seed N alone, KVRDMA_DURABLE_DEBUG=1 prints the
 // history of a key that fails and every write found in the files.
