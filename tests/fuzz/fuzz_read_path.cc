@@ -97,7 +97,9 @@ constexpr int kKeys = 3;
 // grids, so images of one key land at offsets where another's entries were.
 constexpr std::string_view kKeyNames[kKeys] = {"k0", "key1", "k2-long"};
 constexpr size_t kMaxValue = 40;
-constexpr size_t kMaxLocs = 64;
+// Every write of an input fits (32 commands, up to 4 actions in a GET's
+// plan): no stale location is forgotten while a GET could depend on it.
+constexpr size_t kMaxLocs = 256;
 
 // Server memory: the index at 0, the log at 4096, lock words, the ring.
 constexpr size_t kIndexAt = 0, kLogAt = 4096, kLocksAt = 8192, kRingAt = 16384, kMem = 1 << 15;
@@ -205,13 +207,12 @@ class World {
     std::memcpy(Log() + off, b, n);
   }
   void Remember(Loc l) {
-    if (locs.size() >= kMaxLocs) {
-      for (size_t i = 0; i < locs.size(); ++i) {
-        if (!locs[i].named) {
-          locs.erase(locs.begin() + static_cast<ptrdiff_t>(i));
-          break;
-        }
+    if (locs.size() >= kMaxLocs) {  // not reached (kMaxLocs): forget the one unnamed longest ago
+      auto oldest = locs.end();
+      for (auto it = locs.begin(); it != locs.end(); ++it) {
+        if (!it->named && (oldest == locs.end() || it->unnamed_at < oldest->unnamed_at)) oldest = it;
       }
+      if (oldest != locs.end()) locs.erase(oldest);
     }
     locs.push_back(l);
   }
