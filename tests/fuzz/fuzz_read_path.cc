@@ -11,26 +11,29 @@
 //
 // World mode (first byte 0xFF): the real client's GET state machine
 // (client/client_get.cc: the cached-location GET, the window round, late
-// rounds and their recheck) over the loopback transport, against an index and
-// a log that this target keeps as the server would (entries written
-// unpublished-then-current, the superseded one marked NOT-CURRENT, the word
-// stored after its entry, tombstones named by their key's word) and that the
-// input changes between GETs and in the middle of a GET's READs (between any
-// two 8-byte chunks of any READ, copied ascending or descending, or before a
-// READ executes). The input
-// may also write what a client's value can hold at any stale log offset
-// (bytes no word names now): complete, checksummed entry images of any key,
-// values or tombstones, laid out for the offset's parity or for the other
-// one, sized like the stale entry or not, and raw bytes (issue 25 item 1: a
-// forged entry inside another client's value). It keeps the one rule the
-// server keeps (the reuse rule, DESIGN.md "Reclamation"): bytes that a word
-// named are overwritten only a grace period after the word stopped naming
-// them (with a GET in flight it sleeps that long: the round that READs them
-// is then late). The oracle: a GET that returns a value the key did not have
-// at some instant of the GET (no PUT of that key wrote it, or it was
-// superseded before the GET began), or NotFound for a key present throughout
-// the GET, aborts. With the forged-entry fix put back (tests/putback/run
-// 25.1, 25.1b, 25.1c) it aborts; see tests/fuzz/make_seeds.py for the seeds.
+// rounds and their recheck) over the loopback transport, against an index
+// and a log that this target keeps as the server does (an entry complete
+// before its key's word names it, the entry it supersedes marked
+// NOT-CURRENT, tombstones named by their key's word) and that the input
+// changes between GETs and at a point inside a GET: before one of its READs
+// or between two 8-byte chunks of one (READs copied ascending or
+// descending); each change lands whole between two chunks. Besides PUTs,
+// DELETEs and relocations (the cleaner's moves), the input writes at stale
+// log offsets (that no word names now) what another client's value can hold
+// there once the segment is reused (issue 25 item 1): complete, checksummed
+// entry images of any key, values or tombstones, laid out for the offset's
+// parity or for the other one, sized like the stale entry or not, and raw
+// bytes. It keeps the server's reuse rule (DESIGN.md "Reclamation"): bytes a
+// word named are rewritten only a grace period after the word stopped naming
+// them (with a GET in flight it sleeps that long, so the GET's round is then
+// late). The oracle: a GET that returns a value its key did not have at some
+// instant of the GET (one no PUT of the key wrote, or one superseded before
+// the GET began), or NotFound for a key present throughout the GET, aborts.
+// With the forged-entry fix put back (tests/putback/run 25.1, 25.1b, 25.1c)
+// the seeds world_* abort, and the fuzzer finds each bug from the other
+// seeds within minutes (DESIGN.md, "Why a GET returns a value the key had
+// during the GET"). The input's layout: tests/fuzz/make_seeds.py.
+// KVRDMA_FUZZ_VERBOSE=1 prints a line per GET.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
