@@ -274,10 +274,11 @@ class World {
 
   // One action of the input. Ops: 0 PUT, 1 DELETE, 2 relocate (the cleaner
   // moves the key's entry: same value, new offset), 3 an entry image, 4 raw
-  // bytes; 3 and 4 land at a stale location or at any offset: what another
-  // client's value may put there once the segment is reused.
+  // bytes, 5 a relocation and an image where the key was; 3 and 4 land at a
+  // stale location or at any offset: what another client's value may put
+  // there once the segment is reused.
   void Act(Reader& r) {
-    const uint8_t op = r.U8() % 5;
+    const uint8_t op = r.U8() % 6;
     const int k = r.U8() % kKeys;
     switch (op) {
       case 0: {
@@ -324,6 +325,33 @@ class World {
         const uint64_t off = at != nullptr ? at->off : 4 * (which % (kLogBytes / 4));
         if (Writable(off, b.size())) PutBytes(off, b.data(), b.size());
         return;
+      }
+      case 5: {
+        // 2 and 3 in one: the key moves (the cleaner relocates it) and its
+        // old location gets an image sized like the entry that was there
+        // (flags: 1 a tombstone image, 2 of the next key, 4 laid out for the
+        // other parity), or as close as the image's key allows.
+        const uint8_t flags = r.U8();
+        const uint64_t to = 4 * (r.U16() % (kLogBytes / 4));
+        std::string v = r.Bytes(r.U8() % (kMaxValue + 1));
+        const Loc* cur = Named(k);
+        if (cur == nullptr) return;
+        const Loc old = *cur;
+        Write(k, to, keys[k].value, !keys[k].present);
+        if (Named(k) == nullptr || Named(k)->off == old.off) return;  // not moved
+        const std::string_view key = kKeyNames[(k + ((flags & 2) != 0 ? 1 : 0)) % kKeys];
+        const bool tombstone = (flags & 1) != 0;
+        const size_t body = old.bytes - kEntryHeaderBytes;
+        if (tombstone) {
+          v.clear();
+        } else if (body >= key.size() && body - key.size() <= kMaxValue) {
+          v.resize(body - key.size(), '#');
+        }
+        const size_t n = EntryBytes(key.size(), v.size());
+        if (!Writable(old.off, n)) return;
+        std::byte buf[EntryBytes(16, kMaxValue)];
+        if (EncodeEntry({buf, n}, old.off ^ ((flags & 4) != 0 ? 4 : 0), key, v, tombstone, kSeed) != n) std::abort();
+        return PutBytes(old.off, buf, n);
       }
     }
   }
@@ -449,8 +477,8 @@ int Run(const uint8_t* data, size_t size) {
     }
     g_world.store(&w);
     for (int cmd = 0; cmd < 32 && !r.Done(); ++cmd) {
-      // 0..4: an action between GETs (Act reads that byte as its op); 5: a GET.
-      if (r.p[r.i] % 6 != 5) {
+      // 0..5: an action between GETs (Act reads that byte as its op); 6: a GET.
+      if (r.p[r.i] % 7 != 6) {
         std::lock_guard<std::mutex> g(w.mu);
         w.Act(r);
         continue;

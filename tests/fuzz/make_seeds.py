@@ -98,12 +98,14 @@ write('fuzz_read_path', 'valid_entry_at_4_mod_8',
 
 # fuzz_read_path's world mode (first byte 0xFF; tests/fuzz/fuzz_read_path.cc):
 # [homes: 1 << (b % 3)][window: 3 + b % 6][descending READs: b & 1], then
-# commands: an action [op 0..4][key 0..2][...] or a GET [5][key][point][plan
+# commands: an action [op 0..5][key 0..2][...] or a GET [6][key][point][plan
 # length][plan: actions]. Actions: 0 PUT [offset / 4: u16][value length][value];
 # 1 DELETE [offset / 4: u16]; 2 relocate [offset / 4: u16]; 3 an entry image of
 # the key [flags: 1 tombstone, 2 other parity's layout, 4 the stale entry's
 # size, 8 at any offset, 16 4 bytes on][which stale location][any offset / 4:
-# u16][value length][value]; 4 raw bytes [which stale location][length][bytes].
+# u16][value length][value]; 4 raw bytes [which stale location][length][bytes];
+# 5 relocate and put an image where the key was [flags: 1 tombstone, 2 of the
+# next key, 4 other parity's layout][offset / 4: u16][value length][value].
 # The GET's plan runs at its `point`: 1..127 the n-th point of the GET (before
 # each READ, between its 8-byte chunks), 128 + n before its READ n % 8 + 1. Issue 25 item 1's forged entries, each a complete attack
 # (the fixed client answers right; tests/putback/run 25.1, 25.1b, 25.1c make
@@ -119,7 +121,7 @@ def image(key, flags, which=0, off=0, value=b''):
 
 
 def get(key, point=0, plan=b''):
-    return bytes([5, key, point, len(plan)]) + plan
+    return bytes([6, key, point, len(plan)]) + plan
 
 
 WORLD = bytes([0xFF, 0, 0, 0])  # 1 home, windows of 3 words, READs ascending
