@@ -458,10 +458,11 @@ TEST(CrashExploration, EveryAcknowledgedWriteSurvivesAnyCrashPoint) {
 // then the power is cut (every later I/O call fails), the fault file system
 // keeps what was synced plus a random prefix of each file's later writes,
 // the store reopens, and every acknowledged write that did not come back is
-// lost: its age is how long before the cut its Commit returned. The flusher starts a round at most 1 s
-// after the previous one ended, and a round syncs every file written before
-// it began, so a lost write is at most 1 s + two rounds old (the round it
-// just missed, and the one after the wait that would have saved it), plus
+// lost: its age is how long before the cut its Commit returned. The flusher
+// starts a round at most 1 s after the previous one ended, and a round syncs
+// every file written before it began, so a lost write is at most 1 s + two
+// rounds old (the round it just missed, and the one after the wait that
+// would have saved it), plus
 // however late a loaded machine wakes the flusher: the bound allows
 // kEverySecSlackMs for that (KVRDMA_EVERYSEC_SLACK_MS). If everysec stopped
 // flushing on its own, writes from the whole run (2 s and more) are lost:
