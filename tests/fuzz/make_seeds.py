@@ -95,3 +95,54 @@ write('fuzz_read_path', 'valid_entry',
       bytes([10, 15, 2]) + b'key' + bytes(16 * 8) + struct.pack('<QI', GUARD, LENGTHS) + b'key' + b'value')
 write('fuzz_read_path', 'valid_entry_at_4_mod_8',
       bytes([10, 15, 0x82]) + b'key' + bytes(16 * 8) + struct.pack('<IQ', LENGTHS, GUARD) + b'key' + b'value')
+
+# fuzz_read_path's world mode (first byte 0xFF; tests/fuzz/fuzz_read_path.cc):
+# [homes: 1 << (b % 3)][window: 3 + b % 6][descending READs: b & 1], then
+# commands: an action [op 0..5][key 0..2][...] or a GET [6][key][point][plan
+# length][plan: actions]. Actions: 0 PUT [offset / 4: u16][value length][value];
+# 1 DELETE [offset / 4: u16]; 2 relocate [offset / 4: u16]; 3 an entry image of
+# the key [flags: 1 tombstone, 2 other parity's layout, 4 the stale entry's
+# size, 8 at any offset, 16 4 bytes on][which stale location][any offset / 4:
+# u16][value length][value]; 4 raw bytes [which stale location][length][bytes];
+# 5 relocate and put an image where the key was [flags: 1 tombstone, 2 of the
+# next key, 4 other parity's layout][offset / 4: u16][value length][value].
+# The GET's plan runs at its `point`: 1..127 the n-th point of the GET (before
+# each READ, between its 8-byte chunks), 128 + n before its READ n % 8 + 1. Issue 25 item 1's forged entries, each a complete attack
+# (the fixed client answers right; tests/putback/run 25.1, 25.1b, 25.1c make
+# it abort):
+
+
+def put(key, off, value):
+    return bytes([0, key]) + struct.pack('<H', off // 4) + bytes([len(value)]) + value
+
+
+def image(key, flags, which=0, off=0, value=b''):
+    return bytes([3, key, flags, which]) + struct.pack('<H', off // 4) + bytes([len(value)]) + value
+
+
+def get(key, point=0, plan=b''):
+    return bytes([6, key, point, len(plan)]) + plan
+
+
+WORLD = bytes([0xFF, 0, 0, 0])  # 1 home, windows of 3 words, READs ascending
+# A cached GET of k0 whose cached location (offset 0, parity 0) now holds an
+# image of k0 (value "##", or a tombstone), after k0 moved to offset 36 (4 mod 8).
+write('fuzz_read_path', 'world_cached_forged_value',
+      WORLD + put(0, 0, b'v1') + get(0) + put(0, 36, b'v2') + image(0, 4, value=b'##') + get(0))
+write('fuzz_read_path', 'world_cached_forged_tombstone',
+      WORLD + put(0, 0, b'v1') + get(0) + put(0, 36, b'v2') + image(0, 1 | 4) + get(0))
+# The same at parity 4: key1's entry at 4, its image laid out for 4 mod 8.
+write('fuzz_read_path', 'world_cached_forged_value_at_4_mod_8',
+      WORLD + put(1, 4, b'abcdef') + get(1) + put(1, 64, b'ghijkl') + image(1, 4, value=b'######') + get(1))
+# A late round: after the window READ (point 4: before the entry READ), k0
+# moves, a grace period passes (the round is late) and its old offset gets an
+# image of k0, or of key1 (another key's bytes: the miss rule must not run).
+write('fuzz_read_path', 'world_late_round_forged_value',
+      WORLD + put(0, 0, b'v1') + get(0, 4, put(0, 36, b'v2') + image(0, 4, value=b'##')))
+write('fuzz_read_path', 'world_late_round_other_key',
+      WORLD + put(0, 0, b'v1') + get(0, 4, put(0, 36, b'v2') + image(1, 4, value=b'')))
+# No attack: PUTs, a DELETE, a relocation and GETs (what the fuzzer mutates
+# into attacks: tests/fuzz/README or the header of fuzz_read_path.cc).
+write('fuzz_read_path', 'world_plain',
+      WORLD + put(0, 0, b'v1') + put(1, 16, b'w1') + get(0) + get(1) + bytes([2, 0]) + struct.pack('<H', 40)
+      + get(0) + bytes([1, 1]) + struct.pack('<H', 80) + get(1) + get(2))
