@@ -1,6 +1,7 @@
 #include "server/store/durable_log.h"
 
 #include <pthread.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -23,6 +24,18 @@ using Clock = std::chrono::steady_clock;
 
 uint64_t NowNs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
+}
+
+// Faults the pages of [p, p + n) in, writable, without touching their bytes
+// (MADV_POPULATE_WRITE, Linux 5.14): the kernel zeroes them now, not in the
+// read that fills them later. Best effort (older kernels: EINVAL, ignored).
+void PopulateWrite(std::byte* p, uint64_t n) {
+#ifdef MADV_POPULATE_WRITE
+  if (reinterpret_cast<uintptr_t>(p) % 4096 == 0 && n % 4096 == 0) (void)::madvise(p, n, MADV_POPULATE_WRITE);
+#else
+  (void)p;
+  (void)n;
+#endif
 }
 
 // This thread's CPU time (user and system): what a phase cost, whatever
@@ -266,25 +279,22 @@ Result<std::vector<DurableLog::Segment>> DurableLog::Load(const InstallVisitor& 
   const uint64_t seg_bytes = cfg_.segment_bytes;
 
   // One file as the reading thread leaves it for the calling thread.
-  struct Checked {
+  struct ReadFile {
     Status status;       // not OK: the load fails with it
     uint64_t seq = 0;
     uint32_t slot = 0;
     bool whole = true;   // false: a file whose creation a crash interrupted (removed)
-    uint64_t used = 0;
-    std::vector<Write> writes;
-    std::vector<std::pair<std::string, bool>> reports;  // for `report`, in order
+    std::vector<std::pair<std::string, bool>> reports;  // ReadSegmentFile's, for `report`
   };
   std::mutex mu;
   std::condition_variable ready_cv, room_cv;
-  std::vector<Checked> queue;  // files checked, not yet taken (at most kLoadAhead)
+  std::vector<ReadFile> queue;  // files read, not yet taken (at most kLoadAhead)
   bool reader_done = false, stop = false;
-  std::atomic<uint64_t> read_ns{0}, check_ns{0}, reader_cpu_ns{0};
+  std::atomic<uint64_t> read_ns{0}, reader_cpu_ns{0};
 
   // The reading thread: reads each file into its slot of the log (the disk
-  // reads the next files meanwhile: posix_fadvise WILLNEED), walks it,
-  // checks every entry, and hashes every write's key (its bytes are in the
-  // cache here), while the calling thread installs the files before it.
+  // reads the next files meanwhile: posix_fadvise WILLNEED) and checks its
+  // header, while the calling thread walks and installs the files before it.
   std::thread reader([&] {
     pthread_setname_np(pthread_self(), "kv-recovery");
 
@@ -302,7 +312,7 @@ Result<std::vector<DurableLog::Segment>> DurableLog::Load(const InstallVisitor& 
     for (size_t i = 0; i < seqs->size(); ++i) {
       prefetch(kReadAhead + i);
       if (ahead.size() > 2 * kReadAhead) ahead.erase(ahead.begin());
-      Checked c;
+      ReadFile c;
       c.seq = (*seqs)[i];
       c.slot = slot;
       const Report keep = [&c](const std::string& m, bool damage) { c.reports.emplace_back(m, damage); };
@@ -321,22 +331,7 @@ Result<std::vector<DurableLog::Segment>> DurableLog::Load(const InstallVisitor& 
         } else if (!*whole) {
           c.whole = false;
         } else {
-          const uint64_t base = uint64_t{slot} * seg_bytes;
-          auto used = WalkSegment(
-              mem, seg_bytes, base, hash_seed_, path,
-              [&](uint64_t off, uint64_t version, uint32_t lengths) {
-                const std::string_view key(reinterpret_cast<const char*>(cfg_.log_base + off + kEntryKeyOffset),
-                                           LengthsKey(lengths));
-                c.writes.push_back(Write{off, version, HashKeyBytes(key, hash_seed_)});
-              },
-              keep);
-          if (used.ok()) {
-            c.used = *used;
-            ++slot;
-          } else {
-            c.status = used.status();
-          }
-          check_ns.fetch_add(NowNs() - t1, std::memory_order_relaxed);
+          ++slot;
         }
       }
       const bool failed = !c.status.ok();
@@ -369,21 +364,37 @@ Result<std::vector<DurableLog::Segment>> DurableLog::Load(const InstallVisitor& 
   } join{reader, mu, stop, room_cv};
 
   std::vector<Segment> out;
-  uint64_t install_ns = 0, install_cpu_ns = 0, wait_ns = 0;
+  uint64_t check_ns = 0, install_ns = 0, install_cpu_ns = 0, wait_ns = 0;
+  std::vector<Write> writes;  // the current file's
+  // Slots whose pages this thread has faulted in: from 1 (the reading
+  // thread starts with slot 0).
+  const uint64_t slots_to_read = std::min<uint64_t>(cfg_.segment_count, seqs->size());
+  uint64_t populated = 1;
   auto finish = [&] {
     if (times == nullptr) return;
     times->read_ns = read_ns.load(std::memory_order_relaxed);
-    times->check_ns = check_ns.load(std::memory_order_relaxed);
+    times->check_ns = check_ns;
     times->reader_cpu_ns = reader_cpu_ns.load(std::memory_order_relaxed);
     times->install_ns = install_ns;
     times->install_cpu_ns = install_cpu_ns;
     times->wait_ns = wait_ns;
   };
   for (;;) {
-    Checked c;
+    ReadFile c;
     {
       const uint64_t t0 = NowNs();
       std::unique_lock<std::mutex> l(mu);
+      // Nothing to install yet (the disk is slower than this thread): fault
+      // in the pages of the slots the reading thread reads next, so that the
+      // kernel zeroes them here rather than in its reads.
+      const uint64_t populate_end =
+          std::min<uint64_t>(slots_to_read, uint64_t{out.size()} + kLoadAhead + 2);
+      while (queue.empty() && !reader_done && populated < populate_end) {
+        l.unlock();
+        PopulateWrite(cfg_.log_base + populated * seg_bytes, seg_bytes);
+        ++populated;
+        l.lock();
+      }
       ready_cv.wait(l, [&] { return !queue.empty() || reader_done; });
       wait_ns += NowNs() - t0;
       if (queue.empty()) break;
@@ -401,9 +412,28 @@ Result<std::vector<DurableLog::Segment>> DurableLog::Load(const InstallVisitor& 
       KVRDMA_RETURN_IF_ERROR(cfg_.fs->Remove(path));
       continue;
     }
+    // Walk it, checking every entry, and hash each write's key while its
+    // bytes are in the cache; then install its writes.
     const uint64_t t0 = NowNs(), c0 = ThreadCpuNs();
-    install(c.slot, c.writes);
-    install_ns += NowNs() - t0;
+    const uint64_t base = uint64_t{c.slot} * seg_bytes;
+    std::byte* mem = cfg_.log_base + base;
+    writes.clear();
+    auto used = WalkSegment(
+        mem, seg_bytes, base, hash_seed_, path,
+        [&](uint64_t off, uint64_t version, uint32_t lengths) {
+          const std::string_view key(reinterpret_cast<const char*>(cfg_.log_base + off + kEntryKeyOffset),
+                                     LengthsKey(lengths));
+          writes.push_back(Write{off, version, HashKeyBytes(key, hash_seed_)});
+        },
+        report);
+    const uint64_t t1 = NowNs();
+    check_ns += t1 - t0;
+    if (!used.ok()) {
+      finish();
+      return used.status();
+    }
+    install(c.slot, writes);
+    install_ns += NowNs() - t1;
     install_cpu_ns += ThreadCpuNs() - c0;
     auto f = cfg_.fs->Open(path, OpenMode::kReadWrite);  // for its marks
     if (!f.ok()) return f.status();
@@ -414,7 +444,7 @@ Result<std::vector<DurableLog::Segment>> DurableLog::Load(const InstallVisitor& 
       slots_[c.slot].persisted.store(seg_bytes, std::memory_order_release);  // all of it is in the file
     }
     segments_on_disk_.fetch_add(1, std::memory_order_relaxed);
-    out.push_back(Segment{c.slot, c.seq, c.used});
+    out.push_back(Segment{c.slot, c.seq, *used});
   }
   finish();
   return out;

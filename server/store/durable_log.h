@@ -101,10 +101,12 @@ class DurableLog {
   // through `report` as a warning); otherwise damage: reported, and
   // Corruption naming the file, the offset and what was expected.
   //
-  // Two threads: a reading thread reads and checks the files (up to
-  // kLoadAhead files ahead) while the calling thread installs the ones
-  // already checked; `install` and `report` run on the calling thread only,
-  // file after file, as a one-thread walk would call them (a file's reports
+  // Two threads: a reading thread reads the files into their slots (up to
+  // kLoadAhead files ahead) and checks their headers, while the calling
+  // thread walks the ones already read, checks every entry, and installs
+  // them (and, while it waits for the disk, faults in the pages of the slots
+  // read next). `install` and `report` run on the calling thread only, file
+  // after file, as a one-thread walk would call them (a file's reports
   // before its writes). A file that fails stops the load: the files before
   // it have been installed, none after it.
   struct Segment {
@@ -117,13 +119,14 @@ class DurableLog {
     uint64_t version;
     uint64_t key_hash;   // HashKeyBytes of its key with the dir's hash seed
   };
-  // Where recovery's time went (ns). read and check: the reading thread's
-  // wall time reading the files into the log, and walking them and checking
-  // every entry; reader_cpu: its CPU time (user and system: the pages the
-  // reads fill are zeroed and copied into by the kernel). install: the
-  // calling thread's wall time in `install`, install_cpu its CPU time there;
-  // wait: its time waiting for the reading thread. CPU times say what each
-  // part costs whatever else the machine runs.
+  // Where recovery's time went (ns). read: the reading thread's wall time
+  // reading files into the log; reader_cpu its CPU time (user and system:
+  // the kernel copies into the pages, and zeroes those not faulted in yet).
+  // On the calling thread: check, walking the files and checking every
+  // entry; install, installing their writes; install_cpu, its CPU time in
+  // both; wait, waiting for the reading thread (faulting in the pages of the
+  // slots it reads next meanwhile). CPU times say what each part costs
+  // whatever else the machine runs.
   struct LoadTimes {
     uint64_t read_ns = 0, check_ns = 0, reader_cpu_ns = 0, install_ns = 0, install_cpu_ns = 0, wait_ns = 0;
   };
