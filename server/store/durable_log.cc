@@ -1,7 +1,6 @@
 #include "server/store/durable_log.h"
 
 #include <pthread.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -24,18 +23,6 @@ using Clock = std::chrono::steady_clock;
 
 uint64_t NowNs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
-}
-
-// Faults the pages of [p, p + n) in, writable, without touching their bytes
-// (MADV_POPULATE_WRITE, Linux 5.14): the kernel zeroes them now, not in the
-// read that fills them later. Best effort (older kernels: EINVAL, ignored).
-void PopulateWrite(std::byte* p, uint64_t n) {
-#ifdef MADV_POPULATE_WRITE
-  if (reinterpret_cast<uintptr_t>(p) % 4096 == 0 && n % 4096 == 0) (void)::madvise(p, n, MADV_POPULATE_WRITE);
-#else
-  (void)p;
-  (void)n;
-#endif
 }
 
 // This thread's CPU time (user and system): what a phase cost, whatever
@@ -366,10 +353,6 @@ Result<std::vector<DurableLog::Segment>> DurableLog::Load(const InstallVisitor& 
   std::vector<Segment> out;
   uint64_t check_ns = 0, install_ns = 0, install_cpu_ns = 0, wait_ns = 0;
   std::vector<Write> writes;  // the current file's
-  // Slots whose pages this thread has faulted in: from 1 (the reading
-  // thread starts with slot 0).
-  const uint64_t slots_to_read = std::min<uint64_t>(cfg_.segment_count, seqs->size());
-  uint64_t populated = 1;
   auto finish = [&] {
     if (times == nullptr) return;
     times->read_ns = read_ns.load(std::memory_order_relaxed);
@@ -384,17 +367,6 @@ Result<std::vector<DurableLog::Segment>> DurableLog::Load(const InstallVisitor& 
     {
       const uint64_t t0 = NowNs();
       std::unique_lock<std::mutex> l(mu);
-      // Nothing to install yet (the disk is slower than this thread): fault
-      // in the pages of the slots the reading thread reads next, so that the
-      // kernel zeroes them here rather than in its reads.
-      const uint64_t populate_end =
-          std::min<uint64_t>(slots_to_read, uint64_t{out.size()} + kLoadAhead + 2);
-      while (queue.empty() && !reader_done && populated < populate_end) {
-        l.unlock();
-        PopulateWrite(cfg_.log_base + populated * seg_bytes, seg_bytes);
-        ++populated;
-        l.lock();
-      }
       ready_cv.wait(l, [&] { return !queue.empty() || reader_done; });
       wait_ns += NowNs() - t0;
       if (queue.empty()) break;

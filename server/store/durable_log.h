@@ -104,8 +104,7 @@ class DurableLog {
   // Two threads: a reading thread reads the files into their slots (up to
   // kLoadAhead files ahead) and checks their headers, while the calling
   // thread walks the ones already read, checks every entry, and installs
-  // them (and, while it waits for the disk, faults in the pages of the slots
-  // read next). `install` and `report` run on the calling thread only, file
+  // them. `install` and `report` run on the calling thread only, file
   // after file, as a one-thread walk would call them (a file's reports
   // before its writes). A file that fails stops the load: the files before
   // it have been installed, none after it.
@@ -121,12 +120,11 @@ class DurableLog {
   };
   // Where recovery's time went (ns). read: the reading thread's wall time
   // reading files into the log; reader_cpu its CPU time (user and system:
-  // the kernel copies into the pages, and zeroes those not faulted in yet).
+  // the kernel zeroes the fresh pages the reads fill, and copies into them).
   // On the calling thread: check, walking the files and checking every
   // entry; install, installing their writes; install_cpu, its CPU time in
-  // both; wait, waiting for the reading thread (faulting in the pages of the
-  // slots it reads next meanwhile). CPU times say what each part costs
-  // whatever else the machine runs.
+  // both; wait, waiting for the reading thread. CPU times say what each
+  // part costs whatever else the machine runs.
   struct LoadTimes {
     uint64_t read_ns = 0, check_ns = 0, reader_cpu_ns = 0, install_ns = 0, install_cpu_ns = 0, wait_ns = 0;
   };

@@ -128,9 +128,9 @@ Status Store::Recover() {
     failed = Status::ServerFull("the index has no room for the data dir's keys: raise --index-mb");
   };
   // The writes of one file, in order (DurableLog::Load calls this on this
-  // thread while its reading thread checks the next files). The reading
-  // thread hashed each key; the windows a few writes ahead are fetched into
-  // the cache while this one is installed.
+  // thread while its reading thread reads the next files), each key hashed
+  // by the walk that checked it; the windows a few writes ahead are fetched
+  // into the cache while this one is installed.
   auto install = [&](uint32_t, std::span<const DurableLog::Write> writes) {
     constexpr size_t kPrefetchAhead = 8;
     for (size_t i = 0; i < writes.size() && failed.ok(); ++i) {
