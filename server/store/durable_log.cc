@@ -10,6 +10,7 @@
 #include <random>
 
 #include "common/format/entry.h"
+#include "common/format/hash.h"
 #include "common/log.h"
 #include "common/memory/racy_copy.h"
 #include "server/store/entry_leader.h"
@@ -22,6 +23,14 @@ using Clock = std::chrono::steady_clock;
 
 uint64_t NowNs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
+}
+
+// This thread's CPU time (user and system): what a phase cost, whatever
+// else the machine was running.
+uint64_t ThreadCpuNs() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(t.tv_nsec);
 }
 
 std::string At(const std::string& path, uint64_t file_off) {
@@ -143,9 +152,9 @@ namespace {
 // write with a version. Returns the bytes of valid writes; a torn tail
 // (nothing but zeros after the write that fails) is cut (zeroed) and
 // reported; anything else is damage: reported, and Corruption.
+template <typename WriteFn>
 Result<uint64_t> WalkSegment(std::byte* mem, uint64_t seg_bytes, uint64_t base, uint64_t hash_seed,
-                             const std::string& path, const std::function<void(uint64_t, uint64_t)>& write,
-                             const DurableLog::Report& report) {
+                             const std::string& path, const WriteFn& write, const DurableLog::Report& report) {
   uint64_t pos = 0;
   const char* bad = nullptr;
   uint64_t claimed = 0;  // bytes the write that failed claims (for the tail test)
@@ -178,7 +187,7 @@ Result<uint64_t> WalkSegment(std::byte* mem, uint64_t seg_bytes, uint64_t base, 
                  "the write is taken as superseded",
              false);
     } else if (LeaderVersion(leader) != 0) {
-      write(base + entry, LeaderVersion(leader));
+      write(base + entry, LeaderVersion(leader), lengths);
     }
     pos += claimed;
   }
@@ -250,55 +259,166 @@ Result<std::vector<uint64_t>> DurableLog::ListSegments(FileSystem& fs, const std
   return seqs;
 }
 
-Result<std::vector<DurableLog::Segment>> DurableLog::Load(const WriteVisitor& write, const Report& report) {
+Result<std::vector<DurableLog::Segment>> DurableLog::Load(const InstallVisitor& install, const Report& report,
+                                                         LoadTimes* times) {
   auto seqs = ListSegments(*cfg_.fs, cfg_.dir, report);
   if (!seqs.ok()) return seqs.status();
-  std::vector<Segment> out;
   const uint64_t seg_bytes = cfg_.segment_bytes;
-  // The disk reads the next files while this thread checks and indexes the
-  // current one (kept open until it is read: ReadSegmentFile reopens).
-  constexpr size_t kReadAhead = 4;
-  std::vector<std::unique_ptr<File>> ahead;
-  auto prefetch = [&](size_t i) {
-    if (i >= seqs->size()) return;
-    auto f = cfg_.fs->Open(PathOf((*seqs)[i]), OpenMode::kReadOnly);
-    if (!f.ok()) return;  // reported when it is read
-    (*f)->Prefetch();
-    ahead.push_back(std::move(f).value());
+
+  // One file as the reading thread leaves it for the calling thread.
+  struct ReadFile {
+    Status status;       // not OK: the load fails with it
+    uint64_t seq = 0;
+    uint32_t slot = 0;
+    bool whole = true;   // false: a file whose creation a crash interrupted (removed)
+    std::vector<std::pair<std::string, bool>> reports;  // ReadSegmentFile's, for `report`
   };
-  for (size_t i = 0; i < kReadAhead; ++i) prefetch(i);
-  uint32_t slot = 0;
-  size_t index = 0;
-  for (const uint64_t seq : *seqs) {
-    prefetch(kReadAhead + index++);
-    if (ahead.size() > 2 * kReadAhead) ahead.erase(ahead.begin());
-    if (slot == cfg_.segment_count) {
-      return Status::InvalidArgument(cfg_.dir + " holds more segments than the log's " +
-                                     std::to_string(cfg_.segment_count) + " (raise --log-mb)");
+  std::mutex mu;
+  std::condition_variable ready_cv, room_cv;
+  std::vector<ReadFile> queue;  // files read, not yet taken (at most kLoadAhead)
+  bool reader_done = false, stop = false;
+  std::atomic<uint64_t> read_ns{0}, reader_cpu_ns{0};
+
+  // The reading thread: reads each file into its slot of the log (the disk
+  // reads the next files meanwhile: posix_fadvise WILLNEED) and checks its
+  // header, while the calling thread walks and installs the files before it.
+  std::thread reader([&] {
+    pthread_setname_np(pthread_self(), "kv-recovery");
+
+    constexpr size_t kReadAhead = 4;  // files the disk reads ahead
+    std::vector<std::unique_ptr<File>> ahead;
+    auto prefetch = [&](size_t i) {
+      if (i >= seqs->size()) return;
+      auto f = cfg_.fs->Open(PathOf((*seqs)[i]), OpenMode::kReadOnly);
+      if (!f.ok()) return;  // reported when it is read
+      (*f)->Prefetch();
+      ahead.push_back(std::move(f).value());
+    };
+    for (size_t i = 0; i < kReadAhead; ++i) prefetch(i);
+    uint32_t slot = 0;
+    for (size_t i = 0; i < seqs->size(); ++i) {
+      prefetch(kReadAhead + i);
+      if (ahead.size() > 2 * kReadAhead) ahead.erase(ahead.begin());
+      ReadFile c;
+      c.seq = (*seqs)[i];
+      c.slot = slot;
+      const Report keep = [&c](const std::string& m, bool damage) { c.reports.emplace_back(m, damage); };
+      const std::string path = PathOf(c.seq);
+      if (slot == cfg_.segment_count) {
+        c.status = Status::InvalidArgument(cfg_.dir + " holds more segments than the log's " +
+                                           std::to_string(cfg_.segment_count) + " (raise --log-mb)");
+      } else {
+        std::byte* mem = cfg_.log_base + uint64_t{slot} * seg_bytes;
+        const uint64_t t0 = NowNs();
+        auto whole = ReadSegmentFile(*cfg_.fs, path, c.seq, data_dir_id_, seg_bytes, mem, keep);
+        const uint64_t t1 = NowNs();
+        read_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
+        if (!whole.ok()) {
+          c.status = whole.status();
+        } else if (!*whole) {
+          c.whole = false;
+        } else {
+          ++slot;
+        }
+      }
+      const bool failed = !c.status.ok();
+      std::unique_lock<std::mutex> l(mu);
+      room_cv.wait(l, [&] { return stop || queue.size() < kLoadAhead; });
+      if (stop) return;
+      reader_cpu_ns.store(ThreadCpuNs(), std::memory_order_relaxed);
+      queue.push_back(std::move(c));
+      ready_cv.notify_one();
+      if (failed) break;  // nothing after a file that fails is read
     }
-    const std::string path = PathOf(seq);
-    std::byte* mem = cfg_.log_base + uint64_t{slot} * seg_bytes;
-    auto whole = ReadSegmentFile(*cfg_.fs, path, seq, data_dir_id_, seg_bytes, mem, report);
-    if (!whole.ok()) return whole.status();
-    if (!*whole) {
+    std::lock_guard<std::mutex> l(mu);
+    reader_done = true;
+    ready_cv.notify_one();
+  });
+  // Whatever way this returns, the reading thread is told to stop and joined.
+  struct Join {
+    std::thread& t;
+    std::mutex& mu;
+    bool& stop;
+    std::condition_variable& cv;
+    ~Join() {
+      {
+        std::lock_guard<std::mutex> l(mu);
+        stop = true;
+      }
+      cv.notify_all();
+      t.join();
+    }
+  } join{reader, mu, stop, room_cv};
+
+  std::vector<Segment> out;
+  uint64_t check_ns = 0, install_ns = 0, install_cpu_ns = 0, wait_ns = 0;
+  std::vector<Write> writes;  // the current file's
+  auto finish = [&] {
+    if (times == nullptr) return;
+    times->read_ns = read_ns.load(std::memory_order_relaxed);
+    times->check_ns = check_ns;
+    times->reader_cpu_ns = reader_cpu_ns.load(std::memory_order_relaxed);
+    times->install_ns = install_ns;
+    times->install_cpu_ns = install_cpu_ns;
+    times->wait_ns = wait_ns;
+  };
+  for (;;) {
+    ReadFile c;
+    {
+      const uint64_t t0 = NowNs();
+      std::unique_lock<std::mutex> l(mu);
+      ready_cv.wait(l, [&] { return !queue.empty() || reader_done; });
+      wait_ns += NowNs() - t0;
+      if (queue.empty()) break;
+      c = std::move(queue.front());
+      queue.erase(queue.begin());
+      room_cv.notify_one();
+    }
+    for (const auto& [m, damage] : c.reports) report(m, damage);
+    if (!c.status.ok()) {
+      finish();
+      return c.status;
+    }
+    const std::string path = PathOf(c.seq);
+    if (!c.whole) {
       KVRDMA_RETURN_IF_ERROR(cfg_.fs->Remove(path));
       continue;
     }
-    auto used = WalkSegment(mem, seg_bytes, uint64_t{slot} * seg_bytes, hash_seed_, path,
-                            [&](uint64_t off, uint64_t version) { write(slot, off, version); }, report);
-    if (!used.ok()) return used.status();
+    // Walk it, checking every entry, and hash each write's key while its
+    // bytes are in the cache; then install its writes.
+    const uint64_t t0 = NowNs(), c0 = ThreadCpuNs();
+    const uint64_t base = uint64_t{c.slot} * seg_bytes;
+    std::byte* mem = cfg_.log_base + base;
+    writes.clear();
+    auto used = WalkSegment(
+        mem, seg_bytes, base, hash_seed_, path,
+        [&](uint64_t off, uint64_t version, uint32_t lengths) {
+          const std::string_view key(reinterpret_cast<const char*>(cfg_.log_base + off + kEntryKeyOffset),
+                                     LengthsKey(lengths));
+          writes.push_back(Write{off, version, HashKeyBytes(key, hash_seed_)});
+        },
+        report);
+    const uint64_t t1 = NowNs();
+    check_ns += t1 - t0;
+    if (!used.ok()) {
+      finish();
+      return used.status();
+    }
+    install(c.slot, writes);
+    install_ns += NowNs() - t1;
+    install_cpu_ns += ThreadCpuNs() - c0;
     auto f = cfg_.fs->Open(path, OpenMode::kReadWrite);  // for its marks
     if (!f.ok()) return f.status();
     {
       std::lock_guard<std::mutex> l(slots_mu_);
-      slots_[slot].file = std::move(f).value();
-      slots_[slot].open_seq = seq;
-      slots_[slot].persisted.store(seg_bytes, std::memory_order_release);  // all of it is in the file
+      slots_[c.slot].file = std::move(f).value();
+      slots_[c.slot].open_seq = c.seq;
+      slots_[c.slot].persisted.store(seg_bytes, std::memory_order_release);  // all of it is in the file
     }
     segments_on_disk_.fetch_add(1, std::memory_order_relaxed);
-    out.push_back(Segment{slot, seq, *used});
-    ++slot;
+    out.push_back(Segment{c.slot, c.seq, *used});
   }
+  finish();
   return out;
 }
 
@@ -323,7 +443,7 @@ Result<DurableLog::VerifySummary> DurableLog::Verify(FileSystem& fs, const std::
     }
     if (!*whole) continue;
     auto used = WalkSegment(mem.data(), meta->segment_bytes, 0, meta->hash_seed, path,
-                            [&](uint64_t, uint64_t) { ++sum.writes; }, report);
+                            [&](uint64_t, uint64_t, uint32_t) { ++sum.writes; }, report);
     if (!used.ok()) {
       ++sum.damaged;
       continue;

@@ -60,6 +60,7 @@ struct StoreStats {
   uint64_t recovered_keys = 0;         // keys with a value after recovery
   uint64_t recovered_segments = 0;     // segment files read
   uint64_t recovered_bytes = 0;        // bytes of valid writes read
+  DurableLog::LoadTimes recovery_times;  // where the recovery's time went
 };
 
 class Store {
@@ -191,6 +192,7 @@ class Store {
   std::unique_ptr<HeadStats[]> head_stats_;
   uint64_t recovery_ms_ = 0, recovered_writes_ = 0, recovered_keys_ = 0, recovered_segments_ = 0,
            recovered_bytes_ = 0;
+  DurableLog::LoadTimes recovery_times_;
   // The last write's version (Write takes the next one under the key's
   // window lock, so a key's versions grow with each write of it).
   std::atomic<uint64_t> write_seq_{0};

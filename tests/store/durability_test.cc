@@ -26,6 +26,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -168,6 +169,87 @@ TEST(DurableStore, AnotherDirsSegmentOrADamagedFileIsRefusedWithItsName) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), Status::Code::kCorruption) << s.status().ToString();
   EXPECT_NE(s.status().ToString().find("checksum"), std::string::npos) << s.status().ToString();
+}
+
+// Recovery reads files on one thread and installs them on another
+// (DurableLog::Load): with more files than it reads ahead, damage in an
+// early file stops the load with that file's name (the reading thread,
+// blocked with files read ahead, is stopped, not waited for), and damage
+// in the last file is found as well; a dir without damage recovers every
+// key, and says where its time went.
+TEST(DurableStore, DamageInAnyOfManyFilesStopsRecoveryWithItsName) {
+  FaultFileSystem fs;
+  int keys = 0;
+  {
+    auto s = OpenOrDie(DurableConfig("m", &fs, FsyncMode::kNo));
+    ASSERT_TRUE(s);
+    for (; keys < 400; ++keys) ASSERT_TRUE(s->Put(0, Key(keys), Value(keys, 1, 100)).ok());
+    ASSERT_TRUE(s->Commit(0).ok());
+  }
+  auto names = fs.List("m");
+  ASSERT_TRUE(names.ok());
+  std::vector<std::string> segs;
+  for (const auto& n : *names) {
+    if (n != kMetaFileName) segs.push_back("m/" + n);
+  }
+  ASSERT_GT(segs.size(), 2 * DurableLog::kLoadAhead + 2) << "fewer files than the load reads ahead";
+  {
+    auto s = OpenOrDie(DurableConfig("m", &fs, FsyncMode::kNo));
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->Stats().recovered_keys, static_cast<uint64_t>(keys));
+    EXPECT_EQ(s->Stats().recovered_segments, segs.size());
+    EXPECT_GT(s->Stats().recovery_times.read_ns, 0u);
+    EXPECT_GT(s->Stats().recovery_times.check_ns, 0u);
+    EXPECT_GT(s->Stats().recovery_times.install_ns, 0u);
+    std::string v;
+    ASSERT_TRUE(s->Get(Key(keys - 1), &v).ok());
+    EXPECT_EQ(v, Value(keys - 1, 1, 100));
+  }
+  auto flip = [&](const std::string& path) {  // the key of the file's first write; writes follow it
+    auto f = fs.Open(path, OpenMode::kReadWrite);
+    ASSERT_TRUE(f.ok());
+    std::byte b[1];
+    size_t got = 0;
+    ASSERT_TRUE((*f)->ReadAt(kSegmentHeaderBytes + 8 + 12, b, &got).ok());
+    b[0] ^= std::byte{0x10};
+    ASSERT_TRUE((*f)->WriteAt(kSegmentHeaderBytes + 8 + 12, b).ok());
+  };
+  for (const std::string& damaged : {segs[1], segs[segs.size() - 2]}) {
+    flip(damaged);
+    auto s = Store::Open(DurableConfig("m", &fs, FsyncMode::kNo));
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().code(), Status::Code::kCorruption) << s.status().ToString();
+    EXPECT_NE(s.status().ToString().find(damaged + " at file offset"), std::string::npos) << s.status().ToString();
+    // The same through DurableLog::Load with a slow install, so that the
+    // reading thread has filled its queue and waits when the load fails.
+    const StoreConfig sc = DurableConfig("m", &fs, FsyncMode::kNo);
+    std::vector<std::byte> log(sc.log_bytes);
+    DurableLogConfig dc;
+    dc.fs = &fs;
+    dc.dir = "m";
+    dc.fsync = FsyncMode::kNo;
+    dc.segment_bytes = sc.segment_bytes;
+    dc.segment_count = static_cast<uint32_t>(sc.log_bytes / sc.segment_bytes);
+    dc.heads = 1;
+    dc.log_base = log.data();
+    uint64_t seed = 0;
+    auto d = DurableLog::Open(dc, &seed);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    size_t installed = 0;
+    auto loaded = (*d)->Load(
+        [&](uint32_t, std::span<const DurableLog::Write>) {
+          ++installed;
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        },
+        [](const std::string&, bool) {});
+    ASSERT_FALSE(loaded.ok());
+    EXPECT_NE(loaded.status().ToString().find(damaged + " at file offset"), std::string::npos)
+        << loaded.status().ToString();
+    EXPECT_EQ(installed, damaged == segs[1] ? 1u : segs.size() - 2);  // the files before it
+    d->reset();
+    flip(damaged);  // repaired
+  }
+  EXPECT_TRUE(Store::Open(DurableConfig("m", &fs, FsyncMode::kNo)).ok());
 }
 
 // Disk full and I/O errors: a write that needs a new segment file when the
