@@ -40,6 +40,7 @@ struct Options {
   std::string server = "127.0.0.1";
   uint16_t port = 7471;
   std::string device;
+  std::string source;  // local address to connect from (empty: the route's)
   uint32_t connections = 32;
   std::string mode = "flood";
   double seconds = 10;
@@ -62,6 +63,7 @@ class RawConn {
     ConnectOptions co;
     co.host = o.server;
     co.port = o.port;
+    co.source = o.source;
     std::vector<uint8_t> reject;
     auto c = dev.Connect(co, QpConfig{}, {req, n}, &reject);
     if (!c.ok()) {
@@ -282,6 +284,9 @@ int main(int argc, char** argv) {
   app.add_option("-s,--server", o.server, "kvserver address")->capture_default_str();
   app.add_option("-p,--port", o.port, "kvserver port")->capture_default_str();
   app.add_option("--device", o.device, "Local RDMA device (default: the first)");
+  app.add_option("--source", o.source,
+                 "Local address to connect from (default: the route's), so that kvserver's per-address "
+                 "limits tell these connections from other clients on the same host");
   app.add_option("-c,--connections", o.connections, "Connections at a time")->capture_default_str()
       ->check(CLI::Range(1, 1024));
   app.add_option("-m,--mode", o.mode, "flood, hold, hog or stats")->capture_default_str()
