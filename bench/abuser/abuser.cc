@@ -47,6 +47,7 @@ struct Options {
   uint32_t trickle_ms = 500;
   uint32_t interval_ms = 5;
   uint32_t reconnect_ms = 50;
+  uint32_t refused_ms = 100;
 };
 
 struct Totals {
@@ -296,6 +297,8 @@ int main(int argc, char** argv) {
   app.add_option("--interval-ms", o.interval_ms, "stats: pause between probes")->capture_default_str();
   app.add_option("--reconnect-ms", o.reconnect_ms, "Pause before reconnecting a connection the server closed")
       ->capture_default_str();
+  app.add_option("--refused-ms", o.refused_ms, "Pause before connecting again after a refused connect")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   auto dev = OpenVerbsDevice(o.device);
@@ -317,7 +320,7 @@ int main(int argc, char** argv) {
           t.refused.fetch_add(1);
           if (t.refused.load() <= 3)
             std::fprintf(stderr, "kvrdma_abuser: connect: %s %s\n", s.ToString().c_str(), reason.c_str());
-          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          std::this_thread::sleep_for(std::chrono::milliseconds(o.refused_ms));
           continue;
         }
         t.opened.fetch_add(1);
