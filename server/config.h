@@ -8,6 +8,9 @@
 
 namespace kvrdma::server {
 
+// The longest flow-control back-off, in multiples of flow_control_backoff_ms.
+inline constexpr uint32_t kFlowControlBackoffMaxFactor = 64;
+
 struct ServerConfig {
   std::string listen = "0.0.0.0";  // address to listen on; 0.0.0.0 = all
   uint16_t port = 7471;
@@ -32,6 +35,16 @@ struct ServerConfig {
   // window.
   uint32_t max_connections = 1024;
   uint32_t max_connections_per_peer = 64;
+  // After a connection from an address is closed for breaking flow control
+  // (more messages in flight than its credits, replies it does not take),
+  // new connections from that address are refused at connect time, before
+  // anything is allocated for them, for this long, doubled with each further
+  // such close up to kFlowControlBackoffMaxFactor times it; an address is
+  // forgotten once it has had no such close for that maximum after its
+  // refusals ended. 0 = never refuse. Without it a flooder closed at once
+  // reconnects at once, and the QP, memory window and registrations of ~100
+  // connects a second are paid by every client (docs/SECURITY.md).
+  uint32_t flow_control_backoff_ms = 200;
   uint32_t lock_words = 65536;    // 8-byte lock words in the lock table
   // A freed log segment is reused only after this long; clients are told to
   // finish a GET within half of it (the descriptor's round_limit_us).

@@ -84,6 +84,13 @@ int main(int argc, char** argv) {
   app.add_option("--max-connections-per-peer", cfg.max_connections_per_peer,
                  "Client connections one source address may hold at once (0 = no per-address limit)")
       ->capture_default_str()->check(CLI::Range(0u, 1u << 20));
+  app.add_option("--flow-control-backoff-ms", cfg.flow_control_backoff_ms,
+                 "After a connection is closed for breaking flow control (more requests in flight than its "
+                 "credits, replies it does not take), refuse new connections from its address for this long, "
+                 "doubled with each further such close up to 64 times it, before anything is allocated for "
+                 "them (the client is told why); an address is forgotten 64 times it after its refusals end. Clients sharing "
+                 "the address (NAT, one host) are refused too. 0 = never")
+      ->capture_default_str()->check(CLI::Range(0u, 60u * 60 * 1000));
   app.add_option("--lock-words", cfg.lock_words,
                  "Lock words in the lock table (two keys hashing to the same word cannot be locked at the same "
                  "time); 0: no locks (Lock/TryLock answer Unavailable, no write is refused for a lock), for "

@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -137,7 +138,13 @@ Status Server::Run() {
 
 void Server::Reject(ConnectRequest& req, const Status& why, RejectReason reason) {
   counters_.request_metrics.CountRejected(reason);
-  KVRDMA_LOG_WARN("refusing a client: %s", why.ToString().c_str());
+  // A flooder in its back-off may knock hundreds of times a second: its
+  // closes were logged, its refusals are counted.
+  if (reason == RejectReason::kFlowControlBackoff) {
+    KVRDMA_LOG_DEBUG("refusing a client: %s", why.ToString().c_str());
+  } else {
+    KVRDMA_LOG_WARN("refusing a client: %s", why.ToString().c_str());
+  }
   RejectMsg m;
   m.code = why.code();
   m.reason = why.message();
@@ -247,7 +254,23 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
                    cs->worker, cs->put_path == PutPath::kSend ? "send" : "write-imm");
 }
 
-Status Server::CheckConnectionLimits(const std::string& peer, RejectReason* reason) const {
+Status Server::CheckConnectionLimits(const std::string& peer, RejectReason* reason) {
+  // An address whose connections were closed for breaking flow control
+  // lately: refused first, whatever else holds, so that a flooder's
+  // reconnects cost a refusal and nothing else.
+  if (!peer.empty()) {
+    if (auto it = backoff_.find(peer); it != backoff_.end()) {
+      const int64_t left = it->second.until_ms - SteadyMs();
+      if (left > 0) {
+        *reason = RejectReason::kFlowControlBackoff;
+        // Short: a reject's reason holds 134 bytes (the flag's name last:
+        // only the longest IPv6 addresses cut it).
+        return Status::Unavailable(std::to_string(it->second.closes) + " connections from " + peer +
+                                   " broke flow control: refused for " + std::to_string(left) +
+                                   " ms (kvserver --flow-control-backoff-ms)");
+      }
+    }
+  }
   // Live connections; a closed one leaves the count at once (its worker
   // releases its state within a batch).
   if (conns_.size() >= cfg_.max_connections) {
@@ -267,6 +290,25 @@ Status Server::CheckConnectionLimits(const std::string& peer, RejectReason* reas
     }
   }
   return Status::OK();
+}
+
+void Server::NoteFlowControlClose(const std::string& peer) {
+  // An address the transport could not tell is not refused (it would put
+  // every such client under one back-off).
+  if (cfg_.flow_control_backoff_ms == 0 || peer.empty()) return;
+  Backoff& b = backoff_[peer];
+  ++b.closes;
+  // base, 2 x base, 4 x base ... up to kFlowControlBackoffMaxFactor x base.
+  static_assert((kFlowControlBackoffMaxFactor & (kFlowControlBackoffMaxFactor - 1)) == 0);
+  const uint32_t shift = std::min<uint32_t>(b.closes - 1, std::countr_zero(kFlowControlBackoffMaxFactor));
+  b.until_ms = std::max(b.until_ms, SteadyMs() + (int64_t{cfg_.flow_control_backoff_ms} << shift));
+}
+
+void Server::ForgetQuietAddresses(int64_t now_ms) {
+  if (backoff_.empty() || now_ms - last_backoff_sweep_ms_ < 1000) return;
+  last_backoff_sweep_ms_ = now_ms;
+  const int64_t quiet = int64_t{cfg_.flow_control_backoff_ms} * kFlowControlBackoffMaxFactor;
+  std::erase_if(backoff_, [&](const auto& e) { return now_ms - e.second.until_ms >= quiet; });
 }
 
 void Server::Remember(std::shared_ptr<ConnState> cs) {
@@ -326,9 +368,11 @@ const char* Server::CountClose(const ConnState& cs) {
       return "its queue pair failed";
     case ConnState::CloseReason::kProtocol:
       counters_.closed_flow_control.fetch_add(1, std::memory_order_relaxed);
+      NoteFlowControlClose(cs.peer);
       return "it does not take its replies";
     case ConnState::CloseReason::kOverCredits:
       counters_.closed_flow_control.fetch_add(1, std::memory_order_relaxed);
+      NoteFlowControlClose(cs.peer);
       return "more messages in flight than its credits";
     case ConnState::CloseReason::kNone: break;
   }
@@ -351,6 +395,7 @@ void Server::CloseFailedConnections() {
   if (now - last_close_check_ms_ < 20) return;
   last_close_check_ms_ = now;
   FreeReleased();
+  ForgetQuietAddresses(now);
   for (auto it = conns_.begin(); it != conns_.end();) {
     ConnState& cs = **it;
     const char* why = CountClose(cs);
@@ -364,6 +409,7 @@ void Server::CloseFailedConnections() {
       why = "replies unacknowledged (more requests than credits, or no receive buffers posted)";
       counters_.errors.fetch_add(1, std::memory_order_relaxed);
       counters_.closed_flow_control.fetch_add(1, std::memory_order_relaxed);
+      NoteFlowControlClose(cs.peer);
     }
     if (why == nullptr) {
       ++it;
@@ -387,6 +433,7 @@ void Server::Shutdown() {
   // The workers are stopped: they refer to no connection any more.
   conns_.clear();
   peer_conns_.clear();
+  backoff_.clear();
   retiring_.clear();
   workers_.clear();  // CQs
   assembly_budget_.reset();

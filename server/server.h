@@ -58,9 +58,15 @@ class Server {
   void CloseFailedConnections();
   using RejectReason = metrics::RequestMetrics::RejectReason;
   void Reject(ConnectRequest& req, const Status& why, RejectReason reason = RejectReason::kOther);
-  // The connection limits (max_connections, max_connections_per_peer): the
-  // refusal a new connection from `peer` gets, or OK.
-  Status CheckConnectionLimits(const std::string& peer, RejectReason* reason) const;
+  // The connection limits (flow_control_backoff_ms, max_connections,
+  // max_connections_per_peer): the refusal a new connection from `peer`
+  // gets, or OK.
+  Status CheckConnectionLimits(const std::string& peer, RejectReason* reason);
+  // A connection from `peer` was closed for breaking flow control: its
+  // address is refused new connections for a while (flow_control_backoff_ms).
+  void NoteFlowControlClose(const std::string& peer);
+  // Forgets addresses whose back-off ended long enough ago.
+  void ForgetQuietAddresses(int64_t now_ms);
   // Adds a live connection to conns_ and its peer's count; Forget takes it out.
   void Remember(std::shared_ptr<ConnState> cs);
   std::shared_ptr<ConnState> Forget(std::vector<std::shared_ptr<ConnState>>::iterator it);
@@ -96,6 +102,16 @@ class Server {
   // many of them each peer address holds (no entry: none).
   std::vector<std::shared_ptr<ConnState>> conns_;
   std::unordered_map<std::string, uint32_t> peer_conns_;
+  // Addresses with connections closed for breaking flow control lately: how
+  // many such closes, and until when (steady clock, ms) their new connections
+  // are refused. One entry per address with such a close within the last
+  // 2 x kFlowControlBackoffMaxFactor x flow_control_backoff_ms.
+  struct Backoff {
+    uint32_t closes = 0;
+    int64_t until_ms = 0;
+  };
+  std::unordered_map<std::string, Backoff> backoff_;
+  int64_t last_backoff_sweep_ms_ = 0;
   // Closed connections their worker may still refer to (until released).
   std::vector<std::shared_ptr<ConnState>> retiring_;
   // Connection ids are also lock owner ids (common/protocol/locks.h):

@@ -72,6 +72,8 @@ void Worker::HandleStats(ConnState& cs, const RequestHeader& h) {
       {"rejected_max_connections",
        counters_.request_metrics.rejected(metrics::RequestMetrics::RejectReason::kMaxConnections)},
       {"rejected_max_per_peer", counters_.request_metrics.rejected(metrics::RequestMetrics::RejectReason::kMaxPerPeer)},
+      {"rejected_flow_control_backoff",
+       counters_.request_metrics.rejected(metrics::RequestMetrics::RejectReason::kFlowControlBackoff)},
   };
   std::vector<std::pair<std::string_view, uint64_t>> s(std::begin(fixed), std::end(fixed));
   backend_.AppendStats(&s);

@@ -40,12 +40,14 @@ struct Options {
   std::string server = "127.0.0.1";
   uint16_t port = 7471;
   std::string device;
+  std::string source;  // local address to connect from (empty: the route's)
   uint32_t connections = 32;
   std::string mode = "flood";
   double seconds = 10;
   uint32_t trickle_ms = 500;
   uint32_t interval_ms = 5;
   uint32_t reconnect_ms = 50;
+  uint32_t refused_ms = 100;
 };
 
 struct Totals {
@@ -62,6 +64,7 @@ class RawConn {
     ConnectOptions co;
     co.host = o.server;
     co.port = o.port;
+    co.source = o.source;
     std::vector<uint8_t> reject;
     auto c = dev.Connect(co, QpConfig{}, {req, n}, &reject);
     if (!c.ok()) {
@@ -282,6 +285,9 @@ int main(int argc, char** argv) {
   app.add_option("-s,--server", o.server, "kvserver address")->capture_default_str();
   app.add_option("-p,--port", o.port, "kvserver port")->capture_default_str();
   app.add_option("--device", o.device, "Local RDMA device (default: the first)");
+  app.add_option("--source", o.source,
+                 "Local address to connect from (default: the route's), so that kvserver's per-address "
+                 "limits tell these connections from other clients on the same host");
   app.add_option("-c,--connections", o.connections, "Connections at a time")->capture_default_str()
       ->check(CLI::Range(1, 1024));
   app.add_option("-m,--mode", o.mode, "flood, hold, hog or stats")->capture_default_str()
@@ -290,6 +296,8 @@ int main(int argc, char** argv) {
   app.add_option("--trickle-ms", o.trickle_ms, "hog: pause between fragments")->capture_default_str();
   app.add_option("--interval-ms", o.interval_ms, "stats: pause between probes")->capture_default_str();
   app.add_option("--reconnect-ms", o.reconnect_ms, "Pause before reconnecting a connection the server closed")
+      ->capture_default_str();
+  app.add_option("--refused-ms", o.refused_ms, "Pause before connecting again after a refused connect")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -312,7 +320,7 @@ int main(int argc, char** argv) {
           t.refused.fetch_add(1);
           if (t.refused.load() <= 3)
             std::fprintf(stderr, "kvrdma_abuser: connect: %s %s\n", s.ToString().c_str(), reason.c_str());
-          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          std::this_thread::sleep_for(std::chrono::milliseconds(o.refused_ms));
           continue;
         }
         t.opened.fetch_add(1);

@@ -339,6 +339,10 @@ struct ConnectOptions {
   std::string host;  // address (IPv4/IPv6 literal or name); loopback: any name
   uint16_t port = 0;
   int timeout_ms = 5000;
+  // verbs: the local address to connect from (a literal; empty: the one the
+  // route picks), so one host can be several clients to the server's
+  // per-address limits (bench/fairness). Loopback: ignored.
+  std::string source;
 };
 
 class Device : public std::enable_shared_from_this<Device> {

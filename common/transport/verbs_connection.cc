@@ -485,7 +485,11 @@ Result<std::unique_ptr<Connection>> VerbsDevice::Connect(const ConnectOptions& o
     rdma_ack_cm_event(ev);
     return st;
   };
-  if (rdma_resolve_addr(id.get(), nullptr, reinterpret_cast<sockaddr*>(&sa), opts.timeout_ms) != 0) {
+  sockaddr_storage src{};
+  socklen_t src_len = 0;
+  if (!opts.source.empty()) KVRDMA_RETURN_IF_ERROR(ResolveSockaddr(opts.source, 0, false, &src, &src_len));
+  if (rdma_resolve_addr(id.get(), opts.source.empty() ? nullptr : reinterpret_cast<sockaddr*>(&src),
+                        reinterpret_cast<sockaddr*>(&sa), opts.timeout_ms) != 0) {
     return Status::FromErrno("rdma_resolve_addr " + where, errno);
   }
   KVRDMA_RETURN_IF_ERROR(expect(ch.get(), RDMA_CM_EVENT_ADDR_RESOLVED, "address resolution", nullptr));

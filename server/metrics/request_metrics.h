@@ -98,8 +98,10 @@ class RequestMetrics {
     kAuth,            // missing or wrong auth token
     kMaxConnections,  // the server holds --max-connections already
     kMaxPerPeer,      // the peer address holds --max-connections-per-peer already
+    kFlowControlBackoff,  // the peer address is in its --flow-control-backoff-ms
   };
-  static constexpr size_t kRejectReasons = 4;
+  static constexpr size_t kRejectReasons = 5;
+  static_assert(static_cast<size_t>(RejectReason::kFlowControlBackoff) + 1 == kRejectReasons);
   void CountRejected(RejectReason r) noexcept {
     rejected_[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);
   }

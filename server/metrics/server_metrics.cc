@@ -65,12 +65,16 @@ void RenderConnections(Exposition& e, const MetricsSources& s) {
   e.Family("kvrdma_connections_rejected_total", "counter",
            "Connect requests refused, by reason: auth (missing or wrong auth token), max_connections "
            "(kvserver --max-connections reached), max_per_peer (--max-connections-per-peer reached for "
-           "the client's address), other (malformed request, out of memory or connection ids)");
+           "the client's address), flow_control_backoff (a connection from the client's address was "
+           "closed for breaking flow control lately: kvserver --flow-control-backoff-ms), other "
+           "(malformed request, out of memory or connection ids)");
   e.Sample("kvrdma_connections_rejected_total", {{"reason", "auth"}}, c.request_metrics.rejected(Why::kAuth));
   e.Sample("kvrdma_connections_rejected_total", {{"reason", "max_connections"}},
            c.request_metrics.rejected(Why::kMaxConnections));
   e.Sample("kvrdma_connections_rejected_total", {{"reason", "max_per_peer"}},
            c.request_metrics.rejected(Why::kMaxPerPeer));
+  e.Sample("kvrdma_connections_rejected_total", {{"reason", "flow_control_backoff"}},
+           c.request_metrics.rejected(Why::kFlowControlBackoff));
   e.Sample("kvrdma_connections_rejected_total", {{"reason", "other"}}, c.request_metrics.rejected(Why::kOther));
   e.Family("kvrdma_connections_closed_total", "counter",
            "Client connections that ended, by reason: client (it disconnected), qp_failed (its queue "

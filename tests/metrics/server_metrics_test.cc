@@ -209,6 +209,7 @@ TEST_F(ServerMetricsTest, RefusalsAreCountedByReason) {
   EXPECT_EQ(p.at("kvrdma_connections_rejected_total{reason=\"max_per_peer\"}"), 1);
   EXPECT_EQ(p.at("kvrdma_connections_rejected_total{reason=\"auth\"}"), 1);
   EXPECT_EQ(p.at("kvrdma_connections_rejected_total{reason=\"max_connections\"}"), 2);
+  EXPECT_EQ(p.at("kvrdma_connections_rejected_total{reason=\"flow_control_backoff\"}"), 0);
   EXPECT_EQ(p.at("kvrdma_connections_rejected_total{reason=\"other\"}"), 0);
   EXPECT_EQ(p.at("kvrdma_connections"), 2);
 }
