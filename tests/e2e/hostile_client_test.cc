@@ -449,9 +449,10 @@ TEST_P(HostileClientTest, ClosedFloodersDoNotLeakReplyResources) {
   server::ServerConfig cfg = TestServer::Defaults();
   cfg.reply_timeout_ms = 500;
   StartServer(cfg);
-  // 40 flooders, in waves of 8 that flood together: on Soft-RoCE a closed
-  // connection's client sometimes learns of the disconnect only ~5 s later
-  // (the CM's retry), and one flooder at a time took 60-100 s of CI.
+  // 40 flooders, in waves of 8. A flooder does not wait for its sends'
+  // completions: a SEND posted after the server closed the connection does
+  // not complete (the closed QP acknowledges nothing) until the wait's 5 s
+  // timeout, which made this test take 60-100 s on Soft-RoCE.
   const int flooders = 40, wave = 8;
   for (int i = 0; i < flooders; i += wave) {
     std::vector<RogueClient> rs(wave);
@@ -460,7 +461,7 @@ TEST_P(HostileClientTest, ClosedFloodersDoNotLeakReplyResources) {
     }
     for (int j = 0; j < wave; ++j) {
       for (uint32_t k = 0; k < 3 * cfg.credits; ++k) {
-        if (!rs[j].Send(StatsMsg(k + 1)).ok()) break;  // may be cut short
+        if (!rs[j].Send(StatsMsg(k + 1), /*wait=*/false).ok()) break;  // may be cut short
       }
     }
     for (int j = 0; j < wave; ++j) EXPECT_TRUE(rs[j].WaitClosed(10000)) << "flooder " << i + j;
