@@ -450,9 +450,10 @@ TEST_P(HostileClientTest, ClosedFloodersDoNotLeakReplyResources) {
   cfg.reply_timeout_ms = 500;
   StartServer(cfg);
   // 40 flooders, in waves of 8. A flooder does not wait for its sends'
-  // completions: a SEND posted after the server closed the connection does
-  // not complete (the closed QP acknowledges nothing) until the wait's 5 s
-  // timeout, which made this test take 60-100 s on Soft-RoCE.
+  // completions (each message staged in a place of its own): a SEND posted
+  // after the server closed the connection does not complete (the closed QP
+  // acknowledges nothing) until the wait's 5 s timeout, which made this test
+  // take 60-100 s on Soft-RoCE.
   const int flooders = 40, wave = 8;
   for (int i = 0; i < flooders; i += wave) {
     std::vector<RogueClient> rs(wave);
@@ -461,7 +462,9 @@ TEST_P(HostileClientTest, ClosedFloodersDoNotLeakReplyResources) {
     }
     for (int j = 0; j < wave; ++j) {
       for (uint32_t k = 0; k < 3 * cfg.credits; ++k) {
-        if (!rs[j].Send(StatsMsg(k + 1), /*wait=*/false).ok()) break;  // may be cut short
+        // Each in a place of its own: the transport may still read the last.
+        const std::vector<uint8_t> m = StatsMsg(k + 1);
+        if (!rs[j].Send(m, /*wait=*/false, size_t{k} * 256).ok()) break;  // may be cut short
       }
     }
     for (int j = 0; j < wave; ++j) EXPECT_TRUE(rs[j].WaitClosed(10000)) << "flooder " << i + j;

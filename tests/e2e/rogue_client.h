@@ -92,11 +92,15 @@ class RogueClient {
     return conn_->PostRecv({&r, 1});
   }
   // Sends raw bytes as a SEND (waits for the send completion when `wait`).
-  Status Send(std::span<const uint8_t> msg, bool wait = true) {
-    std::memcpy(mem_.data(), msg.data(), msg.size());
+  // `at`: where in the send area (below 16384) the message is staged; sends
+  // posted without waiting need distinct places (the transport may still be
+  // reading an earlier one).
+  Status Send(std::span<const uint8_t> msg, bool wait = true, size_t at = 0) {
+    if (at + msg.size() > 16384) return Status::InvalidArgument("RogueClient::Send: past the send area");
+    std::memcpy(mem_.data() + at, msg.data(), msg.size());
     SendWr w;
     w.opcode = WrOpcode::kSend;
-    w.local = mr_->Slice(0, static_cast<uint32_t>(msg.size()));
+    w.local = mr_->Slice(static_cast<uint32_t>(at), static_cast<uint32_t>(msg.size()));
     return Post(w, wait);
   }
   // WRITE_WITH_IMM of msg into ring position `pos` with an immediate that
