@@ -542,7 +542,10 @@ Status DurableLog::Commit(uint32_t head, int64_t open_slot, uint64_t used) {
   // queued (the next Commit writes it again), and so does what follows it.
   size_t done = 0;
   Status st;
-  for (; done < h.sealed.size() && st.ok(); ++done) st = WriteRange(h.sealed[done]);
+  for (; done < h.sealed.size() && st.ok(); ++done) {
+    st = WriteRange(h.sealed[done]);
+    if (st.ok() && cfg_.fsync == FsyncMode::kAlways) NoteUnsynced(h, h.sealed[done].slot, h.sealed[done].open_seq);
+  }
   if (!st.ok()) --done;
   h.sealed.erase(h.sealed.begin(), h.sealed.begin() + static_cast<ptrdiff_t>(done));
   if (st.ok() && open_slot >= 0 && open_slot == h.slot && used > h.persisted) {
@@ -551,9 +554,42 @@ Status DurableLog::Commit(uint32_t head, int64_t open_slot, uint64_t used) {
   }
   if (!st.ok()) return st;
   if (cfg_.fsync != FsyncMode::kAlways) return Status::OK();
-  st = WaitForFlush();
+  st = SyncHeadFiles(h);
   if (st.ok()) commits_flushed_.fetch_add(1, std::memory_order_relaxed);
   return st;
+}
+
+void DurableLog::NoteUnsynced(Head& h, uint32_t slot, uint64_t open_seq) {
+  for (const FileRef& r : h.unsynced) {
+    if (r.slot == slot && r.open_seq == open_seq) return;
+  }
+  h.unsynced.push_back(FileRef{slot, open_seq});  // a few entries: its capacity stays
+}
+
+Status DurableLog::SyncHeadFiles(Head& h) {
+  // The files of the ranges just written: the sealed segments' (noted as
+  // they were written) and the open one's (synced even when this Commit
+  // wrote nothing to it: a caller commits when it applied writes), and the
+  // files of a Commit whose sync failed.
+  if (h.slot >= 0) NoteUnsynced(h, static_cast<uint32_t>(h.slot), h.open_seq);
+  const uint64_t t0 = NowNs();
+  Status result;
+  size_t kept = 0;
+  for (const FileRef& r : h.unsynced) {
+    uint64_t seq;
+    std::shared_ptr<File> f = FileOf(r.slot, &seq);
+    // A file removed meanwhile: its segment was compacted, and its live
+    // entries' copies made durable first (Settle).
+    if (!f || seq != r.open_seq) continue;
+    if (Status st = f->Sync(); !st.ok()) {
+      io_errors_.fetch_add(1, std::memory_order_relaxed);
+      if (result.ok()) result = st;
+      h.unsynced[kept++] = r;
+    }
+  }
+  h.unsynced.resize(kept);
+  CountFlush(NowNs() - t0);
+  return result;
 }
 
 DurableLog::Place DurableLog::PlaceOf(uint64_t off, uint64_t end) const {

@@ -10,9 +10,11 @@
 //   HeadMoved (the tail of the segment it leaves is written by its next
 //   Commit).
 // - Store::Commit(head) -> Commit: the head's writes since the last Commit
-//   go to their files (pwrite); with kAlways it returns once a flush (group
-//   commit: one fdatasync per file for every head waiting) made them
-//   durable.
+//   go to their files (pwrite); with kAlways it then syncs (fdatasync) the
+//   files the head wrote, on the calling thread: every write the caller
+//   applied since its last Commit shares that flush (group commit), and
+//   the heads' syncs run side by side (a commit waits for no other head's
+//   flush, nor for a flusher's turn).
 // - Store::Write, when a write supersedes an older entry: QueueMark. The
 //   mark (a zero-version leader written over the old entry's, in its file)
 //   is written only once (1) the old entry's own bytes are in its file, so
@@ -27,10 +29,12 @@
 //   marks written too if the compaction drops tombstones), then
 //   RemoveSegment.
 //
-// Threads: a flusher thread runs the flushes (fdatasync of every file
-// written since the last one, then the marks queued before the flush
-// began): on demand (kAlways, Settle), and at least once a second while
-// something is unflushed (kEverySec; kNo writes marks but never flushes).
+// Threads: a flusher thread runs the flush rounds (fdatasync of every file
+// written since the last round, then the marks queued before the round
+// began): on demand (Settle), and at least once a second while something
+// is unflushed (kEverySec; kNo writes marks but never flushes). A head's
+// own syncs (kAlways) never clear what a round must flush: a file stays
+// dirty for the rounds until a round syncs it.
 // Each head is used by one thread at a time (as in ValueLog).
 #pragma once
 
@@ -67,10 +71,10 @@ struct DurableLogConfig {
 
 // Counters for metrics (all monotonic except segments_on_disk).
 struct DurableStats {
-  uint64_t flushes = 0;           // flush rounds that synced at least one file
+  uint64_t flushes = 0;           // flush rounds that synced at least one file, and head syncs (kAlways)
   uint64_t flush_ns_total = 0;    // their wall time
   uint64_t flush_ns_max = 0;
-  uint64_t commits_flushed = 0;   // Commit calls a flush made durable (kAlways)
+  uint64_t commits_flushed = 0;   // Commit calls made durable by their sync (kAlways)
   uint64_t bytes_written = 0;     // segment bytes written to files
   uint64_t marks_written = 0;     // dead marks written
   uint64_t segments_on_disk = 0;  // segment files that exist
@@ -150,9 +154,9 @@ class DurableLog {
   void HeadMoved(uint32_t head, int64_t old_slot, uint64_t old_used, uint32_t new_slot);
 
   // Writes head's bytes since its last Commit (its sealed segments' tails,
-  // then its open segment up to `used`) to their files; kAlways: then waits
-  // for a flush. OK: the head's writes so far survive kill -9 (and, with
-  // kAlways, a power cut).
+  // then its open segment up to `used`) to their files; kAlways: then syncs
+  // every file the head wrote since its last successful sync. OK: the
+  // head's writes so far survive kill -9 (and, with kAlways, a power cut).
   Status Commit(uint32_t head, int64_t open_slot, uint64_t used);
   // The entry at log offset entry_off (entry_bytes long) no longer holds its
   // key's newest write: the write at [newer_off, newer_end) (log offsets;
@@ -199,11 +203,19 @@ class DurableLog {
     uint64_t in_segment;   // its leader's offset in its segment
     Place newer;           // the write that superseded it
   };
+  // A segment file, named by its slot and the open seq it was made for.
+  struct FileRef {
+    uint32_t slot;
+    uint64_t open_seq;
+  };
   struct alignas(64) Head {
     int64_t slot = -1;           // the open segment's slot
     uint64_t open_seq = 0;       // and its open seq
     uint64_t persisted = 0;      // its bytes written to its file
     std::vector<Range> sealed;   // tails of segments it left, not yet written
+    // kAlways: the files it wrote to since its last Commit that synced them
+    // all (a failed sync leaves them here for the next Commit).
+    std::vector<FileRef> unsynced;
   };
   struct SlotFile {
     std::shared_ptr<File> file;            // guarded by slots_mu_
@@ -226,6 +238,10 @@ class DurableLog {
   std::string PathOf(uint64_t open_seq) const;
   std::shared_ptr<File> FileOf(uint32_t slot, uint64_t* open_seq = nullptr) const;
   Status WriteRange(const Range& r);
+  // kAlways: fdatasync the files head `h` wrote since it last synced them
+  // (on the head's owner thread, beside the other heads' syncs).
+  Status SyncHeadFiles(Head& h);
+  static void NoteUnsynced(Head& h, uint32_t slot, uint64_t open_seq);
   // Asks for a flush round and waits for it: OK if it succeeded.
   Status WaitForFlush();
   void FlusherLoop();
