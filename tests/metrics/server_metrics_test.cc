@@ -251,5 +251,46 @@ TEST_F(ServerMetricsTest, CleanerAndEvictionCountersMove) {
   }
 }
 
+// A durable store (--data-dir, --fsync always): the disk families move with
+// the writes, and a restart reports what its recovery read and where the
+// time went.
+TEST_F(ServerMetricsTest, DiskAndRecoveryFamiliesOfADurableStore) {
+  char tmpl[] = "/tmp/kvrdma-metrics-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = std::string(tmpl) + "/data";
+  auto durable = [&](StoreConfig& sc) {
+    sc.data_dir = dir;
+    sc.fsync = FsyncMode::kAlways;
+  };
+  constexpr int kKeys = 60;
+  {
+    TestServer s(env_, TestServer::Defaults(), durable);
+    auto c = s.Connect(PutMode::kSend);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    for (int i = 0; i < kKeys; ++i) ASSERT_TRUE((*c)->Put("k" + std::to_string(i), std::string(100, 'v')).ok());
+    Parsed p = Parse(Render(s));
+    ASSERT_TRUE(p.problems.empty()) << p.problems.front();
+    EXPECT_GE(p.at("kvrdma_disk_segments"), 1);
+    EXPECT_GE(p.at("kvrdma_disk_written_bytes_total"), kKeys * 100);
+    // Every PUT was answered after its commit's sync (one PUT in flight).
+    EXPECT_GE(p.at("kvrdma_disk_commits_flushed_total"), kKeys);
+    EXPECT_GE(p.at("kvrdma_disk_flush_seconds_count"), kKeys);
+    EXPECT_EQ(p.at("kvrdma_recovery_writes"), 0);
+  }
+  TestServer s(env_, TestServer::Defaults(), durable);
+  Parsed p = Parse(Render(s));
+  ASSERT_TRUE(p.problems.empty()) << p.problems.front();
+  EXPECT_EQ(p.at("kvrdma_recovery_writes"), kKeys);
+  EXPECT_EQ(p.at("kvrdma_recovery_keys"), kKeys);
+  EXPECT_GT(p.at("kvrdma_recovery_bytes"), kKeys * 100);
+  for (const char* phase : {"read", "check", "install", "wait"}) {
+    EXPECT_GE(p.at(std::string("kvrdma_recovery_phase_seconds{phase=\"") + phase + "\"}"), 0) << phase;
+  }
+  EXPECT_GT(p.at("kvrdma_recovery_cpu_seconds{thread=\"reader\"}"), 0);
+  EXPECT_GT(p.at("kvrdma_recovery_cpu_seconds{thread=\"installer\"}"), 0);
+  EXPECT_EQ(p.types["kvrdma_recovery_phase_seconds"], "gauge");
+  std::system(("rm -rf " + std::string(tmpl)).c_str());
+}
+
 }  // namespace
 }  // namespace kvrdma::testing
