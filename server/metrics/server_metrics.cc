@@ -136,8 +136,13 @@ void RenderStore(Exposition& e, const Store& store) {
 void RenderDisk(Exposition& e, const StoreStats& st, double seg) {
   const DurableStats& d = st.disk;
   Gauge(e, "kvrdma_disk_segments", "Segment files in the data dir", static_cast<double>(d.segments_on_disk));
-  Gauge(e, "kvrdma_disk_bytes", "Bytes the segment files take (each allocated whole, with its header)",
-        static_cast<double>(d.segments_on_disk) * (seg + static_cast<double>(kSegmentHeaderBytes)));
+  Gauge(e, "kvrdma_disk_bytes",
+        "Bytes the segment files take (each allocated whole, with its header), and the spare file (--fsync always)",
+        static_cast<double>(d.segments_on_disk + d.spares_on_disk) * (seg + static_cast<double>(kSegmentHeaderBytes)));
+  Counter(e, "kvrdma_disk_spares_taken_total",
+          "Segment files that were the spare file made ahead with zeros (--fsync always); the others were allocated "
+          "when their segment opened",
+          d.segments_from_spares);
   Counter(e, "kvrdma_disk_written_bytes_total", "Log bytes written to segment files", d.bytes_written);
   Counter(e, "kvrdma_disk_marks_total", "Superseded writes marked in their segment files", d.marks_written);
   Counter(e, "kvrdma_disk_errors_total", "Failed file writes, flushes and creations", d.io_errors);

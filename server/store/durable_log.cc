@@ -119,11 +119,27 @@ Result<std::unique_ptr<DurableLog>> DurableLog::Open(const DurableLogConfig& cfg
     KVRDMA_RETURN_IF_ERROR(fs.Rename(tmp, meta_path));
     KVRDMA_RETURN_IF_ERROR(fs.SyncDir(cfg.dir));
   }
+  // A spare left by a run that stopped: never more than zeros, perhaps not
+  // whole. Removed before recovery lists the dir.
+  const std::string spare = cfg.dir + "/" + kSpareFileName;
+  if (fs.Exists(spare)) KVRDMA_RETURN_IF_ERROR(fs.Remove(spare));
   d->flusher_ = std::thread([p = d.get()] { p->FlusherLoop(); });
+  if (cfg.fsync == FsyncMode::kAlways) d->spare_maker_ = std::thread([p = d.get()] { p->SpareLoop(); });
   return d;
 }
 
 DurableLog::~DurableLog() {
+  if (spare_maker_.joinable()) {
+    {
+      std::lock_guard<std::mutex> l(spare_mu_);
+      spare_stop_ = true;
+    }
+    spare_cv_.notify_all();
+    spare_maker_.join();
+    spare_.reset();
+    const std::string spare = cfg_.dir + "/" + kSpareFileName;
+    if (cfg_.fs->Exists(spare)) (void)cfg_.fs->Remove(spare);  // best effort: the next start removes it too
+  }
   if (cfg_.fsync != FsyncMode::kNo && flusher_.joinable()) {
     if (Status st = WaitForFlush(); !st.ok()) {
       KVRDMA_LOG_ERROR("durable log: last flush failed: %s", st.ToString().c_str());
@@ -251,7 +267,7 @@ Result<std::vector<uint64_t>> DurableLog::ListSegments(FileSystem& fs, const std
     uint64_t seq;
     if (ParseSegmentFileName(n, &seq)) {
       seqs.push_back(seq);
-    } else if (n != kMetaFileName && n != kLockFileName) {
+    } else if (n != kMetaFileName && n != kLockFileName && n != kSpareFileName) {
       report(dir + "/" + n + ": not a kvrdma file; ignored", false);
     }
   }
@@ -455,15 +471,19 @@ Result<DurableLog::VerifySummary> DurableLog::Verify(FileSystem& fs, const std::
 
 Status DurableLog::OpenSegment(uint32_t slot, uint64_t open_seq) {
   const std::string path = PathOf(open_seq);
-  auto f = cfg_.fs->Open(path, OpenMode::kCreate);
-  if (!f.ok()) {
-    io_errors_.fetch_add(1, std::memory_order_relaxed);
-    return f.status();
+  Result<std::unique_ptr<File>> f = TakeSpare(path);
+  Status st;
+  if (*f == nullptr) {
+    f = cfg_.fs->Open(path, OpenMode::kCreate);
+    if (!f.ok()) {
+      io_errors_.fetch_add(1, std::memory_order_relaxed);
+      return f.status();
+    }
+    st = (*f)->Allocate(kSegmentHeaderBytes + cfg_.segment_bytes);
   }
   std::byte hdr[kSegmentHeaderUsedBytes];
   EncodeSegmentHeader({data_dir_id_, open_seq, cfg_.segment_bytes},
                       std::span<std::byte, kSegmentHeaderUsedBytes>(hdr));
-  Status st = (*f)->Allocate(kSegmentHeaderBytes + cfg_.segment_bytes);
   if (st.ok()) st = (*f)->WriteAt(0, hdr);
   // The name must survive a power cut before any write in the file is
   // acknowledged as durable (kAlways), or flushed (kEverySec).
@@ -493,6 +513,85 @@ Status DurableLog::OpenSegment(uint32_t slot, uint64_t open_seq) {
   }
   segments_on_disk_.fetch_add(1, std::memory_order_relaxed);
   return Status::OK();
+}
+
+std::unique_ptr<File> DurableLog::TakeSpare(const std::string& path) {
+  if (cfg_.fsync != FsyncMode::kAlways) return nullptr;
+  {
+    std::lock_guard<std::mutex> l(spare_mu_);
+    if (!spare_wanted_) {
+      spare_wanted_ = true;  // from now on the disk is the log's: make the first spare
+      spare_cv_.notify_all();
+    }
+    if (spare_state_ != SpareState::kReady) return nullptr;
+    spare_.reset();  // reopened under its segment's name below (for the names in errors)
+    spare_state_ = SpareState::kTaking;
+  }
+  const std::string spare = cfg_.dir + "/" + kSpareFileName;
+  Status st = cfg_.fs->Rename(spare, path);
+  Result<std::unique_ptr<File>> f = st.ok() ? cfg_.fs->Open(path, OpenMode::kReadWrite) : Result<std::unique_ptr<File>>(st);
+  spares_on_disk_.store(0, std::memory_order_relaxed);
+  if (!f.ok()) {
+    io_errors_.fetch_add(1, std::memory_order_relaxed);
+    KVRDMA_LOG_WARN("durable log: taking the spare file for %s: %s (the file is allocated instead)", path.c_str(),
+                    f.status().ToString().c_str());
+    (void)cfg_.fs->Remove(st.ok() ? path : spare);  // best effort: so that neither name is in the way
+  } else {
+    segments_from_spares_.fetch_add(1, std::memory_order_relaxed);
+  }
+  {
+    std::lock_guard<std::mutex> l(spare_mu_);
+    spare_state_ = SpareState::kNone;
+  }
+  spare_cv_.notify_all();
+  return f.ok() ? std::move(f).value() : nullptr;
+}
+
+void DurableLog::SpareLoop() {
+  pthread_setname_np(pthread_self(), "kv-spare");
+  const std::string path = cfg_.dir + "/" + kSpareFileName;
+  const uint64_t bytes = kSegmentHeaderBytes + cfg_.segment_bytes;
+  std::vector<std::byte> zeros;
+  bool warned = false;
+  std::unique_lock<std::mutex> l(spare_mu_);
+  for (;;) {
+    spare_cv_.wait(l, [&] { return spare_stop_ || (spare_wanted_ && spare_state_ == SpareState::kNone); });
+    if (spare_stop_) return;
+    spare_state_ = SpareState::kMaking;
+    l.unlock();
+    // Allocated first (a full disk fails here, as at a segment's open), then
+    // every block written and synced: the segment's writes and syncs then
+    // go to blocks the file system already wrote.
+    if (zeros.empty()) zeros.resize(std::min<uint64_t>(bytes, uint64_t{1} << 20));
+    auto f = cfg_.fs->Open(path, OpenMode::kCreate);
+    Status st = f.status();
+    if (st.ok()) st = (*f)->Allocate(bytes);
+    for (uint64_t off = 0; st.ok() && off < bytes; off += zeros.size()) {
+      st = (*f)->WriteAt(off, {zeros.data(), std::min<uint64_t>(zeros.size(), bytes - off)});
+    }
+    if (st.ok()) st = (*f)->Sync();
+    if (!st.ok()) {
+      if (f.ok()) {
+        f->reset();
+        (void)cfg_.fs->Remove(path);
+      }
+      if (!warned) {
+        KVRDMA_LOG_WARN("durable log: making a spare segment file: %s (segments are allocated as they open; "
+                        "tried again each second)", st.ToString().c_str());
+        warned = true;
+      }
+    }
+    l.lock();
+    if (st.ok()) {
+      warned = false;
+      spare_ = std::move(f).value();
+      spare_state_ = SpareState::kReady;
+      spares_on_disk_.store(1, std::memory_order_relaxed);
+    } else {
+      spare_state_ = SpareState::kNone;
+      spare_cv_.wait_for(l, std::chrono::seconds(1), [&] { return spare_stop_; });
+    }
+  }
 }
 
 void DurableLog::HeadMoved(uint32_t head, int64_t old_slot, uint64_t old_used, uint32_t new_slot) {
@@ -823,6 +922,8 @@ DurableStats DurableLog::Stats() const {
   s.marks_written = marks_written_.load(std::memory_order_relaxed);
   s.segments_on_disk = segments_on_disk_.load(std::memory_order_relaxed);
   s.io_errors = io_errors_.load(std::memory_order_relaxed);
+  s.spares_on_disk = spares_on_disk_.load(std::memory_order_relaxed);
+  s.segments_from_spares = segments_from_spares_.load(std::memory_order_relaxed);
   for (size_t i = 0; i < DurableStats::kFlushBuckets; ++i) {
     s.flush_buckets[i] = flush_buckets_[i].load(std::memory_order_relaxed);
   }

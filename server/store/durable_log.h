@@ -6,7 +6,9 @@
 //
 // Who calls what:
 // - ValueLog, when a head opens a segment: OpenSegment (creates the file,
-//   whole, so that writes into it cannot fail for want of space), then
+//   whole, so that writes into it cannot fail for want of space; with
+//   kAlways it takes the spare file, made ahead with zeros, when one is
+//   ready), then
 //   HeadMoved (the tail of the segment it leaves is written by its next
 //   Commit).
 // - Store::Commit(head) -> Commit: the head's writes since the last Commit
@@ -79,6 +81,8 @@ struct DurableStats {
   uint64_t marks_written = 0;     // dead marks written
   uint64_t segments_on_disk = 0;  // segment files that exist
   uint64_t io_errors = 0;         // failed writes, flushes, creations
+  uint64_t spares_on_disk = 0;    // the spare file (kAlways): 0 or 1
+  uint64_t segments_from_spares = 0;  // segment files that were the spare (the rest were allocated at open)
   // Flush latency histogram: counts of flushes at or below each bound (ns).
   static constexpr uint64_t kFlushBucketsNs[] = {100'000, 300'000, 1'000'000, 3'000'000, 10'000'000,
                                                  30'000'000, 100'000'000, 1'000'000'000};
@@ -259,6 +263,12 @@ class DurableLog {
   // write is not in its file yet.
   bool MarksWait(uint64_t upto, bool tombstones, uint32_t slot, uint64_t seg_seq);
   void CountFlush(uint64_t ns);
+  // kAlways: makes the spare file whenever none is ready or being taken
+  // (from the first OpenSegment on: not while recovery reads the disk).
+  void SpareLoop();
+  // OpenSegment's part: the spare renamed to `path`, or null (none ready,
+  // or the rename failed: the caller allocates a file as without spares).
+  std::unique_ptr<File> TakeSpare(const std::string& path);
 
   const DurableLogConfig cfg_;
   uint64_t data_dir_id_ = 0;
@@ -284,6 +294,21 @@ class DurableLog {
   std::atomic<uint32_t> write_marks_{0};
   std::atomic<uint64_t> marks_out_min_seq_{UINT64_MAX};
   std::thread flusher_;
+
+  // The spare file (kAlways). Why: a sync after a write into blocks the file
+  // already wrote costs the data write and a device flush; into blocks
+  // allocated by fallocate, ext4 also converts the unwritten extent (a
+  // journal commit): 0.75 against 3.06 ms a 4 KiB write + fdatasync on the
+  // test bed's disk. Made by its own thread so that no commit waits for it.
+  enum class SpareState : uint8_t { kNone, kMaking, kReady, kTaking };
+  std::mutex spare_mu_;
+  std::condition_variable spare_cv_;
+  SpareState spare_state_ = SpareState::kNone;  // guarded by spare_mu_
+  bool spare_wanted_ = false;                    // an OpenSegment ran (guarded by spare_mu_)
+  bool spare_stop_ = false;                      // guarded by spare_mu_
+  std::unique_ptr<File> spare_;                  // kReady: the file (guarded by spare_mu_)
+  std::thread spare_maker_;
+  std::atomic<uint64_t> spares_on_disk_{0}, segments_from_spares_{0};
 
   // Counters (relaxed atomics: read by Stats from any thread).
   std::atomic<uint64_t> flushes_{0}, flush_ns_total_{0}, flush_ns_max_{0}, commits_flushed_{0}, bytes_written_{0},

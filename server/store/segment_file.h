@@ -39,6 +39,10 @@ inline constexpr const char* kMetaFileName = "kvrdma.meta";
 // kvserver holds an exclusive flock(2) on this file while it runs (two
 // servers on one data dir would overwrite each other's files).
 inline constexpr const char* kLockFileName = "kvrdma.lock";
+// --fsync always: the next segment's file, made ahead (allocated and written
+// whole with zeros, then synced) and renamed to its segment's name when the
+// segment opens. Removed at start: never more than a file of zeros.
+inline constexpr const char* kSpareFileName = "kvrdma.spare";
 
 struct DataDirMeta {
   uint64_t data_dir_id = 0;

@@ -276,6 +276,7 @@ TEST_F(ServerMetricsTest, DiskAndRecoveryFamiliesOfADurableStore) {
     EXPECT_GE(p.at("kvrdma_disk_commits_flushed_total"), kKeys);
     EXPECT_GE(p.at("kvrdma_disk_flush_seconds_count"), kKeys);
     EXPECT_EQ(p.at("kvrdma_recovery_writes"), 0);
+    EXPECT_GE(p.at("kvrdma_disk_spares_taken_total"), 0);
   }
   TestServer s(env_, TestServer::Defaults(), durable);
   Parsed p = Parse(Render(s));
