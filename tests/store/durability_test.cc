@@ -308,6 +308,37 @@ TEST(DurableStore, SegmentsTakeTheSpareFileMadeAheadAndALeftOverSpareIsRemoved) 
   }
 }
 
+// A segment that opens while the spare is still being made allocates its
+// own file: had it taken the spare, the maker's zeros would land over the
+// segment's answered writes (tests/putback/run 24.spare). The maker's writes
+// are held for 300 ms while the head fills three segments; after a power cut
+// every answered write is there.
+TEST(DurableStore, ASegmentThatOpensWhileTheSpareIsBeingMadeAllocatesItsOwnFile) {
+  FaultFileSystem fs;
+  fs.DelayWrites(kSpareFileName, std::chrono::milliseconds(300));
+  std::map<std::string, std::string> answered;
+  {
+    auto s = OpenOrDie(DurableConfig("d", &fs, FsyncMode::kAlways));
+    ASSERT_TRUE(s);
+    for (int i = 0; i < 60; ++i) {
+      ASSERT_TRUE(s->Put(0, Key(i), Value(i, 0, 150)).ok()) << i;
+      ASSERT_TRUE(s->Commit(0).ok());
+      answered[Key(i)] = Value(i, 0, 150);
+    }
+    EXPECT_GE(s->Stats().disk.segments_on_disk, 3u);
+    EXPECT_EQ(s->Stats().disk.segments_from_spares, 0u) << "the spare was made faster than the test holds it";
+  }
+  fs.DelayWrites("", std::chrono::milliseconds(0));
+  fs.Restart(FaultFileSystem::CrashKind::kPowerCut, 5);
+  auto s = OpenOrDie(DurableConfig("d", &fs, FsyncMode::kAlways));
+  ASSERT_TRUE(s);
+  for (const auto& [key, value] : answered) {
+    std::string got;
+    ASSERT_TRUE(s->Get(key, &got).ok()) << key;
+    EXPECT_EQ(got, value) << key;
+  }
+}
+
 // Disk full and I/O errors: a write that needs a new segment file when the
 // disk is full is refused with IOError before anything is applied; a flush
 // that fails makes Commit fail (the writes stay applied and are written

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <utility>
 
 namespace kvrdma::test {
@@ -208,6 +209,12 @@ bool FaultFileSystem::Exists(const std::string& path) {
 }
 
 Status FaultFileSystem::FileWrite(FaultFile& f, uint64_t offset, std::span<const std::byte> data) {
+  std::chrono::milliseconds delay{0};
+  {
+    std::lock_guard lock(mu_);
+    if (!delay_part_.empty() && f.path().find(delay_part_) != std::string::npos) delay = delay_;
+  }
+  if (delay.count() > 0) std::this_thread::sleep_for(delay);
   std::lock_guard lock(mu_);
   const std::string what = BytesAt(f.path(), "writing", data.size(), offset);
   KVRDMA_RETURN_IF_ERROR(CheckGeneration(f.generation, what));
@@ -334,6 +341,12 @@ bool FaultFileSystem::crashed() const {
 void FaultFileSystem::FailCalls(Op op, int err, uint64_t count) {
   std::lock_guard lock(mu_);
   injected_[static_cast<size_t>(op)] = {err, count};
+}
+
+void FaultFileSystem::DelayWrites(const std::string& part, std::chrono::milliseconds delay) {
+  std::lock_guard lock(mu_);
+  delay_part_ = part;
+  delay_ = delay;
 }
 
 void FaultFileSystem::SetSpaceLimit(uint64_t bytes) {

@@ -36,6 +36,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -96,6 +97,11 @@ class FaultFileSystem final : public FileSystem {
   // 0 = unlimited.
   void SetSpaceLimit(uint64_t bytes);
 
+  // WriteAt calls through files opened under a path that contains `part`
+  // wait `delay` before they take effect (without holding the file system:
+  // other calls go on), to hold a race window open; an empty part: none.
+  void DelayWrites(const std::string& part, std::chrono::milliseconds delay);
+
   // Mutating calls made so far (successful or not).
   uint64_t steps() const;
   // Successful File::Sync and File::WriteAt calls, and the bytes those writes
@@ -148,6 +154,8 @@ class FaultFileSystem final : public FileSystem {
   bool crashed_ = false;
   std::array<Injected, 7> injected_{};  // by Op
   uint64_t space_limit_ = 0;
+  std::string delay_part_;  // DelayWrites
+  std::chrono::milliseconds delay_{0};
   uint64_t syncs_ = 0;
   uint64_t writes_ = 0;
   uint64_t bytes_written_ = 0;
