@@ -480,6 +480,10 @@ Status DurableLog::OpenSegment(uint32_t slot, uint64_t open_seq) {
       return f.status();
     }
     st = (*f)->Allocate(kSegmentHeaderBytes + cfg_.segment_bytes);
+    // kAlways without a spare ready (the first segment of each head, or
+    // segments that fill faster than the spare is made): written whole here,
+    // once, so that its commits' syncs do not convert unwritten extents.
+    if (st.ok() && cfg_.fsync == FsyncMode::kAlways) st = WriteZeros(**f);
   }
   std::byte hdr[kSegmentHeaderUsedBytes];
   EncodeSegmentHeader({data_dir_id_, open_seq, cfg_.segment_bytes},
@@ -547,11 +551,19 @@ std::unique_ptr<File> DurableLog::TakeSpare(const std::string& path) {
   return f.ok() ? std::move(f).value() : nullptr;
 }
 
+Status DurableLog::WriteZeros(File& f) {
+  static const std::vector<std::byte> zeros(size_t{1} << 20);
+  const uint64_t bytes = kSegmentHeaderBytes + cfg_.segment_bytes;
+  for (uint64_t off = 0; off < bytes; off += zeros.size()) {
+    KVRDMA_RETURN_IF_ERROR(f.WriteAt(off, {zeros.data(), std::min<uint64_t>(zeros.size(), bytes - off)}));
+  }
+  return f.Sync();
+}
+
 void DurableLog::SpareLoop() {
   pthread_setname_np(pthread_self(), "kv-spare");
   const std::string path = cfg_.dir + "/" + kSpareFileName;
   const uint64_t bytes = kSegmentHeaderBytes + cfg_.segment_bytes;
-  std::vector<std::byte> zeros;
   bool warned = false;
   std::unique_lock<std::mutex> l(spare_mu_);
   for (;;) {
@@ -562,14 +574,10 @@ void DurableLog::SpareLoop() {
     // Allocated first (a full disk fails here, as at a segment's open), then
     // every block written and synced: the segment's writes and syncs then
     // go to blocks the file system already wrote.
-    if (zeros.empty()) zeros.resize(std::min<uint64_t>(bytes, uint64_t{1} << 20));
     auto f = cfg_.fs->Open(path, OpenMode::kCreate);
     Status st = f.status();
     if (st.ok()) st = (*f)->Allocate(bytes);
-    for (uint64_t off = 0; st.ok() && off < bytes; off += zeros.size()) {
-      st = (*f)->WriteAt(off, {zeros.data(), std::min<uint64_t>(zeros.size(), bytes - off)});
-    }
-    if (st.ok()) st = (*f)->Sync();
+    if (st.ok()) st = WriteZeros(**f);
     if (!st.ok()) {
       if (f.ok()) {
         f->reset();

@@ -269,6 +269,8 @@ class DurableLog {
   // OpenSegment's part: the spare renamed to `path`, or null (none ready,
   // or the rename failed: the caller allocates a file as without spares).
   std::unique_ptr<File> TakeSpare(const std::string& path);
+  // Writes a segment file whole with zeros (header and segment), then syncs.
+  Status WriteZeros(File& f);
 
   const DurableLogConfig cfg_;
   uint64_t data_dir_id_ = 0;
