@@ -180,6 +180,13 @@ struct Pending {
 struct ExploreStats {
   uint64_t ops = 0, server_full = 0, unknown = 0, cache_hits = 0, cache_stale = 0, cleaner_passes = 0,
            reconnects = 0, segments_cleaned = 0, evictions = 0, index_moves = 0, miss_rounds = 0, forged_puts = 0;
+  ExploreStats& operator+=(const ExploreStats& o) {
+    ops += o.ops, server_full += o.server_full, unknown += o.unknown, cache_hits += o.cache_hits;
+    cache_stale += o.cache_stale, cleaner_passes += o.cleaner_passes, reconnects += o.reconnects;
+    segments_cleaned += o.segments_cleaned, evictions += o.evictions, index_moves += o.index_moves;
+    miss_rounds += o.miss_rounds, forged_puts += o.forged_puts;
+    return *this;
+  }
 };
 
 // One schedule. Returns the history (hot keys only) and counts into *st.
@@ -472,20 +479,7 @@ void Explore(Kind kind, uint64_t first, uint64_t count, uint64_t steps, unsigned
   if (worst.seed != UINT64_MAX) return ReportViolation(worst.seed, worst.after, worst.h, worst.r);
   if (::testing::Test::HasFatalFailure()) return;
   ExploreStats st;
-  for (const ExploreStats& p : per) {
-    st.ops += p.ops;
-    st.server_full += p.server_full;
-    st.unknown += p.unknown;
-    st.cache_hits += p.cache_hits;
-    st.cache_stale += p.cache_stale;
-    st.cleaner_passes += p.cleaner_passes;
-    st.reconnects += p.reconnects;
-    st.segments_cleaned += p.segments_cleaned;
-    st.evictions += p.evictions;
-    st.index_moves += p.index_moves;
-    st.miss_rounds += p.miss_rounds;
-    st.forged_puts += p.forged_puts;
-  }
+  for (const ExploreStats& p : per) st += p;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("[explore] %s: %llu seeds from %llu on %u threads, %llu histories checked (%llu ops of hot keys, %llu ops in all), "
               "0 violations, %.1f s; cache hits %llu, stale cached locations %llu, ServerFull %llu, unknown %llu, "
