@@ -151,8 +151,9 @@ int main(int argc, char** argv) {
       ->type_name("DIR");
   app.add_option("--fsync", fsync,
                  "With --data-dir, when a PUT/DELETE is answered:\n"
-                 "always: once on stable storage (writes of all workers share one flush: group\n"
-                 "  commit); survives kill -9 and a power cut\n"
+                 "always: once on stable storage (the writes a worker applied together share one\n"
+                 "  flush: group commit; segment files are written whole with zeros ahead, one spare\n"
+                 "  file at most); survives kill -9 and a power cut\n"
                  "everysec: once in the kernel, flushed at least once a second; survives kill -9, a\n"
                  "  power cut may lose about the last second\n"
                  "no: once in the kernel, flushed when the kernel decides; survives kill -9 only")
