@@ -12,7 +12,8 @@
 //   HeadMoved (the tail of the segment it leaves is written by its next
 //   Commit).
 // - Store::Commit(head) -> Commit: the head's writes since the last Commit
-//   go to their files (pwrite); with kAlways it then syncs (fdatasync) the
+//   go to their files (kAlways: pwrite; else copied through the file's mapping,
+//   File::WriteMapped); with kAlways it then syncs (fdatasync) the
 //   files the head wrote, on the calling thread: every write the caller
 //   applied since its last Commit shares that flush (group commit), and
 //   the heads' syncs run side by side (a commit waits for no other head's

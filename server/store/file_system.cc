@@ -2,12 +2,17 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <utility>
 
 #include "common/log.h"
@@ -51,6 +56,61 @@ int OpenRetrying(const std::string& path, int flags, mode_t mode = 0) {
   return fd;
 }
 
+// A SIGBUS on a shared file mapping means the kernel could not supply the
+// page (an I/O error reading it back, or the file shrank under it). A copy
+// into a mapping runs under this thread's guard, to which the handler jumps
+// back; a SIGBUS anywhere else goes to the disposition found when the
+// handler was installed (by default: the process ends, as it would have).
+struct BusGuard {
+  const std::byte* begin;
+  const std::byte* end;
+  sigjmp_buf back;
+};
+thread_local BusGuard* t_bus_guard = nullptr;
+struct sigaction g_previous_bus;
+
+void OnBusError(int sig, siginfo_t* info, void* context) {
+  BusGuard* g = t_bus_guard;
+  const auto* at = static_cast<const std::byte*>(info->si_addr);
+  if (g != nullptr && at >= g->begin && at < g->end) siglongjmp(g->back, 1);
+  if ((g_previous_bus.sa_flags & SA_SIGINFO) != 0 && g_previous_bus.sa_sigaction != nullptr) {
+    g_previous_bus.sa_sigaction(sig, info, context);
+    return;
+  }
+  if ((g_previous_bus.sa_flags & SA_SIGINFO) == 0 && g_previous_bus.sa_handler != SIG_DFL &&
+      g_previous_bus.sa_handler != SIG_IGN) {
+    g_previous_bus.sa_handler(sig);
+    return;
+  }
+  // The default action: restored, it ends the process when the faulting
+  // instruction runs again.
+  ::signal(SIGBUS, SIG_DFL);
+}
+
+// memcpy into a mapping; false if the copy faulted (part of it may be in
+// the file: like a write torn by a crash).
+bool CopyIntoMapping(std::byte* dst, const std::byte* src, size_t n) {
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    struct sigaction sa {};
+    sa.sa_sigaction = OnBusError;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGBUS, &sa, &g_previous_bus);
+  });
+  BusGuard g{dst, dst + n, {}};
+  if (sigsetjmp(g.back, 1) != 0) {
+    t_bus_guard = nullptr;
+    return false;
+  }
+  t_bus_guard = &g;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  std::memcpy(dst, src, n);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  t_bus_guard = nullptr;
+  return true;
+}
+
 // pread/pwrite/fdatasync/fallocate/fstat on one descriptor are each atomic
 // with respect to the file offset (none uses it), so concurrent calls from
 // several threads need no lock here: the kernel orders them.
@@ -58,6 +118,7 @@ class PosixFile final : public File {
  public:
   PosixFile(std::string path, int fd) : File(std::move(path)), fd_(fd) {}
   ~PosixFile() override {
+    if (map_ != nullptr) ::munmap(map_, map_bytes_);
     // A failed close can mean a lost delayed write error (NFS); nobody is
     // left to return it to, so it is logged.
     if (::close(fd_) != 0) KVRDMA_LOG_ERROR("%s: close: %s", path_.c_str(), std::strerror(errno));
@@ -75,6 +136,28 @@ class PosixFile final : public File {
       // retrying would loop forever.
       if (n == 0) return Status::IOError(path_ + ": " + BytesAt("writing", data.size(), offset) + ": wrote nothing");
       done += static_cast<size_t>(n);
+    }
+    return Status::OK();
+  }
+
+  Status WriteMapped(uint64_t offset, std::span<const std::byte> data) override {
+    std::call_once(map_once_, [this] {
+      struct stat st;
+      if (::fstat(fd_, &st) != 0 || st.st_size <= 0) return;
+      void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+      if (p == MAP_FAILED) {
+        KVRDMA_LOG_DEBUG("%s: mmap: %s (written with pwrite)", path_.c_str(), std::strerror(errno));
+        return;
+      }
+      map_ = static_cast<std::byte*>(p);
+      map_bytes_ = static_cast<uint64_t>(st.st_size);
+    });
+    if (map_ == nullptr || data.empty() || offset > map_bytes_ || data.size() > map_bytes_ - offset) {
+      return WriteAt(offset, data);
+    }
+    if (!CopyIntoMapping(map_ + offset, data.data(), data.size())) {
+      return Status::IOError(path_ + ": " + BytesAt("writing", data.size(), offset) +
+                             " through its mapping: bus error (the page could not be read back, or the file shrank)");
     }
     return Status::OK();
   }
@@ -126,6 +209,9 @@ class PosixFile final : public File {
 
  private:
   const int fd_;
+  std::once_flag map_once_;
+  std::byte* map_ = nullptr;  // WriteMapped's mapping of [0, map_bytes_), set once
+  uint64_t map_bytes_ = 0;
 };
 
 std::string_view OpenVerb(OpenMode mode) {

@@ -8,7 +8,7 @@
 //
 // Durability contract (what the store relies on, and what FaultFileSystem
 // models):
-// - A File's bytes written with WriteAt are durable once a later Sync() of
+// - A File's bytes written with WriteAt (or WriteMapped) are durable once a later Sync() of
 //   that file returns OK. Until then a power cut may keep any subset of them
 //   (FaultFileSystem keeps the first k of them in call order, and may tear
 //   the next one at any byte).
@@ -39,6 +39,16 @@ class File {
   // Writes all of `data` at `offset` (short writes are retried; an error is
   // IOError "PATH: writing N bytes at OFFSET: strerror").
   virtual Status WriteAt(uint64_t offset, std::span<const std::byte> data) = 0;
+  // Writes all of `data` at `offset` as WriteAt does (the bytes are in the
+  // file when it returns, and survive kill -9), by copying them into a
+  // shared mapping of the file where the file system can map it: no system
+  // call per write (the worker's write path under --fsync everysec and no).
+  // The mapping covers the file's size at the first call (a segment file is
+  // allocated whole before it is written); a write outside it is a WriteAt.
+  // A fault on the mapping (a page the kernel cannot read back: an I/O
+  // error; the file shrank) is an IOError, never a signal that ends the
+  // process. The default is WriteAt (what FaultFileSystem models).
+  virtual Status WriteMapped(uint64_t offset, std::span<const std::byte> data) { return WriteAt(offset, data); }
   // Reads up to out.size() bytes at `offset`; *got is what was read (less
   // only at the end of the file).
   virtual Status ReadAt(uint64_t offset, std::span<std::byte> out, size_t* got) = 0;

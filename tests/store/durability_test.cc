@@ -53,14 +53,17 @@ StoreConfig DurableConfig(const std::string& dir, FileSystem* fs, FsyncMode mode
   return c;
 }
 
-TEST(DurableStore, ReopenKeepsEveryCommittedWriteWithItsVersion) {
+// On the real file system, in each --fsync mode (always writes with pwrite,
+// everysec and no through the files' mappings: File::WriteMapped).
+void ReopenKeepsEveryCommittedWriteWithItsVersion(FsyncMode mode) {
+  SCOPED_TRACE(FsyncModeName(mode));
   char tmpl[] = "/tmp/kvrdma-durable-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const std::string dir = std::string(tmpl) + "/data";
   std::map<std::string, std::pair<std::string, uint64_t>> want;
   uint64_t last_version = 0;
   {
-    auto s = OpenOrDie(DurableConfig(dir, nullptr, FsyncMode::kAlways));
+    auto s = OpenOrDie(DurableConfig(dir, nullptr, mode));
     ASSERT_TRUE(s);
     for (int round = 0; round < 5; ++round) {
       for (int i = 0; i < 40; ++i) {
@@ -81,7 +84,7 @@ TEST(DurableStore, ReopenKeepsEveryCommittedWriteWithItsVersion) {
     }
   }
   for (int reopen = 0; reopen < 2; ++reopen) {
-    auto s = OpenOrDie(DurableConfig(dir, nullptr, FsyncMode::kAlways));
+    auto s = OpenOrDie(DurableConfig(dir, nullptr, mode));
     ASSERT_TRUE(s);
     const StoreStats st = s->Stats();
     EXPECT_EQ(st.items, want.size());
@@ -112,6 +115,12 @@ TEST(DurableStore, ReopenKeepsEveryCommittedWriteWithItsVersion) {
     ASSERT_TRUE(s->Commit(0).ok());
   }
   std::system(("rm -rf " + std::string(tmpl)).c_str());
+}
+
+TEST(DurableStore, ReopenKeepsEveryCommittedWriteWithItsVersion) {
+  for (FsyncMode mode : {FsyncMode::kAlways, FsyncMode::kEverySec, FsyncMode::kNo}) {
+    ReopenKeepsEveryCommittedWriteWithItsVersion(mode);
+  }
 }
 
 TEST(DurableStore, AnotherDirsSegmentOrADamagedFileIsRefusedWithItsName) {

@@ -2,7 +2,10 @@
 // durability contract (server/store/file_system.h): what survives a power cut
 // or a process crash, crash steps, torn writes, injected errors.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -121,6 +124,53 @@ TEST_F(PosixFileSystemTest, AllocateSetsTheSizeAndKeepsTheBytes) {
   ASSERT_TRUE(f->Allocate(100).ok());  // never shrinks
   EXPECT_EQ(SizeOf(*f), 4096u);
   EXPECT_TRUE(f->Allocate(0).ok());
+}
+
+// WriteMapped (the write path of --fsync everysec and no): the bytes are in
+// the file at once (ReadAt and another descriptor see them); a write past
+// the mapped size is a WriteAt; a page the kernel cannot supply (here: the
+// file shrank under the mapping) is an IOError naming the file, and the
+// process goes on.
+TEST_F(PosixFileSystemTest, WriteMappedLandsInTheFileAndABusErrorIsAnIOError) {
+  auto f = MustOpen(fs_, Path("seg"), OpenMode::kCreate);
+  ASSERT_NE(f, nullptr);
+  ASSERT_TRUE(f->Allocate(3 * 4096).ok());
+  ASSERT_TRUE(f->WriteMapped(4090, B("across a page")).ok());
+  ASSERT_TRUE(f->WriteMapped(0, B("head")).ok());
+  EXPECT_EQ(ReadFile(fs_, Path("seg")).substr(4090, 13), "across a page");
+  EXPECT_EQ(ReadAll(*f).substr(0, 4), "head");
+  ASSERT_TRUE(f->WriteMapped(3 * 4096, B("past")).ok());  // outside the mapping: a pwrite
+  EXPECT_EQ(SizeOf(*f), 3u * 4096 + 4);
+  ASSERT_TRUE(f->Sync().ok());
+  ASSERT_EQ(::truncate(Path("seg").c_str(), 4096), 0) << std::strerror(errno);
+  Status st = f->WriteMapped(2 * 4096 + 10, B("gone"));
+  EXPECT_EQ(st.code(), Status::Code::kIOError) << st.ToString();
+  EXPECT_NE(st.message().find(Path("seg")), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("bus error"), std::string::npos) << st.ToString();
+  ASSERT_TRUE(f->WriteMapped(100, B("still here")).ok());  // the guard is reset
+  EXPECT_EQ(ReadAll(*f).substr(100, 10), "still here");
+}
+
+// What a write through the mapping promises: once WriteMapped returns, the
+// bytes survive the writer's kill -9 (they are in the kernel's page cache).
+TEST_F(PosixFileSystemTest, WriteMappedBytesSurviveKill9OfTheWriter) {
+  {
+    auto f = MustOpen(fs_, Path("seg"), OpenMode::kCreate);
+    ASSERT_NE(f, nullptr);
+    ASSERT_TRUE(f->Allocate(8192).ok());
+  }
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0) << std::strerror(errno);
+  if (child == 0) {
+    auto f = fs_.Open(Path("seg"), OpenMode::kReadWrite);
+    if (!f.ok() || !(*f)->WriteMapped(5000, B("acknowledged")).ok()) ::_exit(1);
+    ::raise(SIGKILL);
+    ::_exit(2);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "child exit status " << status;
+  EXPECT_EQ(ReadFile(fs_, Path("seg")).substr(5000, 12), "acknowledged");
 }
 
 TEST_F(PosixFileSystemTest, ListRemoveRenameExists) {
