@@ -53,6 +53,15 @@ StoreConfig DurableConfig(const std::string& dir, FileSystem* fs, FsyncMode mode
   return c;
 }
 
+// Every answered write of `answered` (key -> value) is what `s` serves.
+void ExpectAnswered(Store& s, const std::map<std::string, std::string>& answered) {
+  for (const auto& [key, value] : answered) {
+    std::string got;
+    ASSERT_TRUE(s.Get(key, &got).ok()) << key;
+    EXPECT_EQ(got, value) << key;
+  }
+}
+
 // On the real file system, in each --fsync mode (always writes with pwrite,
 // everysec and no through the files' mappings: File::WriteMapped).
 void ReopenKeepsEveryCommittedWriteWithItsVersion(FsyncMode mode) {
@@ -310,11 +319,7 @@ TEST(DurableStore, SegmentsTakeTheSpareFileMadeAheadAndALeftOverSpareIsRemoved) 
   auto s = OpenOrDie(DurableConfig("d", &fs, FsyncMode::kEverySec));
   ASSERT_TRUE(s);
   EXPECT_FALSE(fs.Exists(std::string("d/") + kSpareFileName)) << "the left-over spare was not removed";
-  for (const auto& [key, value] : answered) {
-    std::string got;
-    ASSERT_TRUE(s->Get(key, &got).ok()) << key;
-    EXPECT_EQ(got, value) << key;
-  }
+  ExpectAnswered(*s, answered);
 }
 
 // A segment that opens while the spare is still being made allocates its
@@ -341,11 +346,7 @@ TEST(DurableStore, ASegmentThatOpensWhileTheSpareIsBeingMadeAllocatesItsOwnFile)
   fs.Restart(FaultFileSystem::CrashKind::kPowerCut, 5);
   auto s = OpenOrDie(DurableConfig("d", &fs, FsyncMode::kAlways));
   ASSERT_TRUE(s);
-  for (const auto& [key, value] : answered) {
-    std::string got;
-    ASSERT_TRUE(s->Get(key, &got).ok()) << key;
-    EXPECT_EQ(got, value) << key;
-  }
+  ExpectAnswered(*s, answered);
 }
 
 // Disk full and I/O errors: a write that needs a new segment file when the
@@ -402,11 +403,7 @@ TEST(DurableStore, DiskFullAndIoErrorsAreIOErrorsAndWritesResume) {
   fs.Restart(FaultFileSystem::CrashKind::kPowerCut, 7);
   auto s = OpenOrDie(DurableConfig("d", &fs, FsyncMode::kAlways));
   ASSERT_TRUE(s);
-  for (const auto& [key, value] : answered) {
-    std::string v;
-    ASSERT_TRUE(s->Get(key, &v).ok()) << key;
-    EXPECT_EQ(v, value) << key;
-  }
+  ExpectAnswered(*s, answered);
 }
 
 // ---- crash exploration
