@@ -62,7 +62,8 @@ struct Answer {
   std::vector<uint8_t> bytes;
 };
 
-void Serve(Listener& l, const std::vector<Answer>& answers, std::atomic<bool>& stop, std::atomic<bool>& broken) {
+void Serve(Listener& l, const std::vector<Answer>& answers, std::atomic<bool>& stop, std::atomic<bool>& broken,
+           std::atomic<bool>& ran_ahead) {
   Fabric& f = F();
   std::unique_ptr<Connection> conn;
   for (int i = 0; i < 50 && !conn && !stop.load(); ++i) {
@@ -157,6 +158,13 @@ void Serve(Listener& l, const std::vector<Answer>& answers, std::atomic<bool>& s
       if (a.kind != 6 && !breaks) balance[reply_id] += a.kind == 5 ? 2 : 1;
       if (last && balance[id] != 0) breaks = true;
       if (breaks) broken.store(true);
+      // More replies with an id than messages of it received so far: the
+      // client may take them as answers to messages this server has not
+      // read yet, reuse their ring places, and this server then reads ids
+      // the client wrote later. Nothing it concludes from ids after that is
+      // sure, so the oracle stops judging this input (the client must still
+      // not crash or hang).
+      if (!breaks && a.kind != 6 && balance[reply_id] > 0) ran_ahead.store(true);
     }
   }
 }
@@ -190,8 +198,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Fabric& f = F();
   auto l = f.server->Listen("", 0, 4);
   if (!l.ok()) return 0;
-  std::atomic<bool> stop{false}, broken{false};
-  std::thread srv([&] { Serve(**l, answers, stop, broken); });
+  std::atomic<bool> stop{false}, broken{false}, ran_ahead{false};
+  std::thread srv([&] { Serve(**l, answers, stop, broken, ran_ahead); });
   {
     ClientOptions o;
     o.host = "loopback";
@@ -218,7 +226,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         case 3: st = (*c)->Stats().status(); break;
         case 4: st = (*c)->TryLock("key", std::chrono::milliseconds(1000)); break;
       }
-      if (after_break && st.ok()) {
+      if (after_break && st.ok() && !ran_ahead.load()) {
         std::fprintf(stderr, "fuzz_client_replies: operation %d succeeded after the server broke the protocol\n", k);
         std::abort();
       }
