@@ -442,6 +442,7 @@ int main(int argc, char** argv) {
     if (failed) return 1;
     std::printf("preloaded %" PRIu64 " keys in %.1f s\n", cfg.keys,
                 std::chrono::duration<double>(Clock::now() - t0).count());
+    std::fflush(stdout);  // a script waiting on the log sees it now
   }
   std::vector<std::thread> threads;
   for (auto& w : workers) threads.emplace_back([&w] { w->Run(); });

@@ -136,7 +136,6 @@ DurableLog::~DurableLog() {
     }
     spare_cv_.notify_all();
     spare_maker_.join();
-    spare_.reset();
     const std::string spare = cfg_.dir + "/" + kSpareFileName;
     if (cfg_.fs->Exists(spare)) (void)cfg_.fs->Remove(spare);  // best effort: the next start removes it too
   }
@@ -528,13 +527,11 @@ std::unique_ptr<File> DurableLog::TakeSpare(const std::string& path) {
       spare_cv_.notify_all();
     }
     if (spare_state_ != SpareState::kReady) return nullptr;
-    spare_.reset();  // reopened under its segment's name below (for the names in errors)
     spare_state_ = SpareState::kTaking;
   }
   const std::string spare = cfg_.dir + "/" + kSpareFileName;
   Status st = cfg_.fs->Rename(spare, path);
   Result<std::unique_ptr<File>> f = st.ok() ? cfg_.fs->Open(path, OpenMode::kReadWrite) : Result<std::unique_ptr<File>>(st);
-  spares_on_disk_.store(0, std::memory_order_relaxed);
   if (!f.ok()) {
     io_errors_.fetch_add(1, std::memory_order_relaxed);
     KVRDMA_LOG_WARN("durable log: taking the spare file for %s: %s (the file is allocated instead)", path.c_str(),
@@ -578,11 +575,9 @@ void DurableLog::SpareLoop() {
     Status st = f.status();
     if (st.ok()) st = (*f)->Allocate(bytes);
     if (st.ok()) st = WriteZeros(**f);
+    if (f.ok()) f->reset();  // closed: a segment that takes the spare opens it under its own name
     if (!st.ok()) {
-      if (f.ok()) {
-        f->reset();
-        (void)cfg_.fs->Remove(path);
-      }
+      if (f.ok()) (void)cfg_.fs->Remove(path);
       if (!warned) {
         KVRDMA_LOG_WARN("durable log: making a spare segment file: %s (segments are allocated as they open; "
                         "tried again each second)", st.ToString().c_str());
@@ -592,9 +587,7 @@ void DurableLog::SpareLoop() {
     l.lock();
     if (st.ok()) {
       warned = false;
-      spare_ = std::move(f).value();
       spare_state_ = SpareState::kReady;
-      spares_on_disk_.store(1, std::memory_order_relaxed);
     } else {
       spare_state_ = SpareState::kNone;
       spare_cv_.wait_for(l, std::chrono::seconds(1), [&] { return spare_stop_; });
@@ -687,13 +680,14 @@ Status DurableLog::SyncHeadFiles(Head& h) {
   if (h.slot >= 0) NoteUnsynced(h, static_cast<uint32_t>(h.slot), h.open_seq);
   const uint64_t t0 = NowNs();
   Status result;
-  size_t kept = 0;
+  size_t kept = 0, synced = 0;
   for (const FileRef& r : h.unsynced) {
     uint64_t seq;
     std::shared_ptr<File> f = FileOf(r.slot, &seq);
     // A file removed meanwhile: its segment was compacted, and its live
     // entries' copies made durable first (Settle).
     if (!f || seq != r.open_seq) continue;
+    ++synced;
     if (Status st = f->Sync(); !st.ok()) {
       io_errors_.fetch_add(1, std::memory_order_relaxed);
       if (result.ok()) result = st;
@@ -701,7 +695,7 @@ Status DurableLog::SyncHeadFiles(Head& h) {
     }
   }
   h.unsynced.resize(kept);
-  CountFlush(NowNs() - t0);
+  if (synced > 0) CountFlush(NowNs() - t0);  // a flush is a sync that ran, as in the flusher's rounds
   return result;
 }
 
@@ -936,7 +930,10 @@ DurableStats DurableLog::Stats() const {
   s.marks_written = marks_written_.load(std::memory_order_relaxed);
   s.segments_on_disk = segments_on_disk_.load(std::memory_order_relaxed);
   s.io_errors = io_errors_.load(std::memory_order_relaxed);
-  s.spares_on_disk = spares_on_disk_.load(std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> l(spare_mu_);
+    s.spares_on_disk = spare_state_ == SpareState::kReady ? 1 : 0;
+  }
   s.segments_from_spares = segments_from_spares_.load(std::memory_order_relaxed);
   for (size_t i = 0; i < DurableStats::kFlushBuckets; ++i) {
     s.flush_buckets[i] = flush_buckets_[i].load(std::memory_order_relaxed);

@@ -31,25 +31,33 @@ echo "baseline: kvserver has $fd0 open fds, $qp0 QPs"
 "$BUILD/bench/kvbench/kvbench" --server "$ADDR:$PORT" --workload A --keys 2000 --preload --threads 2 --depth 4 \
   --warmup 0.5 --duration 30 > "$DIR/bystander.log" 2>&1 &
 BPID=$!
-# Its 2 connections are up (and kvctl's own): a bounded wait, no guessed time.
-for _ in $(seq 1 200); do [ "$(stat_of connections)" -ge 3 ] && break; sleep 0.1; done
-[ "$(stat_of connections)" -ge 3 ] || fail "the bystander did not connect in 20 s"
+# Its 2 connections are up once it has preloaded: a bounded wait on what the
+# bystander itself says. (Not kvserver's connection count: kvctl's earlier
+# connections are counted until kvserver handles their disconnect, so that
+# count can reach 3 before the bystander has its 2; CI failed on that.)
+up() { grep -q "$2" "$1" 2>/dev/null; }
+for _ in $(seq 1 200); do up "$DIR/bystander.log" '^preloaded' && break; kill -0 $BPID 2>/dev/null || break; sleep 0.1; done
+up "$DIR/bystander.log" '^preloaded' || { cat "$DIR/bystander.log"; fail "the bystander did not connect and preload in 20 s"; }
 # Victims: 3 kvbench processes (4 connections each) writing with 8 operations
 # in flight per connection, one over each put path and one with large values
 # sent in fragments, and a kvctl holding a lock.
 "$BUILD/bench/kvbench/kvbench" --server "$ADDR:$PORT" --read-ratio 0 --keys 5000 --threads 4 --depth 8 \
-  --warmup 0 --duration 120 > /dev/null 2>&1 &
+  --warmup 0 --duration 120 > "$DIR/writer0.log" 2>&1 &
 VPIDS+=($!)
 "$BUILD/bench/kvbench/kvbench" --server "$ADDR:$PORT" --read-ratio 0 --keys 5000 --threads 4 --depth 8 \
-  --put-mode write-imm --warmup 0 --duration 120 > /dev/null 2>&1 &
+  --put-mode write-imm --warmup 0 --duration 120 > "$DIR/writer1.log" 2>&1 &
 VPIDS+=($!)
 "$BUILD/bench/kvbench/kvbench" --server "$ADDR:$PORT" --read-ratio 0 --keys 200 --value-size 10000-30000 \
-  --threads 4 --depth 8 --warmup 0 --duration 120 > /dev/null 2>&1 &
+  --threads 4 --depth 8 --warmup 0 --duration 120 > "$DIR/writer2.log" 2>&1 &
 VPIDS+=($!)
-# Wait until every victim connection is up (2 bystander + 12 writer
-# connections, and the kvctl asking) and they are writing.
-for _ in $(seq 1 200); do [ "$(stat_of connections)" -ge 15 ] && break; sleep 0.1; done
-for pid in "${VPIDS[@]}"; do kill -0 "$pid" 2>/dev/null || fail "writer $pid exited early"; done
+# Wait until every writer has its 4 connections up and has run a second (its
+# first once-a-second line), then check kvserver's count: 2 bystander + 12
+# writer connections and the kvctl asking (late disconnects only add to it).
+for i in 0 1 2; do
+  for _ in $(seq 1 200); do up "$DIR/writer$i.log" '^\[ *[0-9.]*s\]' && break; kill -0 "${VPIDS[$i]}" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "${VPIDS[$i]}" 2>/dev/null || { cat "$DIR/writer$i.log"; fail "writer ${VPIDS[$i]} exited early"; }
+  up "$DIR/writer$i.log" '^\[ *[0-9.]*s\]' || { cat "$DIR/writer$i.log"; fail "writer ${VPIDS[$i]} did not start writing in 20 s"; }
+done
 p0=$(stat_of puts)
 for _ in $(seq 1 100); do sleep 0.1; p=$(stat_of puts); [ $((p - p0)) -gt 2000 ] && break; done
 conns=$(stat_of connections)
