@@ -10,6 +10,15 @@ namespace kvrdma::server {
 
 // The longest flow-control back-off, in multiples of flow_control_backoff_ms.
 inline constexpr uint32_t kFlowControlBackoffMaxFactor = 64;
+// A connect request from an address in its back-off is refused when the
+// back-off ends or after this long, whichever comes first (a delayed
+// refusal): a client that reconnects as soon as it is refused then tries a
+// few times a second instead of hundreds, and each try costs it an rdma_cm id
+// and a QP. Below the ~4.3 s the connecting side's connection manager waits
+// for an answer before it sends its request again (CMA_CM_RESPONSE_TIMEOUT).
+inline constexpr int64_t kRefusalDelayMaxMs = 2000;
+// Refusals delayed at once; a request beyond them is refused at once.
+inline constexpr size_t kDelayedRefusalsMax = 256;
 
 struct ServerConfig {
   std::string listen = "0.0.0.0";  // address to listen on; 0.0.0.0 = all

@@ -120,7 +120,8 @@ Status Server::Start() {
 Status Server::Run() {
   while (!stop_.load()) {
     CloseFailedConnections();
-    auto ev = listener_->NextEvent(100);
+    const int64_t next_refusal_ms = RefuseDelayed(false);
+    auto ev = listener_->NextEvent(next_refusal_ms < 0 ? 100 : static_cast<int>(std::min<int64_t>(100, next_refusal_ms)));
     if (!ev.ok()) {
       if (ev.status().IsTimeout()) continue;
       KVRDMA_LOG_ERROR("connection manager: %s", ev.status().ToString().c_str());
@@ -174,7 +175,16 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
   // Before anything is allocated or registered for it.
   std::string peer = req->peer_address();
   RejectReason limit_reason;
-  if (Status st = CheckConnectionLimits(peer, &limit_reason); !st.ok()) return Reject(*req, st, limit_reason);
+  if (Status st = CheckConnectionLimits(peer, &limit_reason); !st.ok()) {
+    // An address in its back-off waits for its refusal (kRefusalDelayMaxMs).
+    if (limit_reason == RejectReason::kFlowControlBackoff && delayed_refusals_.size() < kDelayedRefusalsMax) {
+      const int64_t now = SteadyMs();
+      const int64_t until = backoff_.at(peer).until_ms;
+      delayed_refusals_.push_back({std::move(req), std::move(st), std::min(until, now + kRefusalDelayMaxMs)});
+      return;
+    }
+    return Reject(*req, st, limit_reason);
+  }
   auto cs = std::make_shared<ConnState>();
   cs->id = NextConnectionId();
   if (cs->id == 0) {
@@ -252,6 +262,25 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
   counters_.connections_total.fetch_add(1);
   KVRDMA_LOG_DEBUG("connection %u accepted (qp %u, worker %u, put path %s)", cs->id, cs->conn->qp_num(),
                    cs->worker, cs->put_path == PutPath::kSend ? "send" : "write-imm");
+}
+
+int64_t Server::RefuseDelayed(bool all) {
+  if (delayed_refusals_.empty()) return -1;
+  const int64_t now = SteadyMs();
+  int64_t next = -1;
+  size_t kept = 0;
+  for (size_t i = 0; i < delayed_refusals_.size(); ++i) {
+    DelayedRefusal& d = delayed_refusals_[i];
+    if (all || d.at_ms <= now) {
+      Reject(*d.req, d.why, RejectReason::kFlowControlBackoff);
+      continue;
+    }
+    next = next < 0 ? d.at_ms - now : std::min(next, d.at_ms - now);
+    if (kept != i) delayed_refusals_[kept] = std::move(d);
+    ++kept;
+  }
+  delayed_refusals_.resize(kept);
+  return next;
 }
 
 Status Server::CheckConnectionLimits(const std::string& peer, RejectReason* reason) {
@@ -427,14 +456,19 @@ void Server::CloseFailedConnections() {
 }
 
 void Server::Shutdown() {
-  listener_.reset();  // stop accepting
+  // No connect request is answered from here on (this thread no longer
+  // takes events); the delayed ones are refused with their reason.
+  (void)RefuseDelayed(true);
   for (auto& w : workers_) w->Stop();  // each drains what already arrived
   for (auto& cs : conns_) cs->conn->Disconnect();
-  // The workers are stopped: they refer to no connection any more.
+  // The workers are stopped: they refer to no connection any more. The
+  // connections' rdma_cm ids are the listener's children, on its event
+  // channel: destroyed before it (after it, each destroy failed with EBADF).
   conns_.clear();
   peer_conns_.clear();
   backoff_.clear();
   retiring_.clear();
+  listener_.reset();
   workers_.clear();  // CQs
   assembly_budget_.reset();
   srq_.reset();

@@ -112,6 +112,17 @@ class Server {
   };
   std::unordered_map<std::string, Backoff> backoff_;
   int64_t last_backoff_sweep_ms_ = 0;
+  // Connect requests from addresses in their back-off, refused at at_ms
+  // (kRefusalDelayMaxMs); at most kDelayedRefusalsMax.
+  struct DelayedRefusal {
+    std::unique_ptr<ConnectRequest> req;
+    Status why;
+    int64_t at_ms = 0;
+  };
+  std::vector<DelayedRefusal> delayed_refusals_;
+  // Refuses the delayed requests whose time has come (all of them if
+  // `all`); returns the ms until the next one is due (-1: none left).
+  int64_t RefuseDelayed(bool all);
   // Closed connections their worker may still refer to (until released).
   std::vector<std::shared_ptr<ConnState>> retiring_;
   // Connection ids are also lock owner ids (common/protocol/locks.h):
