@@ -88,7 +88,9 @@ int main(int argc, char** argv) {
                  "After a connection is closed for breaking flow control (more requests in flight than its "
                  "credits, replies it does not take), refuse new connections from its address for this long, "
                  "doubled with each further such close up to 64 times it, before anything is allocated for "
-                 "them (the client is told why); an address is forgotten 64 times it after its refusals end. Clients sharing "
+                 "them (the client is told why, when the back-off ends or 2 s after it asked: a client that "
+                 "reconnects at once when refused knocks a few times a second, not hundreds); an address is "
+                 "forgotten 64 times it after its refusals end. Clients sharing "
                  "the address (NAT, one host) are refused too. 0 = never")
       ->capture_default_str()->check(CLI::Range(0u, 60u * 60 * 1000));
   app.add_option("--lock-words", cfg.lock_words,
