@@ -120,8 +120,9 @@ Status Server::Start() {
 Status Server::Run() {
   while (!stop_.load()) {
     CloseFailedConnections();
-    const int64_t next_refusal_ms = RefuseDelayed(false);
-    auto ev = listener_->NextEvent(next_refusal_ms < 0 ? 100 : static_cast<int>(std::min<int64_t>(100, next_refusal_ms)));
+    const int64_t next_refusal_ms = RefuseDelayed(false);  // -1: none held
+    const int wait_ms = next_refusal_ms < 0 ? 100 : static_cast<int>(std::min<int64_t>(100, next_refusal_ms));
+    auto ev = listener_->NextEvent(wait_ms);
     if (!ev.ok()) {
       if (ev.status().IsTimeout()) continue;
       KVRDMA_LOG_ERROR("connection manager: %s", ev.status().ToString().c_str());

@@ -12,6 +12,7 @@
 // own files; bench/callgrind/run attributes them.
 #include <valgrind/callgrind.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -143,7 +144,14 @@ int Main(int argc, char** argv) {
   StoreConfig sc;
   sc.index_homes = 1 << 15;
   sc.segment_bytes = 4 << 20;  // > the largest entry (1 MiB value)
-  sc.log_bytes = 32 << 20;
+  // Room for every entry the run writes with no cleaner (store mode waits
+  // for one, then answers ServerFull): the 2N preloaded keys and the 2N PUTs
+  // of a put run (each a new version), as many whole entries to a segment
+  // as fit (an entry does not span two), plus open segments to spare.
+  const uint64_t entry_bytes = a.value_bytes + a.key_bytes + 64;
+  const uint64_t per_segment = std::max<uint64_t>(1, sc.segment_bytes / entry_bytes);
+  const uint64_t segments = (4 * uint64_t{a.ops} + per_segment - 1) / per_segment + 2 * (cfg.workers + 1) + 2;
+  sc.log_bytes = std::max<uint64_t>(32 << 20, segments * sc.segment_bytes);
   sc.workers = cfg.workers;
   sc.huge_pages = HugePages::kOff;
   sc.cleaner_thread = false;
@@ -229,8 +237,8 @@ int Main(int argc, char** argv) {
   CALLGRIND_TOGGLE_COLLECT;
   CALLGRIND_STOP_INSTRUMENTATION;
   const ClientStats after = c.stats();
-  std::printf("opcount: ops=%u reads/op=%.3f rounds/op=%.3f messages/op=%.3f polls/op=%.3f cache_hits=%llu\n",
-              a.ops, double(after.reads - before.reads) / a.ops, double(after.get_rounds - before.get_rounds) / a.ops,
+  std::printf("opcount: ops=%u log=%lluMiB reads/op=%.3f rounds/op=%.3f messages/op=%.3f polls/op=%.3f cache_hits=%llu\n",
+              a.ops, static_cast<unsigned long long>(sc.log_bytes >> 20), double(after.reads - before.reads) / a.ops, double(after.get_rounds - before.get_rounds) / a.ops,
               double(after.messages - before.messages) / a.ops, double(polls) / a.ops,
               static_cast<unsigned long long>(after.cache_hits - before.cache_hits));
   client->reset();
