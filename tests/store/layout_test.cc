@@ -1,9 +1,12 @@
 // Sizes and offsets of the layouts clients read over RDMA (the wire contract).
 #include <gtest/gtest.h>
 
+#include <xxhash.h>
+
 #include <cstddef>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "common/format/entry.h"
 #include "common/format/hash.h"
@@ -106,6 +109,32 @@ TEST(Layout, EncodedEntryBytes) {
   // The checksum covers the lengths: the same bytes with other lengths differ.
   const auto* kv = reinterpret_cast<const std::byte*>("abcvalue!");
   EXPECT_NE(EntryChecksum(PackLengths(3, 6, false), kv, 9, 42), EntryChecksum(PackLengths(4, 5, false), kv, 9, 42));
+}
+
+// EntryChecksum takes XXH3's AVX2 build for inputs over 240 bytes where the
+// CPU has AVX2 (common/format/checksum_avx2.cc): every client and server must
+// compute the same value as Debian's libxxhash (built for SSE2), or a reader
+// on one machine would refuse a writer's entries. Every length around the
+// vector loop's block and stripe edges, every alignment, and large ones.
+TEST(Layout, EntryChecksumIsLibxxhashsXxh3AtEverySizeAndAlignment) {
+  std::vector<std::byte> buf((size_t{1} << 20) + 4096);
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (std::byte& b : buf) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    b = static_cast<std::byte>(x);
+  }
+  auto expect_same = [&](size_t n, size_t align, uint64_t seed) {
+    const uint32_t lengths = PackLengths(16, static_cast<uint32_t>(n - 16), false);
+    const uint64_t mixed = seed ^ (uint64_t{lengths} * 0x9E3779B97F4A7C15ull);
+    const uint64_t want = XXH3_64bits_withSeed(buf.data() + align, n, mixed) & kGuardChecksumMask;
+    ASSERT_EQ(EntryChecksum(lengths, buf.data() + align, n, seed), want) << n << " bytes at +" << align;
+  };
+  for (size_t n = 16; n <= 4200; ++n) ASSERT_NO_FATAL_FAILURE(expect_same(n, n % 64, 42));
+  for (size_t n : {size_t{65536}, size_t{65536 + 17}, size_t{1} << 20}) {
+    for (size_t align = 0; align < 64; align += 7) ASSERT_NO_FATAL_FAILURE(expect_same(n, align, n * 31 + align));
+  }
 }
 
 TEST(Hash, HomeFingerprintAndTagNibbleUseDisjointBits) {
