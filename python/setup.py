@@ -7,9 +7,19 @@ from Debian (python3-setuptools, python3-pybind11), hence
 import os
 import shlex
 import subprocess
+import sys
 
-from pybind11.setup_helpers import ParallelCompile, Pybind11Extension, build_ext
-from setuptools import setup
+try:
+    from pybind11.setup_helpers import ParallelCompile, Pybind11Extension, build_ext
+    from setuptools import setup
+except ImportError as e:
+    # A Python whose environment lacks Debian's packages (pyenv, conda, a venv
+    # without --system-site-packages) first on PATH: say in one line what works.
+    raise SystemExit(
+        f"kvrdma: {sys.executable} cannot import {e.name or 'pybind11'} (Debian's python3-pybind11 and "
+        "python3-setuptools serve /usr/bin/python3): build with that interpreter, e.g. "
+        "'/usr/bin/python3 -m venv --system-site-packages ENV && ENV/bin/pip install --no-build-isolation "
+        "./python', or install pybind11 and setuptools into this Python's environment") from None
 
 
 def pkg_config(*args):
