@@ -10,19 +10,13 @@ namespace kvrdma::server {
 
 // The longest flow-control back-off, in multiples of flow_control_backoff_ms.
 inline constexpr uint32_t kFlowControlBackoffMaxFactor = 64;
-// A connect request from an address in its back-off is refused later (a
-// delayed refusal): a client that reconnects as soon as it is refused then
-// tries about once a second instead of hundreds of times, and each try costs
-// it an rdma_cm id and a QP. The delay is a random time between
-// kRefusalDelayMinMs and kRefusalDelayMaxMs, or the back-off left plus up
-// to kRefusalJitterMs if that is shorter: random, so that the many connects
-// of one client, refused at once, do not all come back at the same moment
-// (each wave of them woke the whole guest at once). The maximum stays below
-// the ~4.3 s the connecting side's connection manager waits for an answer
-// before it sends its request again (CMA_CM_RESPONSE_TIMEOUT).
-inline constexpr int64_t kRefusalDelayMinMs = 1000;
+// A connect request from an address in its back-off is refused when the
+// back-off ends or after this long, whichever comes first (a delayed
+// refusal): a client that reconnects as soon as it is refused then tries a
+// few times a second instead of hundreds, and each try costs it an rdma_cm id
+// and a QP. Below the ~4.3 s the connecting side's connection manager waits
+// for an answer before it sends its request again (CMA_CM_RESPONSE_TIMEOUT).
 inline constexpr int64_t kRefusalDelayMaxMs = 2000;
-inline constexpr int64_t kRefusalJitterMs = 500;
 // Refusals delayed at once; a request beyond them is refused at once.
 inline constexpr size_t kDelayedRefusalsMax = 256;
 

@@ -177,17 +177,11 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
   std::string peer = req->peer_address();
   RejectReason limit_reason;
   if (Status st = CheckConnectionLimits(peer, &limit_reason); !st.ok()) {
-    // An address in its back-off waits for its refusal (server/config.h,
-    // kRefusalDelayMinMs): about a second, randomly, or the back-off left.
+    // An address in its back-off waits for its refusal (kRefusalDelayMaxMs).
     if (limit_reason == RejectReason::kFlowControlBackoff && delayed_refusals_.size() < kDelayedRefusalsMax) {
       const int64_t now = SteadyMs();
-      const int64_t left = std::max<int64_t>(0, backoff_.at(peer).until_ms - now);
-      auto uniform = [&](int64_t lo, int64_t hi) {
-        return lo + static_cast<int64_t>(refusal_jitter_() % static_cast<uint64_t>(hi - lo + 1));
-      };
-      const int64_t delay =
-          std::min(left + uniform(0, kRefusalJitterMs), uniform(kRefusalDelayMinMs, kRefusalDelayMaxMs));
-      delayed_refusals_.push_back({std::move(req), std::move(st), now + delay});
+      const int64_t until = backoff_.at(peer).until_ms;
+      delayed_refusals_.push_back({std::move(req), std::move(st), std::min(until, now + kRefusalDelayMaxMs)});
       return;
     }
     return Reject(*req, st, limit_reason);

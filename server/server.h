@@ -10,7 +10,6 @@
 
 #include <atomic>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -121,7 +120,6 @@ class Server {
     int64_t at_ms = 0;
   };
   std::vector<DelayedRefusal> delayed_refusals_;
-  std::minstd_rand refusal_jitter_{0x6b767264u};  // the delays' randomness (no secret in it)
   // Refuses the delayed requests whose time has come (all of them if
   // `all`); returns the ms until the next one is due (-1: none left).
   int64_t RefuseDelayed(bool all);

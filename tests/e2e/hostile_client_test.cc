@@ -885,14 +885,12 @@ TEST_P(HostileClientTest, AnAddressWhoseConnectionsBreakFlowControlIsRefusedForI
   EXPECT_LE(left, 1000);
   uint64_t refusals = 1;
   EXPECT_EQ(Stat("rejected_flow_control_backoff"), refusals);
-  // The refusal waited for the back-off to end or a second (a delayed
-  // refusal: a client that reconnects at once when refused knocks about once
-  // a second, not hundreds of times; server/config.h kRefusalDelayMinMs),
-  // and not longer than kRefusalDelayMaxMs.
-  const int64_t waited = std::chrono::duration_cast<std::chrono::milliseconds>(answered_at - asked_at).count();
-  EXPECT_GE(waited + 5, std::min<int64_t>(left, server::kRefusalDelayMinMs))
+  // The refusal waited for the back-off to end (a delayed refusal: a client
+  // that reconnects at once when refused knocks a few times a second, not
+  // hundreds; kRefusalDelayMaxMs).
+  EXPECT_GE(std::chrono::duration_cast<std::chrono::milliseconds>(answered_at - asked_at).count() + 5,
+            std::min<int64_t>(left, server::kRefusalDelayMaxMs))
       << "the refusal came before the back-off it names had passed";
-  EXPECT_LE(waited, server::kRefusalDelayMaxMs + 1000) << "the refusal was held past its longest delay";
 
   // Once its back-off has passed (not before), the address connects again.
   Result<std::unique_ptr<Client>> back = Status::Unavailable("not tried");
