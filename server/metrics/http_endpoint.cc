@@ -265,11 +265,13 @@ int HttpEndpoint::CloseLateHeads() {
     if (!k->reading_head || k->closing) continue;
     const auto deadline = k->head_start + limit;
     if (deadline <= now) {
+      // Counted first: a client that sees its connection end finds it counted
+      // (counted after the shutdown, a test read 0 once).
+      late_heads_.fetch_add(1, std::memory_order_relaxed);
       // shutdown, not close: the socket stays MHD's until its next run sees
       // the end of the stream and closes it (and calls OnConnection).
       ::shutdown(k->fd, SHUT_RDWR);
       k->closing = true;
-      late_heads_.fetch_add(1, std::memory_order_relaxed);
     } else {
       next = std::min(next, deadline);
     }
