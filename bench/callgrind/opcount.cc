@@ -23,8 +23,10 @@
 #include <vector>
 
 #include "client/client_internal.h"
+#include "common/format/entry.h"
 #include "common/transport/loopback_transport.h"
 #include "server/server.h"
+#include "server/store/entry_leader.h"
 #include "server/store_backend.h"
 
 namespace kvrdma {
@@ -148,7 +150,7 @@ int Main(int argc, char** argv) {
   // for one, then answers ServerFull): the 2N preloaded keys and the 2N PUTs
   // of a put run (each a new version), as many whole entries to a segment
   // as fit (an entry does not span two), plus open segments to spare.
-  const uint64_t entry_bytes = a.value_bytes + a.key_bytes + 64;
+  const uint64_t entry_bytes = EntryBytes(a.key_bytes, a.value_bytes) + kLeaderBytes;
   const uint64_t per_segment = std::max<uint64_t>(1, sc.segment_bytes / entry_bytes);
   const uint64_t segments = (4 * uint64_t{a.ops} + per_segment - 1) / per_segment + 2 * (cfg.workers + 1) + 2;
   sc.log_bytes = std::max<uint64_t>(32 << 20, segments * sc.segment_bytes);
@@ -237,10 +239,11 @@ int Main(int argc, char** argv) {
   CALLGRIND_TOGGLE_COLLECT;
   CALLGRIND_STOP_INSTRUMENTATION;
   const ClientStats after = c.stats();
-  std::printf("opcount: ops=%u log=%lluMiB reads/op=%.3f rounds/op=%.3f messages/op=%.3f polls/op=%.3f cache_hits=%llu\n",
-              a.ops, static_cast<unsigned long long>(sc.log_bytes >> 20), double(after.reads - before.reads) / a.ops, double(after.get_rounds - before.get_rounds) / a.ops,
-              double(after.messages - before.messages) / a.ops, double(polls) / a.ops,
-              static_cast<unsigned long long>(after.cache_hits - before.cache_hits));
+  std::printf(
+      "opcount: ops=%u log=%lluMiB reads/op=%.3f rounds/op=%.3f messages/op=%.3f polls/op=%.3f cache_hits=%llu\n",
+      a.ops, static_cast<unsigned long long>(sc.log_bytes >> 20), double(after.reads - before.reads) / a.ops,
+      double(after.get_rounds - before.get_rounds) / a.ops, double(after.messages - before.messages) / a.ops,
+      double(polls) / a.ops, static_cast<unsigned long long>(after.cache_hits - before.cache_hits));
   client->reset();
   srv.RequestStop();
   srv_thread.join();

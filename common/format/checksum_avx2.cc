@@ -8,7 +8,8 @@
 #define XXH_INLINE_ALL  // every xxHash symbol of this file is static: no clash with the library's
 #include <xxhash.h>
 
-#include "common/format/entry.h"
+#include <cstddef>
+#include <cstdint>
 
 #if !defined(__AVX2__) || XXH_VECTOR != XXH_AVX2
 #error "checksum_avx2.cc must be compiled with -mavx2"
