@@ -338,6 +338,16 @@ TEST(DurableStore, ASegmentThatOpensWhileTheSpareIsBeingMadeAllocatesItsOwnFile)
       ASSERT_TRUE(s->Put(0, Key(i), Value(i, 0, 150)).ok()) << i;
       ASSERT_TRUE(s->Commit(0).ok());
       answered[Key(i)] = Value(i, 0, 150);
+      if (i == 0) {
+        // The first segment opened and wanted a spare: the next segments open
+        // while it is being made (its file exists, its writes are held), not
+        // before its maker started (then nothing would be taken, by any code).
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (!fs.Exists(std::string("d/") + kSpareFileName) && std::chrono::steady_clock::now() < until) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        ASSERT_TRUE(fs.Exists(std::string("d/") + kSpareFileName)) << "the spare's maker did not start";
+      }
     }
     EXPECT_GE(s->Stats().disk.segments_on_disk, 3u);
     EXPECT_EQ(s->Stats().disk.segments_from_spares, 0u) << "the spare was made faster than the test holds it";
