@@ -109,6 +109,15 @@ Status RunOne(Client::Impl& impl, Op::Type type, std::string_view key, std::stri
 Status Client::Get(std::string_view key, std::string* value) {
   return RunOne(*impl_, Op::Type::kGet, key, {}, value);
 }
+Status Client::Get(std::string_view key, std::span<std::byte> buffer, size_t* value_bytes) {
+  Op op;
+  op.type = Op::Type::kGet;
+  op.key = key;
+  op.buffer = buffer;
+  impl_->RunSync(&op);
+  *value_bytes = op.status.ok() || op.status.code() == Status::Code::kTooLarge ? op.value_bytes : 0;
+  return op.status;
+}
 Status Client::Put(std::string_view key, std::string_view value, uint64_t if_version) {
   return RunOne(*impl_, Op::Type::kPut, key, value, nullptr, if_version);
 }

@@ -53,7 +53,7 @@ void Client::Impl::StartGet(OpState& s) {
 // credits or the large buffer are taken); the GET stays in ready_.
 bool Client::Impl::StageGet(OpState& s) {
   const uint32_t idx = IndexOf(s);
-  const auto now = Clock::now();
+  const Clock::time_point now = now_;  // read before anything of this Progress is posted
   if (now > s.deadline) {
     Finish(s, Status::Timeout(
                   "GET found no consistent read within " + std::to_string(opts_.op_timeout_ms) + " ms: " +
@@ -86,14 +86,14 @@ bool Client::Impl::StageGet(OpState& s) {
     case GetPhase::kCachedEntry:
       // The word first, then the entry, in one doorbell: the QP's READs run
       // in order at the server, so the entry's bytes are read after the word.
-      s.round_start = RoundClock::now();
+      s.round_start = now;
       s.entry_len = static_cast<uint32_t>(SizeClassBytes(RefSizeClass(s.cached_ref)));  // <= kOpEntryBytes
       PostGetRead(idx, desc_.index, s.kw.read.offset + s.cached_word * kWordBytes,
                   WindowOff(idx) + s.cached_word * kWordBytes, kWordBytes, false);
       PostGetRead(idx, desc_.log, RefLogOffset(s.cached_ref), EntryOff(idx), s.entry_len, true);
       break;
     case GetPhase::kWindow:
-      s.round_start = RoundClock::now();
+      s.round_start = now;
       ++stats_.get_rounds;
       ++s.rounds;
       PostGetRead(idx, desc_.index, s.kw.read.offset, WindowOff(idx), s.kw.read.length, true);
@@ -175,8 +175,7 @@ void Client::Impl::OnCachedEntry(OpState& s) {
                       : EntryView{};
   if (v.verdict == EntryVerdict::kValue) {
     ++stats_.cache_hits;
-    s.op->result->assign(reinterpret_cast<const char*>(v.value.data()), v.value.size());
-    return Finish(s, Status::OK());
+    return Finish(s, DeliverValue(s, v.value));
   }
   if (v.verdict == EntryVerdict::kTombstone) {
     cache_.Erase(s.kw.hash.hash);
@@ -223,14 +222,14 @@ void Client::Impl::NextCandidateOrMiss(OpState& s, int from) {
     // choose keys that fill a window) cost a reader a few READs per
     // millisecond, not a flood.
     const int64_t backoff_us = std::min<int64_t>(int64_t{25} << std::min<uint32_t>(s.tag_rounds, 6), 1000);
-    s.not_before = Clock::now() + std::chrono::microseconds(backoff_us);
+    s.not_before = now_ + std::chrono::microseconds(backoff_us);
     ++s.tag_rounds;
   }
   NewRound(s, /*retry=*/false);
 }
 
 bool Client::Impl::RoundIsLate(const OpState& s) const {
-  return RoundClock::now() - s.round_start > std::chrono::microseconds(desc_.round_limit_us);
+  return now_ - s.round_start > std::chrono::microseconds(desc_.round_limit_us);  // now_: read after the poll
 }
 
 void Client::Impl::OnEntry(OpState& s) {
@@ -253,20 +252,19 @@ void Client::Impl::OnEntry(OpState& s) {
       return NewRound(s, /*retry=*/true, "the round outlived the round limit and its entry was not the key's");
     }
     s.recheck_found = v.verdict == EntryVerdict::kValue;
-    if (s.recheck_found) s.op->result->assign(reinterpret_cast<const char*>(v.value.data()), v.value.size());
+    if (s.recheck_found) s.recheck_delivered = DeliverValue(s, v.value);  // the GET's outcome if the recheck confirms it
     cache_.Erase(s.kw.hash.hash);
     return NextPhase(s, GetPhase::kRecheck);
   }
   switch (v.verdict) {
     case EntryVerdict::kValue:
-      s.op->result->assign(reinterpret_cast<const char*>(v.value.data()), v.value.size());
       // Cached only if the cached READ fits the op buffer.
       if (!large) {
         cache_.Insert(s.kw.hash.hash, {c.ref, static_cast<uint64_t>(s.cand)});
       } else {
         cache_.Erase(s.kw.hash.hash);
       }
-      return Finish(s, Status::OK());
+      return Finish(s, DeliverValue(s, v.value));
     case EntryVerdict::kTombstone:
       cache_.Erase(s.kw.hash.hash);
       return Finish(s, Status::NotFound());
@@ -289,10 +287,26 @@ void Client::Impl::OnEntry(OpState& s) {
 void Client::Impl::OnRecheck(OpState& s) {
   const auto limit = std::chrono::microseconds(uint64_t{desc_.round_limit_us} * kRecheckRoundLimits);
   if (WordRef(WindowWord(s, static_cast<uint64_t>(s.cand))) != s.candidate.ref ||
-      RoundClock::now() - s.round_start > limit) {
+      now_ - s.round_start > limit) {
     return NewRound(s, /*retry=*/true, "a late round whose entry ref had moved or that took too long");
   }
-  return Finish(s, s.recheck_found ? Status::OK() : Status::NotFound());
+  return Finish(s, s.recheck_found ? std::move(s.recheck_delivered) : Status::NotFound());
+}
+
+Status Client::Impl::DeliverValue(OpState& s, std::span<const std::byte> value) {
+  Op* op = s.op;
+  op->value_bytes = value.size();
+  if (op->result != nullptr) {
+    op->result->assign(reinterpret_cast<const char*>(value.data()), value.size());
+    return Status::OK();
+  }
+  if (value.size() > op->buffer.size()) {
+    return Status::TooLarge("value of " + std::to_string(value.size()) + " bytes does not fit the buffer of " +
+                            std::to_string(op->buffer.size()) + " bytes" +
+                            (op->buffer.data() == nullptr ? " (a GET Op needs a result string or a buffer)" : ""));
+  }
+  if (!value.empty()) std::memcpy(op->buffer.data(), value.data(), value.size());
+  return Status::OK();
 }
 
 }  // namespace kvrdma

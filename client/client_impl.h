@@ -62,9 +62,12 @@ inline constexpr int kSleepSliceMs = 5;
 
 class Client::Impl {
  public:
-  // Operation timeouts, back-off, reconnects. GET rounds are timed against
-  // the round limit on RoundClock (CLOCK_BOOTTIME, common/format/round_clock.h).
-  using Clock = std::chrono::steady_clock;
+  // One clock for everything the client times: GET rounds against the round
+  // limit, operation deadlines, back-offs, reconnects and busy polling.
+  // RoundClock (CLOCK_BOOTTIME, common/format/round_clock.h): a suspension
+  // of the host counts, which the round limit needs and a deadline does not
+  // mind (it fires at resume). The engine reads it into now_ (below).
+  using Clock = RoundClock;
   static constexpr uint32_t kMaxInFlight = 64;
   // Each in-flight GET's own entry buffer (registered, x kMaxInFlight): 16 KiB
   // holds every exact size class (up to 4092 bytes) and the first 64 coarse
@@ -148,7 +151,8 @@ class Client::Impl {
     Candidate candidate;        // ... and its entry ref and entry READ
     uint64_t cached_ref = 0;       // kCachedEntry: the location cache's entry ref ...
     uint64_t cached_word = 0;      // ... and the word of the window that held it
-    bool recheck_found = false;    // kRecheck: the decoded entry was a value (else a tombstone)
+    bool recheck_found = false;    // kRecheck: the decoded entry was a value (else a tombstone) ...
+    Status recheck_delivered;      // ... handed to the caller with this outcome (DeliverValue)
     uint32_t entry_len = 0;         // bytes of the entry READ
     uint32_t restarts = 0;           // rounds thrown away (NewRound with retry)
     uint32_t reads = 0;              // READs this GET posted
@@ -203,6 +207,9 @@ class Client::Impl {
   // kEntry: the READ (entry_len bytes) goes to the large buffer, not the op buffer.
   static bool UsesLargeBuffer(const OpState& s) { return s.entry_len > kOpEntryBytes; }
   void OnEntry(OpState& s);
+  // Hands a GET's value to the caller (Op::result, else Op::buffer):
+  // TooLarge if it does not fit the buffer.
+  Status DeliverValue(OpState& s, std::span<const std::byte> value);
   void OnCachedEntry(OpState& s);
   void OnRecheck(OpState& s);
   // Bytes of the index word `word` of the GET's window in the op buffer (the
@@ -261,6 +268,16 @@ class Client::Impl {
   Status broken_;            // set once the connection failed
   Clock::time_point next_reconnect_{};
   std::chrono::milliseconds reconnect_backoff_{0};
+  // The clock as the engine last read it: once per step instead of at each
+  // use (a read costs 25-40 instructions; an uncached GET made eight).
+  // Submit and RunSync read it before they start operations, PollCompletions
+  // after a poll that found completions (before handling them), Progress
+  // before staging GETs if nothing else read it during this call. For the
+  // round limit this is sound: a round starts at a reading taken before its
+  // READ is posted (staging precedes FlushBatch) and ends at one taken after
+  // its completion was polled, so a round can only look longer than it was.
+  Clock::time_point now_{};
+  bool now_fresh_ = false;  // now_ was read during this Submit/RunSync/Progress, before anything was posted
   uint32_t idle_polls_ = 0;  // empty polls since the last CM event check
   Clock::time_point busy_until_{};  // spin (do not sleep) until then; see kSleepSliceMs
   const std::chrono::microseconds busy_poll_;

@@ -28,13 +28,13 @@ void Client::Impl::NoticeDisconnectWhileIdle(Clock::time_point now) {
 void Client::Impl::Start(Op* op, std::optional<Opcode> query) {
   const bool keyless = query.has_value();  // a STATS or CLOCK request: no key
   // A failed connection is rebuilt when nothing is in flight on it any more.
-  auto now = Clock::now();  // one clock read per operation start
-  NoticeDisconnectWhileIdle(now);
+  NoticeDisconnectWhileIdle(now_);  // now_: read by the caller (Submit, RunSync)
   Status reconnect;
   if (!broken_.ok() && in_flight_ == 0) {
     reconnect = Reconnect();
-    now = Clock::now();  // the deadline counts from after the reconnect
+    now_ = Clock::now();  // the deadline counts from after the reconnect
   }
+  const Clock::time_point now = now_;
   uint32_t idx = free_.back();
   free_.pop_back();
   ++in_flight_;
@@ -43,13 +43,12 @@ void Client::Impl::Start(Op* op, std::optional<Opcode> query) {
   s.op = op;
   op->status = Status::OK();
   op->version = 0;
+  op->value_bytes = 0;
   busy_until_ = now + busy_poll_;
   s.deadline = now + std::chrono::milliseconds(opts_.op_timeout_ms);
   if (!reconnect.ok()) return Finish(s, reconnect);
   if (!broken_.ok()) return Finish(s, broken_);
-  if (!keyless) {
-    if (Status st = CheckKey(op->key); !st.ok()) return Finish(s, st);
-  }
+  if (!keyless && (op->key.empty() || op->key.size() > desc_.max_key_bytes)) return Finish(s, CheckKey(op->key));
   if (!keyless && op->type != Op::Type::kGet) {
     // The key travels whole in the first message, with at least one value
     // byte (a fragment without value bytes would make no progress).
@@ -60,10 +59,7 @@ void Client::Impl::Start(Op* op, std::optional<Opcode> query) {
     }
   }
   if (!keyless && op->type == Op::Type::kGet) {
-    if (op->result == nullptr) return Finish(s, Status::InvalidArgument("GET without a result string"));
-    auto kw = KeyWindowRead(params_, op->key);
-    if (!kw.ok()) return Finish(s, kw.status());
-    s.kw = *kw;
+    s.kw = KeyWindowOf(params_, op->key);  // params_ validated at connect, the key above
     return StartGet(s);  // client_get.cc
   }
   s.opcode = query ? *query : op->type == Op::Type::kPut ? Opcode::kPut : Opcode::kDelete;
@@ -131,6 +127,8 @@ void Client::Impl::FailAll(const Status& st) {
 }
 
 size_t Client::Impl::Submit(std::span<Op* const> ops) {
+  now_ = Clock::now();  // for every operation started here, and for staging their READs
+  now_fresh_ = true;
   size_t n = 0;
   for (Op* op : ops) {
     if (free_.empty()) break;
@@ -169,6 +167,8 @@ void Client::Impl::RunSync(Op* op, std::optional<Opcode> query) {
     if (free_.empty()) IdleWait(Clock::time_point::max());
   }
   sync_op_ = op;  // Finish hands it back here, not to Poll
+  now_ = Clock::now();
+  now_fresh_ = true;
   Start(op, query);
   for (;;) {  // other completed operations stay for Poll
     Progress();
@@ -202,14 +202,18 @@ Result<uint64_t> Client::Impl::ServerClockMs() {
 // --------------------------------------------------------------- progress
 
 void Client::Impl::Progress() {
-  PollCompletions();
-  for (size_t n = ready_.size(); n > 0 && broken_.ok(); --n) {
-    uint32_t idx = ready_.front();
-    ready_.pop_front();
-    if (!StageGet(op_states_[idx])) ready_.push_back(idx);
+  PollCompletions();  // reads the clock into now_ if it found completions
+  if (!ready_.empty()) {
+    if (!now_fresh_) now_ = Clock::now();  // before anything is posted: StageGet's round start
+    for (size_t n = ready_.size(); n > 0 && broken_.ok(); --n) {
+      uint32_t idx = ready_.front();
+      ready_.pop_front();
+      if (!StageGet(op_states_[idx])) ready_.push_back(idx);
+    }
   }
-  FlushBatch();
-  PumpMessages();
+  now_fresh_ = false;
+  if (batch_len_ != 0) FlushBatch();
+  if (!senders_.empty()) PumpMessages();
 }
 
 void Client::Impl::PollCompletions() {
@@ -217,6 +221,12 @@ void Client::Impl::PollCompletions() {
   std::span<Completion> wc(wc_);
   const int n = cq_->Poll(wc);
   if (n < 0) return FailAll(Status::ConnectionLost("completion queue failed"));
+  if (n > 0) {
+    now_ = Clock::now();  // after the poll: the end of the rounds these completions finish
+    now_fresh_ = true;
+    busy_until_ = now_ + busy_poll_;
+    idle_polls_ = 0;
+  }
   for (int i = 0; i < n && broken_.ok(); ++i) {
     if (wc[i].status != WcStatus::kSuccess) return FailAll(CompletionStatus(wc[i]));
     switch (WrKindOf(wc[i].wr_id)) {
@@ -226,10 +236,7 @@ void Client::Impl::PollCompletions() {
       case WrKind::kReply: OnReply(wc[i]); break;
     }
   }
-  if (n > 0) {
-    busy_until_ = Clock::now() + busy_poll_;
-    return;
-  }
+  if (n > 0) return;
   // Idle: now and then look at the clock (deadlines are milliseconds away)
   // and at connection-manager events (a server that went away fails what is
   // in flight at once instead of at a timeout).

@@ -228,6 +228,9 @@ Client& ShardedClient::server(size_t i) { return *impl_->clients[i]; }
 Status ShardedClient::Get(std::string_view key, std::string* value) {
   return impl_->clients[ServerFor(key)]->Get(key, value);
 }
+Status ShardedClient::Get(std::string_view key, std::span<std::byte> buffer, size_t* value_bytes) {
+  return impl_->clients[ServerFor(key)]->Get(key, buffer, value_bytes);
+}
 
 Status ShardedClient::Put(std::string_view key, std::string_view value, uint64_t if_version) {
   return impl_->clients[ServerFor(key)]->Put(key, value, if_version);

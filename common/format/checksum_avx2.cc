@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/format/simd.h"
+
 #if !defined(__AVX2__) || XXH_VECTOR != XXH_AVX2
 #error "checksum_avx2.cc must be compiled with -mavx2"
 #endif

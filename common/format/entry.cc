@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/format/hash.h"
+#include "common/format/simd.h"
 
 namespace kvrdma {
 
@@ -12,30 +13,28 @@ uint64_t HashKeyBytes(std::string_view key, uint64_t seed) noexcept {
   return XXH3_64bits_withSeed(key.data(), key.size(), seed);
 }
 
-#if KVRDMA_HAVE_AVX2_CHECKSUM
 namespace detail {
-uint64_t Xxh3Avx2(const void* p, size_t n, uint64_t seed) noexcept;  // checksum_avx2.cc
-}  // namespace detail
-
-namespace {
 bool CpuHasAvx2() noexcept {
+#if KVRDMA_HAVE_AVX2
   static const bool has = [] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") != 0;
   }();
   return has;
-}
-}  // namespace
+#else
+  return false;
 #endif
+}
+}  // namespace detail
 
 uint64_t EntryChecksum(uint32_t lengths, const std::byte* key_and_value, size_t n, uint64_t seed) noexcept {
   // The lengths enter through the seed (multiplied by an odd constant so
   // that every bit of them moves the seed's high bits too): the key and
   // value are contiguous in both layouts, the lengths are not next to them.
   const uint64_t mixed = seed ^ (uint64_t{lengths} * 0x9E3779B97F4A7C15ull);
-#if KVRDMA_HAVE_AVX2_CHECKSUM
+#if KVRDMA_HAVE_AVX2
   // Above 240 bytes XXH3 runs its vector loop (below, scalar code either way).
-  if (n > 240 && CpuHasAvx2()) return detail::Xxh3Avx2(key_and_value, n, mixed) & kGuardChecksumMask;
+  if (n > 240 && detail::CpuHasAvx2()) return detail::Xxh3Avx2(key_and_value, n, mixed) & kGuardChecksumMask;
 #endif
   return XXH3_64bits_withSeed(key_and_value, n, mixed) & kGuardChecksumMask;
 }

@@ -4,6 +4,8 @@
 #include <bit>
 #include <cstring>
 
+#include "common/format/simd.h"
+
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -26,6 +28,10 @@ Status ValidateIndexParams(const IndexParams& p) {
 Result<KeyWindow> KeyWindowRead(const IndexParams& p, std::string_view key) {
   KVRDMA_RETURN_IF_ERROR(ValidateIndexParams(p));
   if (key.empty() || key.size() > kMaxKeyBytes) return Status::InvalidArgument("key length");
+  return KeyWindowOf(p, key);
+}
+
+KeyWindow KeyWindowOf(const IndexParams& p, std::string_view key) noexcept {
   KeyWindow r;
   r.hash = MakeKeyHash(key, p.seed, p.home_count);
   r.read = RemoteRead{r.hash.home * kWordBytes, static_cast<uint32_t>(p.window_words * kWordBytes)};
@@ -69,68 +75,113 @@ void ProbeWords(std::span<const std::byte> window, int from, int n, const KeyHas
 
 }  // namespace
 
+#if defined(__SSE2__)
+namespace {
+// The SSE2 filter (simd.h's FlagWindowWordsAvx2, four words per block): the
+// high halves of four words gathered into one register, in word order,
+// compared with the key's fingerprint and with the two tags that match it.
+constexpr int kWindowBlockSse2 = 4;
+void FlagWindowWordsSse2(const std::byte* words, int blocks, const detail::WindowKeyBits& k,
+                         uint64_t flagged[2]) noexcept {
+  const __m128i fp_mask = _mm_set1_epi32(static_cast<int>(k.fp_mask));
+  const __m128i fp_want = _mm_set1_epi32(static_cast<int>(k.fp_want));
+  const __m128i tag_mask = _mm_set1_epi32(static_cast<int>(k.tag_mask));
+  const __m128i tag_key = _mm_set1_epi32(static_cast<int>(k.tag_key));
+  const __m128i tag_any = _mm_set1_epi32(static_cast<int>(k.tag_any));
+  for (int b = 0; b < blocks; ++b) {
+    const auto* src = reinterpret_cast<const __m128i*>(words + static_cast<size_t>(b) * kWindowBlockSse2 * kWordBytes);
+    const __m128 w01 = _mm_castsi128_ps(_mm_loadu_si128(src));      // words 0, 1 as 32-bit lanes lo, hi, lo, hi
+    const __m128 w23 = _mm_castsi128_ps(_mm_loadu_si128(src + 1));  // words 2, 3
+    const __m128i hi = _mm_castps_si128(_mm_shuffle_ps(w01, w23, _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m128i tag = _mm_and_si128(hi, tag_mask);
+    const __m128i hit = _mm_or_si128(_mm_cmpeq_epi32(_mm_and_si128(hi, fp_mask), fp_want),
+                                     _mm_or_si128(_mm_cmpeq_epi32(tag, tag_key), _mm_cmpeq_epi32(tag, tag_any)));
+    const int bits = _mm_movemask_ps(_mm_castsi128_ps(hit));
+    if (bits == 0) continue;
+    const int first = b * kWindowBlockSse2;
+    flagged[first / 64] |= static_cast<uint64_t>(bits) << (first % 64);
+  }
+}
+}  // namespace
+#endif
+
 namespace detail {
-Status ProbeWindowOneWordAtATime(std::span<const std::byte> window, const KeyHash& kh, const IndexParams& p,
-                                 WindowProbe* out) noexcept {
+
+bool WindowScanAvailable(WindowScan scan) noexcept {
+  switch (scan) {
+    case WindowScan::kOneWord: return true;
+#if defined(__SSE2__)
+    case WindowScan::kSse2: return true;
+#endif
+#if KVRDMA_HAVE_AVX2
+    case WindowScan::kAvx2: return CpuHasAvx2();
+#endif
+    default: return false;
+  }
+}
+
+Status ProbeWindowWith(WindowScan scan, std::span<const std::byte> window, const KeyHash& kh, const IndexParams& p,
+                       WindowProbe* out) noexcept {
   *out = WindowProbe{};
   if (p.window_words == 0 || p.window_words > kMaxWindowWords || window.size() != p.window_words * kWordBytes) {
     return Status::InvalidArgument("window bytes must be window_words * 8");
   }
-  ProbeWords(window, 0, static_cast<int>(p.window_words), kh, p, out);
+  const int n = static_cast<int>(p.window_words);
+  // The hot loop of an uncached GET (128 words): a vector filter flags the
+  // words that have the key's fingerprint or a tag that matches it (rare: a
+  // hit's own word, a collision 1 time in 4096 per word, a recent move),
+  // then those words and the last ones that make no whole block are probed
+  // one at a time, which decides. Equal to
+  // the one-word scan on every window (ReadPathTest.EveryWindowScanAgrees
+  // WithTheOneWordScan); bench/callgrind/run counts what each costs.
+  static_assert(kRefFingerprintShift >= 32 && kWordTagShift >= 32, "fingerprint and tag in the high half");
+  [[maybe_unused]] const detail::WindowKeyBits k{
+      static_cast<uint32_t>(kRefFingerprintMask << (kRefFingerprintShift - 32)),
+      static_cast<uint32_t>((kh.fingerprint & kRefFingerprintMask) << (kRefFingerprintShift - 32)),
+      static_cast<uint32_t>(((kTagSetBit << 1) - 1) << (kWordTagShift - 32)),
+      static_cast<uint32_t>((kTagSetBit | (kh.tag_nibble & kTagNibbleMask)) << (kWordTagShift - 32)),
+      static_cast<uint32_t>((kTagSetBit | kTagAnyKey) << (kWordTagShift - 32))};
+  int block = 1;
+  uint64_t flagged[kMaxWindowWords / 64] = {};
+  switch (scan) {
+#if KVRDMA_HAVE_AVX2
+    case WindowScan::kAvx2:
+      if (!CpuHasAvx2()) return Status::InvalidArgument("this CPU has no AVX2");
+      block = kWindowBlockAvx2;
+      FlagWindowWordsAvx2(window.data(), n / block, k, flagged);
+      break;
+#endif
+#if defined(__SSE2__)
+    case WindowScan::kSse2:
+      block = kWindowBlockSse2;
+      FlagWindowWordsSse2(window.data(), n / block, k, flagged);
+      break;
+#endif
+    case WindowScan::kOneWord: break;
+    default: return Status::InvalidArgument("window scan not built");
+  }
+  static_assert(kMaxWindowWords == 128, "flagged: two 64-bit words");
+  for (int half = 0; half < 2; ++half) {
+    for (uint64_t bits = flagged[half]; bits != 0; bits &= bits - 1) {
+      const int i = half * 64 + std::countr_zero(bits);
+      ProbeWords(window, i, i + 1, kh, p, out);
+    }
+  }
+  ProbeWords(window, block == 1 ? 0 : n / block * block, n, kh, p, out);
   return Status::OK();
 }
+
 }  // namespace detail
 
 Status ProbeWindow(std::span<const std::byte> window, const KeyHash& kh, const IndexParams& p,
                    WindowProbe* out) noexcept {
+#if KVRDMA_HAVE_AVX2
+  if (detail::CpuHasAvx2()) return detail::ProbeWindowWith(detail::WindowScan::kAvx2, window, kh, p, out);
+#endif
 #if defined(__SSE2__)
-  // The hot loop of an uncached GET (128 words), four words at a time. The
-  // fingerprint (bits 52..63) and the tag (bits 36..40) both sit in a word's
-  // high 32 bits: gather the high halves of four words into one register,
-  // compare them with the key's fingerprint and with the two tags that match
-  // it, and keep a bit per word. Words whose fingerprint matched are checked
-  // one by one (rare). Equal to ProbeWindowOneWordAtATime on every window
-  // (ReadPathTest.TheFourWordScanAgreesWithTheOneWordScan); about half the
-  // instructions (bench/callgrind/run).
-  *out = WindowProbe{};
-  if (p.window_words == 0 || p.window_words > kMaxWindowWords || window.size() != p.window_words * kWordBytes) {
-    return Status::InvalidArgument("window bytes must be window_words * 8");
-  }
-  static_assert(kRefFingerprintShift >= 32 && kWordTagShift >= 32, "fingerprint and tag in the high half");
-  const int n = static_cast<int>(p.window_words);
-  const uint64_t fp = kh.fingerprint & kRefFingerprintMask;
-  const __m128i fp_mask = _mm_set1_epi32(static_cast<int>(kRefFingerprintMask << (kRefFingerprintShift - 32)));
-  const __m128i fp_want = _mm_set1_epi32(static_cast<int>(fp << (kRefFingerprintShift - 32)));
-  constexpr unsigned kTagShiftHi = kWordTagShift - 32;
-  const __m128i tag_mask = _mm_set1_epi32(static_cast<int>(((kTagSetBit << 1) - 1) << kTagShiftHi));
-  const __m128i tag_key =
-      _mm_set1_epi32(static_cast<int>((kTagSetBit | (kh.tag_nibble & kTagNibbleMask)) << kTagShiftHi));
-  const __m128i tag_any = _mm_set1_epi32(static_cast<int>((kTagSetBit | kTagAnyKey) << kTagShiftHi));
-  uint64_t fp_bits[kMaxWindowWords / 64] = {};
-  int tag_bits = 0;
-  int i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const auto* src = reinterpret_cast<const __m128i*>(window.data() + static_cast<size_t>(i) * kWordBytes);
-    const __m128 a = _mm_castsi128_ps(_mm_loadu_si128(src));      // words i, i+1 as 32-bit lanes lo, hi, lo, hi
-    const __m128 b = _mm_castsi128_ps(_mm_loadu_si128(src + 1));  // words i+2, i+3
-    const __m128i hi = _mm_castps_si128(_mm_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
-    const int fp_eq = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(_mm_and_si128(hi, fp_mask), fp_want)));
-    const __m128i tag = _mm_and_si128(hi, tag_mask);
-    tag_bits |= _mm_movemask_ps(
-        _mm_castsi128_ps(_mm_or_si128(_mm_cmpeq_epi32(tag, tag_key), _mm_cmpeq_epi32(tag, tag_any))));
-    fp_bits[static_cast<size_t>(i) / 64] |= static_cast<uint64_t>(fp_eq) << (i % 64);
-  }
-  out->tag_matched = tag_bits != 0;
-  for (size_t w = 0; w < kMaxWindowWords / 64; ++w) {
-    for (uint64_t bits = fp_bits[w]; bits != 0; bits &= bits - 1) {
-      const int word = static_cast<int>(w * 64) + std::countr_zero(bits);
-      AddCandidate(WordAt(window, word), word, p, out);
-    }
-  }
-  ProbeWords(window, i, n, kh, p, out);  // the last 0..3 words
-  return Status::OK();
+  return detail::ProbeWindowWith(detail::WindowScan::kSse2, window, kh, p, out);
 #else
-  return detail::ProbeWindowOneWordAtATime(window, kh, p, out);
+  return detail::ProbeWindowWith(detail::WindowScan::kOneWord, window, kh, p, out);
 #endif
 }
 

@@ -57,6 +57,10 @@ struct KeyWindow {
 
 // (a) The window READ for `key`. InvalidArgument on bad params or key length.
 Result<KeyWindow> KeyWindowRead(const IndexParams& p, std::string_view key);
+// The same without the checks, for a caller that made them once (the client
+// validates the parameters at connect and each key's length).
+// REQUIRES: ValidateIndexParams(p).ok(), 1 <= key.size() <= kMaxKeyBytes.
+KeyWindow KeyWindowOf(const IndexParams& p, std::string_view key) noexcept;
 
 struct Candidate {
   uint64_t ref = 0;  // the ref as read (tag bits cleared)
@@ -78,10 +82,15 @@ Status ProbeWindow(std::span<const std::byte> window, const KeyHash& kh, const I
                    WindowProbe* out) noexcept;
 
 namespace detail {
-// ProbeWindow one word at a time: what ProbeWindow does where SSE2 is not
-// available, and the reference its four-word scan is tested against.
-Status ProbeWindowOneWordAtATime(std::span<const std::byte> window, const KeyHash& kh, const IndexParams& p,
-                                 WindowProbe* out) noexcept;
+// How ProbeWindow scans a window: one word at a time (the reference, and
+// what it does where SSE2 is not available), or a vector filter over blocks
+// of 4 (SSE2) or 8 (AVX2, where the CPU has it) words. ProbeWindow takes the
+// widest available; tests run each against the reference.
+enum class WindowScan : uint8_t { kOneWord, kSse2, kAvx2 };
+bool WindowScanAvailable(WindowScan scan) noexcept;
+// ProbeWindow with that scan (InvalidArgument if it is not available).
+Status ProbeWindowWith(WindowScan scan, std::span<const std::byte> window, const KeyHash& kh, const IndexParams& p,
+                       WindowProbe* out) noexcept;
 }  // namespace detail
 
 // The first candidate word at or after `from`, or -1.

@@ -154,6 +154,10 @@ Result<ServerDescriptor> DecodeServerDescriptor(std::span<const uint8_t> in) {
   if (d.credits == 0 || d.message_bytes < 64 || uint64_t{d.credits} * d.message_bytes > d.ring.length) {
     return Status::Protocol("server descriptor: bad request ring");
   }
+  if (d.max_key_bytes < 1 || d.max_key_bytes > kMaxKeyBytes) {
+    return Status::Protocol("server descriptor: max key bytes " + std::to_string(d.max_key_bytes) +
+                            " outside 1.." + std::to_string(kMaxKeyBytes));
+  }
   if (Status st = CheckMessageLimits(d.message_bytes, d.max_key_bytes); !st.ok()) {
     return Status::Protocol("server descriptor: limits that cannot work together: " + st.message());
   }

@@ -119,7 +119,9 @@ class Client(_Common, _kvrdma._Client):
            location_cache_entries=4096, max_in_flight=64, auth_token="")
 
     Connects at once (Unavailable, RemoteAccess, Protocol, Timeout on
-    failure). Methods: get(key) -> bytes | None; put(key, value) -> version;
+    failure). Methods: get(key) -> bytes | None; get_into(key, buffer) ->
+    length | None (into your writable buffer, no bytes object made);
+    put(key, value) -> version;
     delete(key) -> bool (False if it was absent); get_many(keys) ->
     list[bytes | None] and put_many(mapping or pairs), pipelined (one
     doorbell per window of up to max_in_flight operations); lock(key,

@@ -34,6 +34,19 @@ ValueArg::ValueArg(py::handle h) {
   view_ = {static_cast<const char*>(buf_.buf), static_cast<size_t>(buf_.len)};
 }
 
+BufferArg::BufferArg(py::handle h) {
+  PyObject* o = h.ptr();
+  if (PyObject_GetBuffer(o, &buf_, PyBUF_WRITABLE) != 0) {
+    PyErr_Clear();
+    throw py::type_error(std::string("a buffer must be a writable, contiguous bytes-like object (bytearray, "
+                                     "memoryview of one, mmap, ...), not ") +
+                         Py_TYPE(o)->tp_name);
+  }
+  span_ = {static_cast<std::byte*>(buf_.buf), static_cast<size_t>(buf_.len)};
+}
+
+BufferArg::~BufferArg() { PyBuffer_Release(&buf_); }
+
 ValueArg::ValueArg(ValueArg&& o) noexcept : buf_(o.buf_), exported_(o.exported_), view_(o.view_) {
   o.exported_ = false;
 }

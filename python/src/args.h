@@ -5,6 +5,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include <cstddef>
+#include <span>
 #include <string_view>
 
 namespace kvrdma::python {
@@ -36,6 +38,22 @@ class ValueArg {
   Py_buffer buf_{};
   bool exported_ = false;
   std::string_view view_;
+};
+
+// Memory to write a value into: any writable, contiguous bytes-like object
+// (bytearray, a memoryview of one, mmap, a numpy array, ...), through the
+// buffer protocol. TypeError for read-only objects (bytes) and the rest.
+class BufferArg {
+ public:
+  explicit BufferArg(pybind11::handle h);
+  ~BufferArg();
+  BufferArg(const BufferArg&) = delete;
+  BufferArg& operator=(const BufferArg&) = delete;
+  std::span<std::byte> span() const { return span_; }
+
+ private:
+  Py_buffer buf_{};
+  std::span<std::byte> span_;
 };
 
 }  // namespace kvrdma::python

@@ -6,7 +6,8 @@
 // mutex around its client, taken with the GIL released (a second Python
 // thread calling the same object waits without blocking the interpreter).
 // Keys and values are viewed in place (KeyArg/ValueArg hold a reference);
-// results are copied into bytes after the GIL is taken back.
+// results are copied into bytes after the GIL is taken back (get_into: into
+// the caller's buffer, held exported while the GIL is released).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -109,6 +110,15 @@ class Binding {
     if (st.IsNotFound()) return py::none();
     if (!st.ok()) Raise(st);
     return py::bytes(v);
+  }
+  py::object GetInto(py::handle key, py::handle buffer) {
+    KeyArg k(key);
+    BufferArg b(buffer);
+    size_t n = 0;
+    Status st = Call([&](C& c) { return c.Get(k.view(), b.span(), &n); });
+    if (st.IsNotFound()) return py::none();
+    if (!st.ok()) Raise(st);
+    return py::int_(n);
   }
   uint64_t Put(py::handle key, py::handle value, py::handle if_version) {
     KeyArg k(key);
@@ -270,6 +280,11 @@ template <typename B, typename Cls>
 void DefineCommon(Cls& cls) {
   cls.def("get", &B::Get, py::arg("key"),
           "The value of key (bytes), or None if it is absent. One-sided RDMA READs; linearizable.")
+      .def("get_into", &B::GetInto, py::arg("key"), py::arg("buffer"),
+           "Reads key's value into buffer (a writable bytes-like object: bytearray, memoryview, mmap,\n"
+           "numpy array, ...) and returns its length, or None if the key is absent. No bytes object\n"
+           "is made: the value is copied once, from the READ's buffer into yours. TooLarge (naming\n"
+           "the value's length) if it does not fit; the buffer's contents are then unspecified.")
       .def("put", &B::Put, py::arg("key"), py::arg("value"), py::kw_only(), py::arg("if_version") = py::none(),
            "Stores value (bytes-like) under key; returns the write's version (it grows with each write of the key).\n"
            "if_version=V: only if the key's current version is V (0: only if it has no value), checked by the\n"

@@ -22,6 +22,25 @@ def test_round_trip_sizes(kv, size):
     assert kv.get(f"rt:{size}".encode()) == value  # a str key is its UTF-8 bytes
 
 
+@pytest.mark.parametrize("size", [0, 1, 100, 4097, 65536, 300_000, 1 << 20])
+def test_get_into_a_buffer(kv, size):
+    value = os.urandom(size)
+    kv.put(f"into:{size}", value)
+    buf = bytearray(size + 5)
+    assert kv.get_into(f"into:{size}", buf) == size
+    assert bytes(buf[:size]) == value
+    view = memoryview(buf)[3:]  # a slice: written in place, at its own start
+    assert kv.get_into(f"into:{size}", view) == size
+    assert bytes(buf[3:3 + size]) == value
+    assert kv.get_into(f"into-absent:{size}", buf) is None
+    if size > 0:
+        with pytest.raises(kvrdma.TooLarge) as e:
+            kv.get_into(f"into:{size}", bytearray(size - 1))
+        assert f"value of {size} bytes" in str(e.value)
+    with pytest.raises(TypeError):
+        kv.get_into(f"into:{size}", b"read-only bytes")
+
+
 def test_absent_delete_and_key_types(kv):
     assert kv.get("never-written") is None
     kv.put(b"\x00\xffbin", bytearray(b"ba"))

@@ -3,6 +3,7 @@
 #include <array>
 #include <cstring>
 
+#include "common/format/format_constants.h"
 #include "common/protocol/handshake.h"
 #include "common/protocol/locks.h"
 #include "common/protocol/messages.h"
@@ -22,7 +23,7 @@ ServerDescriptor SampleDescriptor() {
   d.ring = {0x7f0020000000, 8 * 4096, 0x4567};
   d.message_bytes = 4096;
   d.credits = 8;
-  d.max_key_bytes = 1024;
+  d.max_key_bytes = 1023;
   d.max_value_bytes = 1 << 20;
   d.round_limit_us = 100000;
   d.lock_words = 1000;
@@ -40,6 +41,20 @@ TEST(HandshakeTest, DescriptorRoundTripsAndToleratesPadding) {
   EXPECT_EQ(*back, d);
   // Little-endian, field by field: the magic's bytes spell KVRD.
   EXPECT_EQ(0, std::memcmp(buf.data(), "KVRD", 4));
+}
+
+// The client hashes keys of up to max_key_bytes without checking them against
+// the format's limit again: a descriptor beyond it is refused.
+TEST(HandshakeTest, DescriptorWithKeysLongerThanTheFormatAllowsIsRefused) {
+  for (uint32_t bad : {0u, static_cast<uint32_t>(kMaxKeyBytes) + 1}) {
+    std::array<uint8_t, kMaxAcceptData> buf{};
+    ServerDescriptor d = SampleDescriptor();
+    d.max_key_bytes = static_cast<uint16_t>(bad);
+    EncodeServerDescriptor(d, buf);
+    auto back = DecodeServerDescriptor(buf);
+    ASSERT_FALSE(back.ok()) << bad;
+    EXPECT_NE(back.status().message().find("max key bytes"), std::string::npos) << back.status().ToString();
+  }
 }
 
 TEST(HandshakeTest, DescriptorFromAnotherMajorVersionIsRefusedWithBothVersions) {

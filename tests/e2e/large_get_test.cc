@@ -14,6 +14,8 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -78,6 +80,79 @@ TEST_P(LargeGetTest, OneMiBGetBesideFourBusyReadersAndTwoWritersCompletes) {
               static_cast<unsigned long long>(background_errors.load()));
   EXPECT_GT(background_ops.load(), 0u);
   EXPECT_EQ(background_errors.load(), 0u);
+}
+
+// Client::Get into the caller's memory (and Op::buffer): the value lands at
+// the buffer's start and nothing past it is written; a buffer too small fails
+// with TooLarge and the value's length; every path a GET can take (the op
+// buffer, the large buffer, a cached location) delivers the same way.
+TEST_P(LargeGetTest, AGetIntoTheCallersBufferFillsItOrSaysHowLongTheValueIs) {
+  TransportEnv env = TransportEnv::Make(GetParam());
+  if (!env.skip_reason.empty()) GTEST_SKIP() << env.skip_reason;
+  TestServer server(env);
+  auto cl = server.Connect(PutMode::kSend);
+  ASSERT_TRUE(cl.ok()) << cl.status().ToString();
+  Client& c = **cl;
+  constexpr std::byte kGuard{0xA5};
+  for (size_t size : {size_t{0}, size_t{1}, size_t{4093}, size_t{(16 << 10) + 1}, size_t{777'777}, size_t{1} << 20}) {
+    SCOPED_TRACE("value of " + std::to_string(size) + " bytes");
+    std::string value(size, '\0');
+    for (size_t i = 0; i < size; ++i) value[i] = static_cast<char>(i * 131 + size);
+    const std::string key = "into-" + std::to_string(size);
+    ASSERT_TRUE(c.Put(key, value).ok());
+    for (int pass = 0; pass < 2; ++pass) {  // the second GET of a small value takes its cached location
+      std::vector<std::byte> buf(size + 64, kGuard);
+      size_t n = 12345;
+      Status st = c.Get(key, std::span(buf).first(size), &n);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      ASSERT_EQ(n, size);
+      EXPECT_EQ(0, std::memcmp(buf.data(), value.data(), size));
+      for (size_t i = size; i < buf.size(); ++i) ASSERT_EQ(buf[i], kGuard) << "byte " << i << " past the buffer";
+    }
+    if (size > 0) {
+      std::vector<std::byte> small(size - 1);
+      size_t n = 0;
+      Status st = c.Get(key, small, &n);
+      EXPECT_EQ(st.code(), Status::Code::kTooLarge) << st.ToString();
+      EXPECT_EQ(n, size);
+      EXPECT_NE(st.message().find("value of " + std::to_string(size) + " bytes"), std::string::npos) << st.message();
+    }
+    // The asynchronous form, beside a GET into a string.
+    std::vector<std::byte> buf(size);
+    std::string str;
+    Op a, b;
+    a.key = b.key = key;
+    a.buffer = buf;
+    b.result = &str;
+    Op* ops[2] = {&a, &b};
+    ASSERT_EQ(c.Submit(ops), 2u);
+    Op* done[2];
+    for (size_t got = 0; got < 2;) got += c.Wait(std::span(done).subspan(got), 5000);
+    ASSERT_TRUE(a.status.ok()) << a.status.ToString();
+    ASSERT_TRUE(b.status.ok()) << b.status.ToString();
+    EXPECT_EQ(a.value_bytes, size);
+    EXPECT_EQ(b.value_bytes, size);
+    EXPECT_EQ(0, std::memcmp(buf.data(), value.data(), size));
+    EXPECT_EQ(str, value);
+  }
+  // Absent: NotFound, 0 bytes. An Op with neither a string nor a buffer: a
+  // buffer of 0 bytes, so TooLarge that says what is missing.
+  std::vector<std::byte> buf(16);
+  size_t n = 99;
+  EXPECT_TRUE(c.Get("into-absent", buf, &n).IsNotFound());
+  EXPECT_EQ(n, 0u);
+  ASSERT_TRUE(c.Put("into-x", "x").ok());
+  Op bare;
+  bare.key = "into-x";
+  Op* ops[1] = {&bare};
+  ASSERT_EQ(c.Submit(ops), 1u);
+  Op* done[1];
+  while (c.Wait(done, 5000) == 0) {
+  }
+  EXPECT_EQ(bare.status.code(), Status::Code::kTooLarge);
+  EXPECT_EQ(bare.value_bytes, 1u);
+  EXPECT_NE(bare.status.message().find("needs a result string or a buffer"), std::string::npos)
+      << bare.status.message();
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, LargeGetTest, ::testing::Values(Kind::kLoopback), KindName);

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -95,12 +96,18 @@ struct Op {
   // by the server when it applies the write (kIfAbsent: only if the key has
   // no value; not for kDelete). kAnyVersion: unconditional.
   uint64_t if_version = kAnyVersion;
-  std::string* result = nullptr;  // kGet: receives the value (reuse it to avoid allocations)
+  // kGet: where the value goes. `result` if set (reuse the string to avoid
+  // allocations); otherwise the caller's `buffer`: the value is copied into
+  // its first value_bytes bytes, and a value longer than the buffer fails
+  // with TooLarge (value_bytes then says how long it is).
+  std::string* result = nullptr;
+  std::span<std::byte> buffer;
   void* user = nullptr;           // the caller's pointer, untouched
   // Set when the operation completes:
   Status status;                  // as the synchronous call of the same name would return
   uint64_t version = 0;           // kPut/kDelete: the write's version (see Client::last_version);
                                   // after VersionMismatch, the key's current one (0: no value)
+  size_t value_bytes = 0;         // kGet, OK or TooLarge: the value's length
 };
 
 // Counters of what this client did since Connect (for tests and
@@ -124,7 +131,7 @@ struct ClientStats {
 };
 
 // Errors common to the data calls below (Status codes, see status.h):
-//   InvalidArgument  empty key (or a GET Op without a result string)
+//   InvalidArgument  empty key
 //   TooLarge         key over max_key_bytes() or value over max_value_bytes()
 //   ConnectionLost   the connection broke (QP error, server gone or
 //                    restarted, reconnect failed or still backing off); the
@@ -186,6 +193,13 @@ class Client {
   // some instant during the call (linearizable); otherwise *value is
   // unspecified.
   Status Get(std::string_view key, std::string* value);
+  // The same into the caller's memory, without allocating: OK puts the
+  // value in the first *value_bytes bytes of `buffer` (one copy, from the
+  // READ's buffer). TooLarge when the value is longer than `buffer`:
+  // *value_bytes is then its length (call again with at least that much;
+  // nothing else in `buffer` is specified). NotFound and the other errors
+  // as Get above (*value_bytes is 0).
+  Status Get(std::string_view key, std::span<std::byte> buffer, size_t* value_bytes);
   // Stores value under key (any bytes, 0..max_value_bytes()). OK: the store
   // has it, and every Get that starts afterwards, from any client, sees it
   // or a later write. Errors: ServerFull (index or log full in store mode;

@@ -73,6 +73,7 @@ class ShardedClient {
   // results, same errors (conditional writes too: after VersionMismatch,
   // server(ServerFor(key)).last_version() is the key's current version).
   Status Get(std::string_view key, std::string* value);
+  Status Get(std::string_view key, std::span<std::byte> buffer, size_t* value_bytes);
   Status Put(std::string_view key, std::string_view value, uint64_t if_version = kAnyVersion);
   Status Delete(std::string_view key, uint64_t if_version = kAnyVersion);
   // The counters of server `server` (an index into the list). InvalidArgument

@@ -1,0 +1,40 @@
+// The format's vector kernels and how one is chosen: code built for AVX2
+// lives in files of its own (checksum_avx2.cc, window_avx2.cc), the only ones
+// compiled with -mavx2 (common/format/CMakeLists.txt defines
+// KVRDMA_HAVE_AVX2 where it builds them), and runs only where the CPU has
+// AVX2 (CpuHasAvx2). Everything else is built for the x86-64 baseline (SSE2).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvrdma::detail {
+
+// Whether this CPU executes AVX2 (asked once). False where the library was
+// built without its AVX2 files.
+bool CpuHasAvx2() noexcept;
+
+// What a window scan compares each word's high 32 bits with (window.h): the
+// key's fingerprint under its mask, and the two 5-bit tags that match the key
+// (its nibble with the set bit, and the any-key nibble), under the tag mask.
+struct WindowKeyBits {
+  uint32_t fp_mask;
+  uint32_t fp_want;
+  uint32_t tag_mask;
+  uint32_t tag_key;
+  uint32_t tag_any;
+};
+
+// Sets bit i of `flagged` (word i / 64, bit i % 64; the caller zeroes it)
+// for each word i of `words` (blocks * kWindowBlockAvx2 words, at most 128)
+// whose high half has the key's fingerprint or a tag that matches the key. A
+// filter: each flagged word is then probed alone, which decides.
+// window_avx2.cc; call only if CpuHasAvx2().
+inline constexpr int kWindowBlockAvx2 = 8;
+void FlagWindowWordsAvx2(const std::byte* words, int blocks, const WindowKeyBits& k, uint64_t flagged[2]) noexcept;
+
+// XXH3 64-bit with a seed, built for AVX2 (checksum_avx2.cc); call only if
+// CpuHasAvx2().
+uint64_t Xxh3Avx2(const void* p, size_t n, uint64_t seed) noexcept;
+
+}  // namespace kvrdma::detail
