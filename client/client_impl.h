@@ -148,6 +148,10 @@ class Client::Impl {
     Clock::time_point not_before;   // kWindow: not posted before (back-off after a matching move tag)
     uint32_t tag_rounds = 0;        // rounds that a matching move tag sent back (the back-off's exponent)
     int16_t cand = -1;              // kEntry: the window word of the candidate being read
+    // The key's entry needs the large buffer, which was another GET's: the
+    // next window READ waits for it and reserves it (StageGet), so that the
+    // entry READ follows the window READ at once.
+    bool wants_large = false;
     Candidate candidate;        // ... and its entry ref and entry READ
     uint64_t cached_ref = 0;       // kCachedEntry: the location cache's entry ref ...
     uint64_t cached_word = 0;      // ... and the word of the window that held it

@@ -1,5 +1,6 @@
 // The client engine: GET and message state machines (see client_impl.h).
 #include <cstring>
+#include <memory>
 
 #include "client/client_impl.h"
 
@@ -39,7 +40,8 @@ void Client::Impl::Start(Op* op, std::optional<Opcode> query) {
   free_.pop_back();
   ++in_flight_;
   OpState& s = op_states_[idx];
-  s = OpState{};
+  std::destroy_at(&s);  // a fresh state, built in place (no temporary moved in, field by field)
+  std::construct_at(&s);
   s.op = op;
   op->status = Status::OK();
   op->version = 0;
