@@ -82,6 +82,15 @@ bool Client::Impl::StageGet(OpState& s) {
   if ((s.phase == GetPhase::kEntry && UsesLargeBuffer(s)) || (s.phase == GetPhase::kWindow && s.wants_large)) {
     if (large_owner_ != -1 && large_owner_ != static_cast<int32_t>(idx)) return false;
     large_owner_ = static_cast<int32_t>(idx);  // released in OnEntry, NextCandidateOrMiss, NewRound or Finish
+    if (s.phase == GetPhase::kEntry && RoundIsLate(s)) {
+      // It waited for the buffer (other GETs' large READs) past the round
+      // limit: its READ now would need the recheck, which ages the same way
+      // (with 16 GETs of 1 MiB in flight on one connection none completed).
+      // Read the window again instead, the buffer reserved for this GET
+      // from that READ on, so that its entry READ follows at once.
+      NewRound(s, /*retry=*/false);
+      return true;
+    }
   }
   switch (s.phase) {
     case GetPhase::kCachedEntry:
@@ -154,7 +163,8 @@ void Client::Impl::NextPhase(OpState& s, GetPhase phase) {
 }
 
 void Client::Impl::NewRound(OpState& s, bool retry, const char* why) {
-  if (large_owner_ == static_cast<int32_t>(IndexOf(s))) large_owner_ = -1;  // StageGet reserves it again if it must
+  // The large buffer stays reserved only for a GET that waits to READ into it.
+  if (large_owner_ == static_cast<int32_t>(IndexOf(s)) && !s.wants_large) large_owner_ = -1;
   if (retry) {
     ++stats_.get_retries;
     ++s.restarts;
@@ -210,23 +220,19 @@ void Client::Impl::NextCandidateOrMiss(OpState& s, int from) {
     if (s.entry_len > kOpEntryBytes && s.entry_len > large_cap_) {
       return NewRound(s, /*retry=*/true, "a ref whose size class exceeds the server's largest entry");
     }
+    // The large buffer, if free, is this GET's from now (another GET whose
+    // window READ completed in the same poll waits); if another GET's, this
+    // one waits for it in StageGet, within the round limit.
     const int32_t idx = static_cast<int32_t>(IndexOf(s));
     s.wants_large = UsesLargeBuffer(s);
-    if (s.wants_large && large_owner_ != -1 && large_owner_ != idx) {
-      // The large buffer is another GET's. Waiting for it here would age this
-      // round while that GET's READ runs: a queue of large GETs on one
-      // connection let every round go stale, then its recheck, and none
-      // completed (1 x 16 GETs of 1 MiB on Soft-RoCE: 0 a second). Read the
-      // window again once the buffer is free and reserved for this GET.
-      return NewRound(s, /*retry=*/false);
-    }
-    if (s.wants_large) {
-      large_owner_ = idx;  // now, so that another GET's window READ completing in this poll waits instead
-    } else if (large_owner_ == idx) {
-      large_owner_ = -1;  // reserved, but the entry fits the op buffer
+    if (s.wants_large && large_owner_ == -1) {
+      large_owner_ = idx;
+    } else if (!s.wants_large && large_owner_ == idx) {
+      large_owner_ = -1;  // reserved at the window READ, but the entry fits the op buffer
     }
     return NextPhase(s, GetPhase::kEntry);
   }
+  s.wants_large = false;  // no candidate: nothing to READ into it (NewRound or Finish releases it)
   // No ref of the key in its window. Real only if no move of the key can
   // have passed the READ: no tag matches the key and the round took less
   // than the round limit (DESIGN.md, "Misses while entry refs move"); else read the

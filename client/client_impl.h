@@ -148,9 +148,9 @@ class Client::Impl {
     Clock::time_point not_before;   // kWindow: not posted before (back-off after a matching move tag)
     uint32_t tag_rounds = 0;        // rounds that a matching move tag sent back (the back-off's exponent)
     int16_t cand = -1;              // kEntry: the window word of the candidate being read
-    // The key's entry needs the large buffer, which was another GET's: the
-    // next window READ waits for it and reserves it (StageGet), so that the
-    // entry READ follows the window READ at once.
+    // The candidate's entry needs the large buffer. A round that waited for
+    // it past the round limit starts over, and its window READ waits for the
+    // buffer and reserves it (StageGet), so that the entry READ follows at once.
     bool wants_large = false;
     Candidate candidate;        // ... and its entry ref and entry READ
     uint64_t cached_ref = 0;       // kCachedEntry: the location cache's entry ref ...

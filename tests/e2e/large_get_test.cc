@@ -160,8 +160,9 @@ TEST_P(LargeGetTest, AGetIntoTheCallersBufferFillsItOrSaysHowLongTheValueIs) {
 // buffer waited for it after its window READ, so its round aged while the
 // others' READs ran; past the round limit it needed the recheck, which aged
 // too, and it started over, queued behind the same GETs again: at 1 x 16 on
-// Soft-RoCE none completed (0 GETs a second, bench/bandwidth). Now such a GET
-// reads its window again once the buffer is free and reserved for it. On
+// Soft-RoCE none completed (0 GETs a second, bench/bandwidth). Now a GET that
+// waited past the round limit reads its window again with the buffer
+// reserved for it. On
 // loopback each large READ takes 12 ms (the fault hook) against the default
 // round limit of 50 ms (the recheck's limit 150 ms): a queue of 16 is 192 ms.
 // Every GET must return its value, each in a round or two, none restarted.
@@ -218,8 +219,8 @@ TEST_P(LargeGetTest, SixteenLargeGetsInFlightOnOneConnectionAllComplete) {
               KindName({GetParam(), 0}).c_str(), kGets,
               static_cast<unsigned long long>(after.get_rounds - before.get_rounds),
               static_cast<unsigned long long>(after.get_retries - before.get_retries));
-  // One round each, plus one more for each GET that found the buffer taken
-  // after its window READ: at most two (none restarts: nothing went stale).
+  // One round each, plus one more for each GET that waited for the buffer
+  // past the round limit: at most two (none restarts: nothing went stale).
   EXPECT_LE(after.get_rounds - before.get_rounds, uint64_t{2 * kGets});
   EXPECT_EQ(after.get_retries - before.get_retries, 0u);
 }
