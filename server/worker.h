@@ -7,9 +7,12 @@
 //                       serve the connections round robin, one message
 //                       each per round, copying the request out of
 //                       client-reachable memory ONCE (CopyRequest)
-//   worker_requests.cc  parse the copy and apply it, by concern: STATS,
-//                       whole PUT/DELETE (lock check at the store's commit
-//                       point), fragments (Assembly)
+//   worker_requests.cc  parse the copy (every request of the message
+//                       before any is applied) and apply it, by concern:
+//                       STATS, whole PUT/DELETE (lock check at the store's
+//                       commit point), several whole writes in one message
+//                       (HandleWrites: in order, one reply record each),
+//                       fragments (Assembly)
 //   worker_replies.cc   answer in request order from the connection's own
 //                       reply buffers; never wait, never poll re-entrantly
 //
