@@ -4,7 +4,10 @@
 //         draws it): cached entry | window -> entry (one READ, any size).
 // PUT/DELETE/STATS: request messages (fragments for big values) within the
 //         server's credits; replies arrive in order (one worker per
-//         connection) and are matched FIFO, checked by request id.
+//         connection) and are matched FIFO, checked by request id. Whole
+//         PUT/DELETEs waiting together share a message (up to
+//         kMaxRequestsPerMessage, as many as fit message_bytes), answered by
+//         one reply of one record each (protocol 10, messages.h).
 //
 // Limits: at most max_in_flight (<= kMaxInFlight) operations; READs in flight <= the QP's
 // max_rd_atomic; messages in flight <= credits; one fragmented PUT at a time
@@ -170,9 +173,12 @@ class Client::Impl {
     Status result;             // first error seen
   };
   struct PendingReply {
-    uint32_t op;  // index into op_states_
-    uint64_t request_id;
+    uint32_t op;  // index into op_states_ (of the message's first request)
+    uint64_t request_id;  // of the message's first request
+    uint8_t count = 1;    // requests in the message (> 1: several writes, ops below)
+    std::array<uint8_t, kMaxRequestsPerMessage> ops;  // their op states, in message order
   };
+  static_assert(kMaxInFlight <= 256, "an op state index fits PendingReply::ops");
 
   uint32_t IndexOf(const OpState& s) const { return static_cast<uint32_t>(&s - op_states_.data()); }
   uint8_t* Mem(size_t off) { return mem_.get() + off; }
@@ -203,6 +209,18 @@ class Client::Impl {
   void NextPhase(OpState& s, GetPhase phase);
   void PumpMessages();
   bool SendNextMessage(OpState& s);
+  // A whole PUT/DELETE not yet sent that fits one message alone: it may
+  // share a message with the ones queued after it.
+  bool Packable(const OpState& s) const;
+  // Sends the packable operations at the front of senders_ (as many as fit
+  // one message, at most kMaxRequestsPerMessage) in one message. False
+  // without a credit.
+  bool SendWrites();
+  // Posts (with PumpMessages' batch) the message of `len` bytes in staging
+  // buffer `stage` at `off`.
+  void QueueMessage(uint32_t stage, size_t off, size_t len);
+  // The reply to a message of several writes: one record per request.
+  void OnRecords(std::span<const uint8_t> reply, const PendingReply& pr);
   // Completions.
   void OnWindow(OpState& s);
   // The next candidate of the window at or after word `from` (kEntry), or

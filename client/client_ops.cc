@@ -342,6 +342,12 @@ void Client::Impl::PumpMessages() {
   msg_batch_.clear();
   while (!senders_.empty() && broken_.ok()) {
     OpState& s = op_states_[senders_.front()];
+    // Several writes waiting: one message for as many as fit (no waiting for
+    // more: only what is already queued when a credit is free).
+    if (senders_.size() > 1 && Packable(s) && Packable(op_states_[senders_.at(1)])) {
+      if (!SendWrites()) break;
+      continue;
+    }
     if (!SendNextMessage(s)) break;
     if (s.step == Step::kReplies) senders_.pop_front();
   }
@@ -350,6 +356,75 @@ void Client::Impl::PumpMessages() {
     FailAll(st.IsConnectionLost() ? st : Status::ConnectionLost(st.ToString()));
   }
   msg_batch_.clear();
+}
+
+bool Client::Impl::Packable(const OpState& s) const {
+  if (!s.first || IsQuery(s.opcode)) return false;
+  const size_t value = s.opcode == Opcode::kPut ? s.op->value.size() : 0;
+  return kRequestHeaderSize + s.op->key.size() + value <= desc_.message_bytes;
+}
+
+bool Client::Impl::SendWrites() {
+  if (msgs_in_flight_ >= desc_.credits) return false;
+  const uint32_t stage = static_cast<uint32_t>(seq_ % desc_.credits);
+  const size_t off = stage_off_ + size_t{stage} * desc_.message_bytes;
+  uint8_t* m = Mem(off);
+  PendingReply pr;
+  pr.count = 0;
+  size_t len = 0, prev = 0;
+  while (!senders_.empty() && pr.count < kMaxRequestsPerMessage) {
+    const uint32_t idx = senders_.front();
+    OpState& s = op_states_[idx];
+    if (!Packable(s)) break;
+    const std::string_view key = s.op->key;
+    const std::string_view value = s.opcode == Opcode::kPut ? s.op->value : std::string_view{};
+    const size_t need = kRequestHeaderSize + key.size() + value.size();
+    if (len + need > desc_.message_bytes) break;
+    if (pr.count > 0) m[prev + 1] |= kFlagMore;  // the previous request's flags (header byte 1): one follows
+    RequestHeader h = s.hdr;
+    h.flags = static_cast<uint8_t>((s.hdr.flags & kFlagIfVersion) | kFlagFirst | kFlagLast);
+    h.frag_offset = 0;
+    h.frag_len = static_cast<uint32_t>(value.size());
+    EncodeRequestHeader(h, m + len);
+    std::memcpy(m + len + kRequestHeaderSize, key.data(), key.size());
+    if (!value.empty()) std::memcpy(m + len + kRequestHeaderSize + key.size(), value.data(), value.size());
+    prev = len;
+    len += need;
+    if (pr.count == 0) {
+      pr.op = idx;
+      pr.request_id = h.request_id;
+    }
+    pr.ops[pr.count++] = static_cast<uint8_t>(idx);
+    s.outstanding = 1;
+    s.sent = value.size();
+    s.first = false;
+    s.step = Step::kReplies;
+    senders_.pop_front();
+  }
+  QueueMessage(stage, off, len);
+  replies_.push_back(pr);
+  return true;
+}
+
+void Client::Impl::QueueMessage(uint32_t stage, size_t off, size_t len) {
+  SendWr& w = msg_batch_.emplace_back();  // within the capacity reserved at connect: credits
+  w.wr_id = MakeWrId(WrKind::kMessage, seq_);
+  w.local = mr_->Slice(off, static_cast<uint32_t>(len));
+  // A staging buffer is reused only after the reply to its message, which
+  // implies the server read it: completions only free send-queue room.
+  w.signaled = seq_ % desc_.credits == desc_.credits - 1u;
+  if (opts_.put_mode == PutMode::kWriteImm) {
+    w.opcode = WrOpcode::kWriteImm;
+    w.remote_addr = desc_.ring.addr + size_t{stage} * desc_.message_bytes;
+    w.rkey = desc_.ring.rkey;
+    w.imm = (stage << 24) | static_cast<uint32_t>(len);
+  } else {
+    w.opcode = WrOpcode::kSend;
+  }
+  w.inline_data = len <= conn_->max_inline();
+  ++seq_;
+  ++msgs_in_flight_;
+  ++stats_.messages;
 }
 
 bool Client::Impl::SendNextMessage(OpState& s) {
@@ -379,27 +454,12 @@ bool Client::Impl::SendNextMessage(OpState& s) {
   }
   if (chunk != 0) std::memcpy(m + len, value.data() + s.sent, chunk);
   len += chunk;
-
-  SendWr& w = msg_batch_.emplace_back();  // within the capacity reserved at connect: credits
-  w.wr_id = MakeWrId(WrKind::kMessage, seq_);
-  w.local = mr_->Slice(off, static_cast<uint32_t>(len));
-  // A staging buffer is reused only after the reply to its message, which
-  // implies the server read it: completions only free send-queue room.
-  w.signaled = seq_ % desc_.credits == desc_.credits - 1u;
-  if (opts_.put_mode == PutMode::kWriteImm) {
-    w.opcode = WrOpcode::kWriteImm;
-    w.remote_addr = desc_.ring.addr + size_t{stage} * desc_.message_bytes;
-    w.rkey = desc_.ring.rkey;
-    w.imm = (stage << 24) | static_cast<uint32_t>(len);
-  } else {
-    w.opcode = WrOpcode::kSend;
-  }
-  w.inline_data = len <= conn_->max_inline();
-  ++seq_;
-  ++msgs_in_flight_;
-  ++stats_.messages;
+  QueueMessage(stage, off, len);
   ++s.outstanding;
-  replies_.push_back({idx, h.request_id});
+  PendingReply pr;
+  pr.op = idx;
+  pr.request_id = h.request_id;
+  replies_.push_back(pr);
   s.sent += chunk;
   s.first = false;
   if (last) {
@@ -417,6 +477,13 @@ void Client::Impl::OnReply(const Completion& c) {
   PendingReply pr = replies_.front();
   replies_.pop_front();
   --msgs_in_flight_;
+  if (pr.count > 1) {
+    OnRecords({buf, c.byte_len}, pr);
+    if (!broken_.ok()) return;
+    RecvWr r{c.wr_id, mr_->Slice(reply_off_ + i * kMaxReplySize, kMaxReplySize)};
+    if (Status st = conn_->PostRecv({&r, 1}); !st.ok()) FailAll(Status::ConnectionLost(st.ToString()));
+    return;
+  }
   if (!p.ok()) return FailAll(p.status());
   if (p->header.request_id != pr.request_id) {
     return FailAll(Status::Protocol("reply to request " + std::to_string(p->header.request_id) + ", expected " +
@@ -436,6 +503,38 @@ void Client::Impl::OnReply(const Completion& c) {
   RecvWr r{c.wr_id, mr_->Slice(reply_off_ + i * kMaxReplySize, kMaxReplySize)};
   if (Status st = conn_->PostRecv({&r, 1}); !st.ok()) return FailAll(Status::ConnectionLost(st.ToString()));
   if (s.step == Step::kReplies && s.outstanding == 0) Finish(s, s.result);
+}
+
+void Client::Impl::OnRecords(std::span<const uint8_t> reply, const PendingReply& pr) {
+  std::array<ParsedReply, kMaxRequestsPerMessage> rec;
+  auto n = ParseReplies(reply, rec);
+  if (!n.ok()) return FailAll(n.status());
+  auto text = [](const ParsedReply& r) {
+    return std::string_view(reinterpret_cast<const char*>(r.body.data()), r.body.size());
+  };
+  if (*n == 1 && rec[0].header.status != Status::Code::kOk && rec[0].header.request_id == pr.request_id) {
+    // The whole message refused (a malformed request: nothing applied).
+    const Status st(rec[0].header.status, text(rec[0]));
+    for (uint8_t i = 0; i < pr.count; ++i) Finish(op_states_[pr.ops[i]], st);
+    return;
+  }
+  if (*n != pr.count) {
+    return FailAll(Status::Protocol("a reply of " + std::to_string(*n) + " records to a message of " +
+                                    std::to_string(pr.count) + " requests"));
+  }
+  for (uint8_t i = 0; i < pr.count; ++i) {
+    const uint64_t want = op_states_[pr.ops[i]].hdr.request_id;
+    if (rec[i].header.request_id != want) {
+      return FailAll(Status::Protocol("reply record for request " + std::to_string(rec[i].header.request_id) +
+                                      ", expected " + std::to_string(want)));
+    }
+  }
+  for (uint8_t i = 0; i < pr.count; ++i) {
+    OpState& s = op_states_[pr.ops[i]];
+    s.outstanding = 0;
+    s.op->version = rec[i].header.version;
+    Finish(s, rec[i].header.status == Status::Code::kOk ? Status::OK() : Status(rec[i].header.status, text(rec[i])));
+  }
 }
 
 }  // namespace kvrdma

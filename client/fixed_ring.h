@@ -34,6 +34,8 @@ class FixedRing {
     buf_[tail_++ & mask_] = v;
   }
   const T& front() const { return buf_[head_ & mask_]; }
+  // REQUIRES i < size(): the i-th value from the front.
+  const T& at(size_t i) const { return buf_[(head_ + i) & mask_]; }
   void pop_front() { ++head_; }
   // Removes every value equal to v, keeping the order of the rest. O(size):
   // for rare paths (an operation that timed out before it was posted).

@@ -7,9 +7,12 @@
 //                       serve the connections round robin, one message
 //                       each per round, copying the request out of
 //                       client-reachable memory ONCE (CopyRequest)
-//   worker_requests.cc  parse the copy and apply it, by concern: STATS,
-//                       whole PUT/DELETE (lock check at the store's commit
-//                       point), fragments (Assembly)
+//   worker_requests.cc  parse the copy (every request of the message
+//                       before any is applied) and apply it, by concern:
+//                       STATS, whole PUT/DELETE (lock check at the store's
+//                       commit point), several whole writes in one message
+//                       (HandleWrites: in order, one reply record each),
+//                       fragments (Assembly)
 //   worker_replies.cc   answer in request order from the connection's own
 //                       reply buffers; never wait, never poll re-entrantly
 //
@@ -50,6 +53,11 @@ struct ServerCounters {
   // control (more requests than credits, replies not taken).
   std::atomic<uint64_t> closed_failed{0};
   std::atomic<uint64_t> closed_flow_control{0};
+  // Several writes per message (protocol 10): messages that carried more
+  // than one request, and the requests they carried (a message of one
+  // request counts in neither).
+  std::atomic<uint64_t> batched_messages{0};
+  std::atomic<uint64_t> batched_requests{0};
   // Service time per worker, failures by status, closes by client, refusals
   // (kvserver --metrics-listen; server/metrics/).
   metrics::RequestMetrics request_metrics;
@@ -151,15 +159,24 @@ class Worker {
   void HandleStats(ConnState& cs, const RequestHeader& h);
   void HandleClock(ConnState& cs, const RequestHeader& h);
   void HandleWrite(ConnState& cs, const ParsedRequest& r);     // whole PUT or DELETE
+  // A message of several whole PUT/DELETEs: applied in order, answered by
+  // one reply of one record each.
+  void HandleWrites(ConnState& cs, std::span<const ParsedRequest> reqs);
   void HandleFragment(ConnState& cs, const ParsedRequest& r);  // part of a PUT
   // Applies a PUT (value) or DELETE (no value) with the lock check at the
   // store's commit point, and answers it.
   void Apply(ConnState& cs, const RequestHeader& h, std::span<const uint8_t> key,
              std::span<const uint8_t> value, bool is_delete);
+  // Apply's store call and counters, without the reply; *version: the
+  // write's version, or a VersionMismatch's current one (else 0).
+  Status ApplyWrite(ConnState& cs, const RequestHeader& h, std::span<const uint8_t> key,
+                    std::span<const uint8_t> value, bool is_delete, uint64_t* version);
 
   // --- worker_replies.cc: replies ---
   // Queue the reply on cs; FlushReplies posts what the batch queued.
   void Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t> body);
+  // Queue an encoded reply (records, <= kMaxReplySize bytes) on cs.
+  void ReplyEncoded(ConnState& cs, std::span<const uint8_t> reply);
   // `version`: the reply's version field (a VersionMismatch's current version).
   void ReplyError(ConnState& cs, uint64_t request_id, const Status& st, uint64_t version = 0);
   void FlushReplies();
@@ -183,6 +200,10 @@ class Worker {
   // The one copy of the request being handled (message_bytes): worker-owned,
   // out of every client's reach.
   std::unique_ptr<uint8_t[]> request_;
+  // The requests of the message being handled (views of request_), and the
+  // reply of a message of several, built here before it is queued.
+  std::array<ParsedRequest, kMaxRequestsPerMessage> parsed_;
+  std::array<uint8_t, kMaxReplySize> records_;
   ConnTable conns_;  // the worker thread's only
   // Connections with replies queued in this round (a round handles one
   // message per connection: each appears once; capacity reserved at Add).
@@ -194,6 +215,7 @@ class Worker {
     ConnState* cs;
     uint32_t queued;
     uint64_t request_id;
+    bool records;  // a reply of several records (HandleWrites): the OK ones become IOError
   };
   std::vector<Awaiting> awaiting_;
   // Connections with messages queued, in the order they are served:

@@ -10,6 +10,7 @@
 // the client does not take its replies (DESIGN.md, "Replies"), and that
 // connection alone is closed. Nothing here polls the completion queue.
 #include <algorithm>
+#include <cstring>
 
 #include "common/log.h"
 #include "server/worker.h"
@@ -42,9 +43,14 @@ void Worker::ReplyError(ConnState& cs, uint64_t request_id, const Status& st, ui
 }
 
 void Worker::Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t> body) {
+  uint8_t encoded[kMaxReplySize];
+  ReplyEncoded(cs, {encoded, EncodeReply(h, body, encoded)});
+}
+
+void Worker::ReplyEncoded(ConnState& cs, std::span<const uint8_t> reply) {
   ConnState::Replies& r = cs.replies;
   const uint32_t buffers = static_cast<uint32_t>(r.busy.size());
-  const bool inline_data = kReplyHeaderSize + body.size() <= cs.qp->max_inline();
+  const bool inline_data = reply.size() <= cs.qp->max_inline();
   // An inline reply is encoded in the scratch buffer of its place in the
   // queue, after the large-reply buffers (copied into the work request when
   // posted).
@@ -59,7 +65,8 @@ void Worker::Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t>
     }
   }
   auto* buf = static_cast<uint8_t*>(cs.reply_mr->addr()) + size_t{buffer} * kMaxReplySize;
-  const size_t len = EncodeReply(h, body, {buf, kMaxReplySize});
+  const size_t len = std::min(reply.size(), kMaxReplySize);
+  std::memcpy(buf, reply.data(), len);
   SendWr& w = r.queued.emplace_back();  // within the kReplyBatch reserved at accept
   w.wr_id = kReplyTag | (inline_data ? kInlineReply : buffer);
   w.opcode = WrOpcode::kSend;
@@ -95,6 +102,24 @@ void Worker::CommitWrites() {
     for (const Awaiting& a : awaiting_) {
       ConnState::Replies& r = a.cs->replies;
       if (a.queued >= r.queued.size()) continue;
+      if (a.records) {
+        // A reply of several records, still unposted where w.local says: each
+        // OK record becomes IOError in place (no text: the records' lengths
+        // stay), the refused ones keep their own status.
+        const SendWr& w = r.queued[a.queued];
+        auto* rec = reinterpret_cast<uint8_t*>(w.local.addr);
+        for (size_t off = 0; off + kReplyHeaderSize <= w.local.length;) {
+          if (rec[off] == static_cast<uint8_t>(Status::Code::kOk)) {
+            rec[off] = static_cast<uint8_t>(st.code());
+            counters_.request_metrics.CountFailure(st.code());
+            counters_.errors.fetch_add(1, std::memory_order_relaxed);
+          }
+          const uint32_t body = uint32_t{rec[off + 4]} | uint32_t{rec[off + 5]} << 8 | uint32_t{rec[off + 6]} << 16 |
+                                uint32_t{rec[off + 7]} << 24;
+          off += kReplyHeaderSize + body;
+        }
+        continue;
+      }
       counters_.request_metrics.CountFailure(st.code());
       counters_.errors.fetch_add(1, std::memory_order_relaxed);
       ReplyHeader h;

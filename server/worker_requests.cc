@@ -42,13 +42,18 @@ struct CommitFence {
 
 void Worker::HandleRequest(ConnState& cs, std::span<const uint8_t> msg) {
   metrics::ServiceTimer service_timer(counters_.request_metrics.service_time(index_));
-  auto parsed = ParseRequest(msg, cfg_.max_key_bytes, cfg_.max_value_bytes);
-  if (!parsed.ok()) {
+  // Every request of the message is validated before any is applied: a
+  // malformed one anywhere refuses the whole message with one error record
+  // (to its first request's id), as a malformed lone request always was.
+  auto count = ParseMessage(msg, cfg_.max_key_bytes, cfg_.max_value_bytes, parsed_);
+  if (!count.ok()) {
     counters_.errors.fetch_add(1, std::memory_order_relaxed);
     cs.assembly.Release(assembly_budget_);
-    ReplyError(cs, PeekRequestId(msg), parsed.status());
+    ReplyError(cs, PeekRequestId(msg), count.status());
     return;
   }
+  if (*count > 1) return HandleWrites(cs, {parsed_.data(), *count});
+  const ParsedRequest* parsed = &parsed_[0];
   const RequestHeader& h = parsed->header;
   const bool whole = (h.flags & kFlagFirst) && (h.flags & kFlagLast);
   if (!whole) return HandleFragment(cs, *parsed);
@@ -65,6 +70,8 @@ void Worker::HandleStats(ConnState& cs, const RequestHeader& h) {
       {"connections_total", counters_.connections_total.load()},
       {"closed_failed", counters_.closed_failed.load()},
       {"closed_flow_control", counters_.closed_flow_control.load()},
+      {"batched_messages", counters_.batched_messages.load()},
+      {"batched_requests", counters_.batched_requests.load()},
       {"puts", counters_.puts.load()},
       {"deletes", counters_.deletes.load()},
       {"errors", counters_.errors.load()},
@@ -126,30 +133,69 @@ void Worker::HandleFragment(ConnState& cs, const ParsedRequest& r) {
   cs.assembly.Release(assembly_budget_);
 }
 
-void Worker::Apply(ConnState& cs, const RequestHeader& h, std::span<const uint8_t> key,
-                   std::span<const uint8_t> value, bool is_delete) {
+Status Worker::ApplyWrite(ConnState& cs, const RequestHeader& h, std::span<const uint8_t> key,
+                          std::span<const uint8_t> value, bool is_delete, uint64_t* version) {
   uint64_t current = 0;
   const CommitFence fence{&locks_, h.lock_token, cs.id, (h.flags & kFlagIfVersion) != 0, h.if_version, &current};
   const CommitCheck check{&CommitFence::Check, &fence};
-  ReplyHeader rh;
-  rh.request_id = h.request_id;
+  *version = 0;
   // A full log: wait for room only if no other connection has a message
   // waiting for this worker; else answer ServerFull now and keep serving
   // (DESIGN.md, "Fair service").
   const bool wait_for_space = !HasReady();
-  Status st = is_delete ? backend_.Delete(index_, key, check, wait_for_space, &rh.version)
-                        : backend_.Put(index_, key, value, check, wait_for_space, &rh.version);
+  Status st = is_delete ? backend_.Delete(index_, key, check, wait_for_space, version)
+                        : backend_.Put(index_, key, value, check, wait_for_space, version);
   if (st.ok()) {
     (is_delete ? counters_.deletes : counters_.puts).fetch_add(1, std::memory_order_relaxed);
-    // A durable store answers only once the write is durable: the reply
-    // waits in the queue for the worker's next Commit (CommitWrites).
-    if (durable_) awaiting_.push_back(Awaiting{&cs, static_cast<uint32_t>(cs.replies.queued.size()), h.request_id});
-    return Reply(cs, rh, {});
+    return st;
   }
   if (!st.IsNotFound() && st.code() != Status::Code::kLocked && !st.IsVersionMismatch()) {
     counters_.errors.fetch_add(1, std::memory_order_relaxed);
   }
-  ReplyError(cs, h.request_id, st, st.IsVersionMismatch() ? current : 0);
+  *version = st.IsVersionMismatch() ? current : 0;
+  return st;
+}
+
+void Worker::Apply(ConnState& cs, const RequestHeader& h, std::span<const uint8_t> key,
+                   std::span<const uint8_t> value, bool is_delete) {
+  ReplyHeader rh;
+  rh.request_id = h.request_id;
+  Status st = ApplyWrite(cs, h, key, value, is_delete, &rh.version);
+  if (!st.ok()) return ReplyError(cs, h.request_id, st, rh.version);
+  // A durable store answers only once the write is durable: the reply
+  // waits in the queue for the worker's next Commit (CommitWrites).
+  if (durable_) {
+    awaiting_.push_back(Awaiting{&cs, static_cast<uint32_t>(cs.replies.queued.size()), h.request_id, false});
+  }
+  Reply(cs, rh, {});
+}
+
+// The requests apply in order, each with its own checks (lock, condition,
+// room) and its own record; under a durable store they share the worker's
+// next Commit with everything else of the round, and the reply waits for it.
+void Worker::HandleWrites(ConnState& cs, std::span<const ParsedRequest> reqs) {
+  counters_.batched_messages.fetch_add(1, std::memory_order_relaxed);
+  counters_.batched_requests.fetch_add(reqs.size(), std::memory_order_relaxed);
+  size_t len = 0;
+  bool applied = false;
+  for (const ParsedRequest& r : reqs) {
+    ReplyHeader rh;
+    rh.request_id = r.header.request_id;
+    Status st = ApplyWrite(cs, r.header, r.key, r.value, r.header.opcode == Opcode::kDelete, &rh.version);
+    rh.status = st.code();
+    applied |= st.ok();
+    if (!st.ok()) counters_.request_metrics.CountFailure(st.code());
+    const std::string& m = st.message();
+    const size_t text = std::min(m.size(), kMaxBatchErrorText);
+    // kMaxRequestsPerMessage records of at most kMaxBatchErrorText bytes
+    // fit records_ (messages.h static_assert): never cut here.
+    len += EncodeReply(rh, {reinterpret_cast<const uint8_t*>(m.data()), text}, std::span(records_).subspan(len));
+  }
+  if (durable_ && applied) {
+    awaiting_.push_back(
+        Awaiting{&cs, static_cast<uint32_t>(cs.replies.queued.size()), reqs[0].header.request_id, true});
+  }
+  ReplyEncoded(cs, {records_.data(), len});
 }
 
 }  // namespace kvrdma::server

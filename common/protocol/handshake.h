@@ -40,7 +40,11 @@ inline constexpr uint32_t kWireMagic = 0x4452564b;  // bytes "KVRD"
 // 9: conditional writes: the request header is 40 bytes (u64 if_version at
 //    32, flag IF_VERSION), and a reply may carry status VersionMismatch (16)
 //    with the key's current version (common/protocol/messages.h).
-inline constexpr uint16_t kProtocolMajor = 9;
+// 10: several writes per message: whole PUT/DELETEs back to back with flag
+//    MORE, answered by one reply of one record per request
+//    (common/protocol/messages.h). A protocol 9 server would refuse MORE
+//    request by request; the handshake refuses the pair at connect instead.
+inline constexpr uint16_t kProtocolMajor = 10;
 inline constexpr uint16_t kProtocolMinor = 0;
 
 inline constexpr size_t kMaxRequestData = 56;

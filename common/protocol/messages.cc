@@ -19,7 +19,13 @@ void EncodeRequestHeader(const RequestHeader& h, uint8_t* out) noexcept {
   w.U64(h.if_version);
 }
 
-Result<ParsedRequest> ParseRequest(std::span<const uint8_t> msg, uint32_t max_key, uint32_t max_value) noexcept {
+namespace {
+
+// One request at the start of msg; *used: its length. Without MORE it must
+// end msg; with MORE (allowed only in ParseMessage) it must be a whole
+// PUT/DELETE with more bytes after it.
+Result<ParsedRequest> ParseOne(std::span<const uint8_t> msg, uint32_t max_key, uint32_t max_value, bool allow_more,
+                               size_t* used) noexcept {
   if (msg.size() < kRequestHeaderSize) {
     return Status::InvalidArgument("request shorter than its header (" + std::to_string(msg.size()) + " bytes)");
   }
@@ -37,8 +43,16 @@ Result<ParsedRequest> ParseRequest(std::span<const uint8_t> msg, uint32_t max_ke
   h.if_version = r.U64();
   if (op < 1 || op > 4) return Status::InvalidArgument("unknown opcode " + std::to_string(op));
   h.opcode = static_cast<Opcode>(op);
-  if ((h.flags & ~(kFlagFirst | kFlagLast | kFlagIfVersion)) != 0) {
+  if ((h.flags & ~(kFlagFirst | kFlagLast | kFlagIfVersion | kFlagMore)) != 0) {
     return Status::InvalidArgument("unknown request flags");
+  }
+  const bool more = (h.flags & kFlagMore) != 0;
+  if (more) {
+    if (!allow_more) return Status::InvalidArgument("MORE on a lone request");
+    if (IsQuery(h.opcode)) return Status::InvalidArgument("a query with MORE (only PUT/DELETE share a message)");
+    if ((h.flags & (kFlagFirst | kFlagLast)) != (kFlagFirst | kFlagLast)) {
+      return Status::InvalidArgument("a fragment with MORE (only whole requests share a message)");
+    }
   }
   if (h.flags & kFlagIfVersion) {
     if (IsQuery(h.opcode)) return Status::InvalidArgument("a condition on a query");
@@ -73,14 +87,48 @@ Result<ParsedRequest> ParseRequest(std::span<const uint8_t> msg, uint32_t max_ke
   if (first && h.frag_offset != 0) return Status::InvalidArgument("first fragment not at offset 0");
   if (last && frag_end != h.value_len) return Status::InvalidArgument("last fragment does not end the value");
   size_t key_bytes = first ? h.key_len : 0;
-  if (uint64_t{kRequestHeaderSize} + key_bytes + h.frag_len != msg.size()) {
-    return Status::InvalidArgument("request lengths do not add up: header " + std::to_string(kRequestHeaderSize) +
-                                   " + key " + std::to_string(key_bytes) + " + value " + std::to_string(h.frag_len) + " != " +
+  const uint64_t len = uint64_t{kRequestHeaderSize} + key_bytes + h.frag_len;
+  if (more ? len >= msg.size() : len != msg.size()) {
+    return Status::InvalidArgument(std::string("request lengths do not add up: header ") +
+                                   std::to_string(kRequestHeaderSize) + " + key " + std::to_string(key_bytes) +
+                                   " + value " + std::to_string(h.frag_len) + (more ? " leave no room for the next of " : " != ") +
                                    std::to_string(msg.size()) + " bytes received");
   }
   p.key = r.Bytes(key_bytes);
   p.value = r.Bytes(h.frag_len);
+  *used = static_cast<size_t>(len);
   return p;
+}
+
+}  // namespace
+
+Result<ParsedRequest> ParseRequest(std::span<const uint8_t> msg, uint32_t max_key, uint32_t max_value) noexcept {
+  size_t used = 0;
+  return ParseOne(msg, max_key, max_value, /*allow_more=*/false, &used);
+}
+
+Result<size_t> ParseMessage(std::span<const uint8_t> msg, uint32_t max_key, uint32_t max_value,
+                            std::span<ParsedRequest> out) noexcept {
+  size_t n = 0, off = 0;
+  for (;;) {
+    size_t used = 0;
+    auto p = ParseOne(msg.subspan(off), max_key, max_value, /*allow_more=*/true, &used);
+    if (!p.ok()) {
+      if (n == 0) return p.status();  // a lone request's error, as protocol 9 words it
+      return Status(p.status().code(), "request " + std::to_string(n) + " of the message: " + p.status().message());
+    }
+    if (n > 0 && (IsQuery(p->header.opcode) ||
+                  (p->header.flags & (kFlagFirst | kFlagLast)) != (kFlagFirst | kFlagLast))) {
+      return Status::InvalidArgument("request " + std::to_string(n) +
+                                     " of the message: only whole PUT/DELETEs share a message");
+    }
+    if (n == out.size()) {
+      return Status::InvalidArgument("more than " + std::to_string(out.size()) + " requests in one message");
+    }
+    out[n++] = *p;
+    off += used;
+    if (!(p->header.flags & kFlagMore)) return n;  // the last one ended the message (ParseOne checked)
+  }
 }
 
 size_t EncodeReply(const ReplyHeader& h, std::span<const uint8_t> body, std::span<uint8_t> out) noexcept {
@@ -112,6 +160,19 @@ Result<ParsedReply> ParseReply(std::span<const uint8_t> msg) noexcept {
   if (code > static_cast<uint8_t>(Status::kLastCode)) return Status::Protocol("reply with unknown status");
   p.header.status = static_cast<Status::Code>(code);
   return p;
+}
+
+Result<size_t> ParseReplies(std::span<const uint8_t> msg, std::span<ParsedReply> out) noexcept {
+  size_t n = 0, off = 0;
+  while (off < msg.size()) {
+    if (n == out.size()) return Status::Protocol("a reply with more records than requests");
+    auto p = ParseReply(msg.subspan(off));
+    if (!p.ok()) return p.status();
+    out[n++] = *p;
+    off += kReplyHeaderSize + p->body.size();
+  }
+  if (n == 0) return Status::Protocol("an empty reply");
+  return n;
 }
 
 size_t EncodeStats(std::span<const std::pair<std::string_view, uint64_t>> stats, std::span<uint8_t> out) noexcept {

@@ -7,10 +7,24 @@
 // by one worker, which reassembles them. Every message, fragment or not, is
 // answered with exactly one reply, which returns its credit.
 //
+// Several writes per message (protocol 10): a message may carry up to
+// kMaxRequestsPerMessage whole PUT/DELETE requests back to back, each with
+// its own header; every request but the last has flag MORE (the last ends
+// the message, as a lone request does). Each is exactly what it would be
+// alone plus MORE (conditions and lock tokens included); no query, no
+// fragment. The
+// worker validates every request of the message before it applies any (a
+// malformed one anywhere refuses the whole message: nothing is applied and
+// the reply is ONE record with the error, naming the request); otherwise
+// it applies them in order and the reply carries one record per request, in
+// order (see "Reply"). A message of one request is byte for byte protocol 9's.
+//
 // Request (little-endian):
 //   0  u8  opcode        1 PUT, 2 DELETE, 3 STATS
 //   1  u8  flags         bit0 FIRST, bit1 LAST (a whole request has both),
-//                        bit2 IF_VERSION (PUT/DELETE: a conditional write)
+//                        bit2 IF_VERSION (PUT/DELETE: a conditional write),
+//                        bit3 MORE (a whole PUT/DELETE: another request
+//                        follows it in this message)
 //   2  u16 key_len
 //   4  u32 value_len     total value length (PUT), else 0
 //   8  u64 request_id    echoed in the reply
@@ -23,13 +37,15 @@
 //                        carries the FIRST's flag and value.
 //   40 key               key_len bytes, in the FIRST message only
 //      value fragment    frag_len bytes
-//   The message length must be exactly 40 + key bytes + frag_len.
+//   A request is exactly 40 + key bytes + frag_len bytes; without MORE it
+//   must end the message, with MORE the next request starts right after it.
 //   A conditional write is checked at the commit point, under the key's
 //   window lock (server/store/commit_check.h): refused with VersionMismatch,
 //   the reply's version then being the key's current one (0: no value; a
 //   tombstone is no value). A DELETE only-if-absent is refused as malformed.
 //
-// Reply (little-endian):
+// Reply: one record per request of the message, back to back, the message
+// exactly their total length. A record (little-endian):
 //   0  u8  status        Status::Code
 //   1  u8  flags         bit0 FRAGMENT_ACK (more fragments expected)
 //   2  u16 reserved
@@ -38,6 +54,10 @@
 //   16 u64 version       the key's version after a PUT/DELETE; with status
 //                        VersionMismatch, its current version (0: no value)
 //   24 body              error text, or the STATS table
+//   A reply to a message of n > 1 requests has n records (or one, the whole
+//   message's refusal, whose request_id is its first request's), each error
+//   text cut to kMaxBatchErrorText bytes: n * (24 + kMaxBatchErrorText) <=
+//   kMaxReplySize, so the records of every message always fit one reply.
 #pragma once
 
 #include <cstdint>
@@ -60,10 +80,18 @@ inline constexpr size_t kClockReplyBytes = 8;
 inline constexpr uint8_t kFlagFirst = 1;
 inline constexpr uint8_t kFlagLast = 2;
 inline constexpr uint8_t kFlagIfVersion = 4;
+inline constexpr uint8_t kFlagMore = 8;
 inline constexpr uint8_t kReplyFragmentAck = 1;
 inline constexpr size_t kRequestHeaderSize = 40;
 inline constexpr size_t kReplyHeaderSize = 24;
 inline constexpr size_t kMaxReplySize = 1024;  // client receive buffers for replies
+// Several writes per message: at most this many requests in one message, and
+// the error text of each record of a reply to more than one cut to this.
+inline constexpr size_t kMaxRequestsPerMessage = 16;
+inline constexpr size_t kMaxBatchErrorText = 40;
+static_assert(kMaxRequestsPerMessage * (kReplyHeaderSize + kMaxBatchErrorText) <= kMaxReplySize,
+              "the records of a full message's reply fit one reply buffer");
+static_assert(kMaxRequestsPerMessage <= 255, "a count of requests fits a byte");
 
 struct RequestHeader {
   Opcode opcode = Opcode::kPut;
@@ -90,8 +118,18 @@ struct ParsedRequest {
 // up to the message size, key and value within the limits, a fragment inside
 // the value, a condition only on a PUT/DELETE (not a DELETE only-if-absent)
 // and if_version 0 without one. InvalidArgument / TooLarge with a message fit for the client.
+// A lone request (MORE refused).
 Result<ParsedRequest> ParseRequest(std::span<const uint8_t> msg, uint32_t max_key,
                                    uint32_t max_value) noexcept;
+
+// A whole message: its requests into out (kMaxRequestsPerMessage entries),
+// returning how many. Every request is validated as ParseRequest does, and
+// one with MORE must be a whole PUT/DELETE followed by another; a message of
+// more than kMaxRequestsPerMessage requests is refused. The error names the
+// request (its index) and, through RequestIdOfFirst, the reply goes to the
+// first request's id.
+Result<size_t> ParseMessage(std::span<const uint8_t> msg, uint32_t max_key, uint32_t max_value,
+                            std::span<ParsedRequest> out) noexcept;
 
 struct ReplyHeader {
   Status::Code status = Status::Code::kOk;
@@ -108,6 +146,11 @@ struct ParsedReply {
   std::span<const uint8_t> body;
 };
 Result<ParsedReply> ParseReply(std::span<const uint8_t> msg) noexcept;
+
+// A reply of several records (a message of several requests): every record
+// into out, their count returned; Protocol unless the records fill the
+// message exactly and number at most out.size().
+Result<size_t> ParseReplies(std::span<const uint8_t> msg, std::span<ParsedReply> out) noexcept;
 
 // STATS body: u16 count, then per entry u8 name_len, name, u64 value.
 size_t EncodeStats(std::span<const std::pair<std::string_view, uint64_t>> stats, std::span<uint8_t> out) noexcept;

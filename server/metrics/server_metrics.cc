@@ -25,6 +25,10 @@ void RenderRequests(Exposition& e, const MetricsSources& s) {
   const ServerCounters& c = *s.counters;
   Counter(e, "kvrdma_puts_total", "PUT requests applied to the store", Load(c.puts));
   Counter(e, "kvrdma_deletes_total", "DELETE requests that removed a key", Load(c.deletes));
+  Counter(e, "kvrdma_batched_messages_total",
+          "Request messages that carried more than one PUT/DELETE (protocol 10)", Load(c.batched_messages));
+  Counter(e, "kvrdma_batched_requests_total", "PUT/DELETE requests carried by messages of more than one",
+          Load(c.batched_requests));
   Counter(e, "kvrdma_errors_total",
           "Requests and connections the server counted as errors (malformed or refused requests, "
           "failed authentication, flow-control violations)",

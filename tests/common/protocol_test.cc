@@ -69,14 +69,15 @@ TEST(HandshakeTest, DescriptorFromAnotherMajorVersionIsRefusedWithBothVersions) 
       << back.status().ToString();
 }
 
-// Protocol 9 (40-byte request headers: conditional writes), 8 (format 6: tag
+// Protocol 10 (several writes per message: flag MORE, replies of several
+// records), 9 (40-byte request headers: conditional writes), 8 (format 6: tag
 // nibbles 0..14 from hash bits 40..47) and 7 would misparse each other's
 // requests or disagree on which keys a move tag matches, so each side refuses
 // the others, naming both.
 TEST(HandshakeTest, PeersOfAnOlderProtocolAreRefusedBothWays) {
-  static_assert(kProtocolMajor == 9);
-  for (uint16_t old : {7, 8}) {
-    const std::string want = "protocol " + std::to_string(old) + ".0, this build speaks 9.0";
+  static_assert(kProtocolMajor == 10);
+  for (uint16_t old : {7, 8, 9}) {
+    const std::string want = "protocol " + std::to_string(old) + ".0, this build speaks 10.0";
     std::array<uint8_t, kMaxAcceptData> buf{};
     ServerDescriptor d = SampleDescriptor();
     d.major = old;
@@ -311,9 +312,153 @@ TEST(MessagesTest, ConditionalWritesParseAndMalformedConditionsAreRefused) {
     query.if_version = 3;
     refused(query, "", "", "a condition on a query");
   }
-  RequestHeader unknown = h;  // bit 3 means nothing
-  unknown.flags |= 8;
+  RequestHeader unknown = h;  // bit 4 means nothing (bit 3 is MORE)
+  unknown.flags |= 16;
   refused(unknown, "k", "vv", "unknown request flags");
+}
+
+// Several writes per message (protocol 10): whole PUT/DELETEs back to back,
+// all but the last with MORE.
+RequestHeader Write(Opcode op, uint64_t id, std::string_view key, std::string_view value, bool more) {
+  RequestHeader h;
+  h.opcode = op;
+  h.flags = static_cast<uint8_t>(kFlagFirst | kFlagLast | (more ? kFlagMore : 0));
+  h.key_len = static_cast<uint16_t>(key.size());
+  h.value_len = h.frag_len = static_cast<uint32_t>(value.size());
+  h.request_id = id;
+  return h;
+}
+std::vector<uint8_t> Concat(std::initializer_list<std::vector<uint8_t>> parts) {
+  std::vector<uint8_t> m;
+  for (const auto& p : parts) m.insert(m.end(), p.begin(), p.end());
+  return m;
+}
+
+TEST(MessagesTest, SeveralWritesInOneMessageParseInOrder) {
+  static_assert(kFlagMore == 8);
+  RequestHeader cond = Write(Opcode::kDelete, 11, "bb", "", true);
+  cond.flags |= kFlagIfVersion;
+  cond.if_version = 99;
+  cond.lock_token = 0x55;
+  auto m = Concat({Request(Write(Opcode::kPut, 10, "a", "one", true), "a", "one"), Request(cond, "bb", ""),
+                   Request(Write(Opcode::kPut, 12, "ccc", "three!", false), "ccc", "three!")});
+  std::array<ParsedRequest, kMaxRequestsPerMessage> out;
+  auto n = ParseMessage(m, 64, 100, out);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  ASSERT_EQ(*n, 3u);
+  EXPECT_EQ(out[0].header.request_id, 10u);
+  EXPECT_EQ(std::string(out[0].value.begin(), out[0].value.end()), "one");
+  EXPECT_EQ(out[1].header.opcode, Opcode::kDelete);
+  EXPECT_EQ(out[1].header.if_version, 99u);
+  EXPECT_EQ(out[1].header.lock_token, 0x55u);
+  EXPECT_EQ(std::string(out[1].key.begin(), out[1].key.end()), "bb");
+  EXPECT_EQ(std::string(out[2].key.begin(), out[2].key.end()), "ccc");
+  EXPECT_EQ(std::string(out[2].value.begin(), out[2].value.end()), "three!");
+  // A lone request parses as one, as protocol 9's did; MORE is refused there.
+  auto lone = Request(Write(Opcode::kPut, 1, "a", "v", false), "a", "v");
+  n = ParseMessage(lone, 64, 100, out);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 1u);
+  EXPECT_NE(ParseRequest(Request(Write(Opcode::kPut, 1, "a", "v", true), "a", "v"), 64, 100)
+                .status().message().find("MORE on a lone request"),
+            std::string::npos);
+  // kMaxRequestsPerMessage fit, one more does not.
+  std::vector<uint8_t> full;
+  for (size_t i = 0; i < kMaxRequestsPerMessage; ++i) {
+    auto r = Request(Write(Opcode::kPut, i, "k", "v", i + 1 < kMaxRequestsPerMessage), "k", "v");
+    full.insert(full.end(), r.begin(), r.end());
+  }
+  n = ParseMessage(full, 64, 100, out);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, kMaxRequestsPerMessage);
+  full[full.size() - 42 + 1] |= kFlagMore;  // the last one says MORE ...
+  auto extra = Request(Write(Opcode::kPut, 99, "k", "v", false), "k", "v");
+  full.insert(full.end(), extra.begin(), extra.end());  // ... and one more follows
+  auto too_many = ParseMessage(full, 64, 100, out);
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_NE(too_many.status().message().find("more than 16 requests"), std::string::npos)
+      << too_many.status().ToString();
+}
+
+// Every malformed form of a message of several requests is refused whole,
+// naming the request.
+TEST(MessagesTest, AMalformedRequestAnywhereInAMessageRefusesIt) {
+  std::array<ParsedRequest, kMaxRequestsPerMessage> out;
+  auto first = Request(Write(Opcode::kPut, 1, "a", "one", true), "a", "one");
+  auto refused = [&](const std::vector<uint8_t>& m, std::string_view why, Status::Code code) {
+    auto n = ParseMessage(m, 64, 100, out);
+    ASSERT_FALSE(n.ok()) << why;
+    EXPECT_EQ(n.status().code(), code) << n.status().ToString();
+    EXPECT_NE(n.status().message().find(why), std::string::npos) << n.status().ToString();
+  };
+  // MORE on the last request: nothing follows.
+  refused(first, "leave no room for the next", Status::Code::kInvalidArgument);
+  // The second request cut short.
+  auto second = Request(Write(Opcode::kPut, 2, "bb", "two", false), "bb", "two");
+  auto cut = Concat({first, second});
+  cut.pop_back();
+  refused(cut, "request 1 of the message: request lengths do not add up", Status::Code::kInvalidArgument);
+  // Less than a header after MORE.
+  auto stub = first;
+  stub.insert(stub.end(), 10, 0);
+  refused(stub, "request 1 of the message: request shorter than its header", Status::Code::kInvalidArgument);
+  // A query with MORE, a query after MORE.
+  RequestHeader stats;
+  stats.opcode = Opcode::kStats;
+  stats.flags = kFlagFirst | kFlagLast | kFlagMore;
+  refused(Concat({Request(stats, "", ""), second}), "a query with MORE", Status::Code::kInvalidArgument);
+  stats.flags = kFlagFirst | kFlagLast;
+  refused(Concat({first, Request(stats, "", "")}), "request 1 of the message: only whole PUT/DELETEs",
+          Status::Code::kInvalidArgument);
+  // A fragment with MORE, a fragment after MORE.
+  RequestHeader frag = Write(Opcode::kPut, 3, "f", "12", true);
+  frag.flags = kFlagFirst | kFlagMore;
+  frag.value_len = 10;
+  refused(Concat({Request(frag, "f", "12"), second}), "a fragment with MORE", Status::Code::kInvalidArgument);
+  frag.flags = kFlagFirst;
+  refused(Concat({first, Request(frag, "f", "12")}), "request 1 of the message: only whole PUT/DELETEs",
+          Status::Code::kInvalidArgument);
+  // A request that is malformed alone is malformed in a message (and named).
+  RequestHeader big = Write(Opcode::kPut, 4, "bb", "two", false);
+  big.key_len = 65;
+  refused(Concat({first, Request(big, std::string(65, 'k'), "two")}), "request 1 of the message: key of 65 bytes",
+          Status::Code::kTooLarge);
+  RequestHeader stray = Write(Opcode::kDelete, 5, "d", "", false);
+  stray.if_version = 3;  // without IF_VERSION
+  refused(Concat({first, first, Request(stray, "d", "")}), "request 2 of the message: if_version without",
+          Status::Code::kInvalidArgument);
+  auto bad_op = second;
+  bad_op[0] = 9;
+  refused(Concat({first, bad_op}), "request 1 of the message: unknown opcode", Status::Code::kInvalidArgument);
+}
+
+TEST(MessagesTest, AReplyOfSeveralRecordsRoundTripsAndMalformedOnesAreProtocolErrors) {
+  std::array<uint8_t, kMaxReplySize> buf{};
+  size_t len = 0;
+  const std::string text = "the key is locked by another client";
+  for (uint64_t i = 0; i < 3; ++i) {
+    ReplyHeader h;
+    h.status = i == 1 ? Status::Code::kLocked : Status::Code::kOk;
+    h.request_id = 100 + i;
+    h.version = 7 + i;
+    std::span<const uint8_t> body;
+    if (i == 1) body = {reinterpret_cast<const uint8_t*>(text.data()), text.size()};
+    len += EncodeReply(h, body, std::span(buf).subspan(len));
+  }
+  std::array<ParsedReply, kMaxRequestsPerMessage> out;
+  auto n = ParseReplies({buf.data(), len}, out);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  ASSERT_EQ(*n, 3u);
+  for (uint64_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(out[i].header.request_id, 100 + i);
+    EXPECT_EQ(out[i].header.version, 7 + i);
+  }
+  EXPECT_EQ(out[1].header.status, Status::Code::kLocked);
+  EXPECT_EQ(std::string(out[1].body.begin(), out[1].body.end()), text);
+  EXPECT_EQ(ParseReplies({buf.data(), len}, std::span(out).first(2)).status().code(), Status::Code::kProtocol);
+  EXPECT_EQ(ParseReplies({buf.data(), len - 1}, out).status().code(), Status::Code::kProtocol);  // cut
+  EXPECT_EQ(ParseReplies({buf.data(), len + 3}, out).status().code(), Status::Code::kProtocol);  // trailing bytes
+  EXPECT_EQ(ParseReplies({buf.data(), 0}, out).status().code(), Status::Code::kProtocol);
 }
 
 TEST(MessagesTest, AVersionMismatchReplyCarriesTheCurrentVersion) {

@@ -123,6 +123,51 @@ TEST_P(BadClientTest, MalformedRequestsGetClearErrorsAndTheStoreDoesNotChange) {
   ExpectStoreIntactAndServing();
 }
 
+// Several writes per message (protocol 10): a malformed request anywhere
+// refuses the whole message (one error record naming it), and nothing of it
+// is applied, not even the well-formed requests before it.
+TEST_P(BadClientTest, AMessageOfSeveralWritesWithOneMalformedChangesNothing) {
+  RogueClient r;
+  ASSERT_TRUE(r.Connect(env_, server_->port()).ok());
+  auto more = [](std::vector<uint8_t> m) {
+    m[1] |= kFlagMore;
+    return m;
+  };
+  auto cat = [](std::initializer_list<std::vector<uint8_t>> parts) {
+    std::vector<uint8_t> m;
+    for (const auto& p : parts) m.insert(m.end(), p.begin(), p.end());
+    return m;
+  };
+  auto bad_op = PutMsg("third", "x");
+  bad_op[0] = 77;
+  ASSERT_TRUE(r.Send(cat({more(PutMsg("precious", "overwritten?")), more(PutMsg("second", "x")), bad_op})).ok());
+  RawReply rep = r.Reply();
+  EXPECT_EQ(rep.code, Status::Code::kInvalidArgument);
+  EXPECT_NE(rep.body.find("request 2 of the message: unknown opcode 77"), std::string::npos) << rep.body;
+  // MORE on the last request, and a STATS among writes.
+  ASSERT_TRUE(r.Send(cat({more(PutMsg("second", "x")), more(PutMsg("third", "x"))})).ok());
+  rep = r.Reply();
+  EXPECT_EQ(rep.code, Status::Code::kInvalidArgument);
+  EXPECT_NE(rep.body.find("request 1 of the message: request lengths do not add up"), std::string::npos) << rep.body;
+  RequestHeader stats;
+  stats.opcode = Opcode::kStats;
+  std::vector<uint8_t> stats_msg(kRequestHeaderSize);
+  EncodeRequestHeader(stats, stats_msg.data());
+  ASSERT_TRUE(r.Send(cat({more(PutMsg("second", "x")), stats_msg})).ok());
+  rep = r.Reply();
+  EXPECT_EQ(rep.code, Status::Code::kInvalidArgument);
+  EXPECT_NE(rep.body.find("only whole PUT/DELETEs share a message"), std::string::npos) << rep.body;
+  std::string got;
+  EXPECT_TRUE(good_->Get("second", &got).IsNotFound());
+  EXPECT_TRUE(good_->Get("third", &got).IsNotFound());
+  // The connection still works, for a well-formed message of two.
+  ASSERT_TRUE(r.Send(cat({more(PutMsg("second", "2")), PutMsg("third", "3")})).ok());
+  EXPECT_EQ(r.Reply().code, Status::Code::kOk);  // the first record
+  ASSERT_TRUE(good_->Get("third", &got).ok());
+  EXPECT_EQ(got, "3");
+  ExpectStoreIntactAndServing();
+}
+
 TEST_P(BadClientTest, WriteWithImmPastTheEndOfTheRingIsRemoteAccessAndChangesNothing) {
   {
     RogueClient r;

@@ -135,6 +135,35 @@ TEST(DurableServerErrorsTest, AFailedFlushAnswersIOErrorAndTheServerGoesOn) {
   Status st = (*c)->Put("during", "v");
   EXPECT_EQ(st.code(), Status::Code::kIOError) << st.ToString();
   EXPECT_NE(st.message().find("not made durable"), std::string::npos) << st.ToString();
+  // Several writes in one message (protocol 10): every applied one's record
+  // becomes IOError, a refused one keeps its own status.
+  {
+    std::vector<std::string> keys;
+    std::vector<Op> ops(6);
+    for (int i = 0; i < 6; ++i) keys.push_back("during" + std::to_string(i));
+    for (int i = 0; i < 6; ++i) {
+      ops[i].type = i == 3 ? Op::Type::kDelete : Op::Type::kPut;
+      ops[i].key = keys[i];
+      ops[i].value = "v";
+    }
+    ops[4].key = "before";
+    ops[4].if_version = 1u << 30;  // not its version: VersionMismatch, not applied
+    std::vector<Op*> ptrs;
+    for (Op& o : ops) ptrs.push_back(&o);
+    const uint64_t messages = (*c)->stats().messages;
+    ASSERT_EQ((*c)->Submit(ptrs), ptrs.size());
+    std::vector<Op*> done(8);
+    size_t n = 0;
+    for (int t = 0; t < 100 && n < ops.size(); ++t) n += (*c)->Wait(done, 100);
+    ASSERT_EQ(n, ops.size());
+    EXPECT_EQ((*c)->stats().messages - messages, 1u) << "the six writes were sent in one message";
+    for (int i = 0; i < 6; ++i) {
+      const Status::Code want = i == 4 ? Status::Code::kVersionMismatch
+                                : i == 3 ? Status::Code::kNotFound
+                                         : Status::Code::kIOError;
+      EXPECT_EQ(ops[i].status.code(), want) << i << ": " << ops[i].status.ToString();
+    }
+  }
   fs.FailCalls(test::FaultFileSystem::Op::kSync, EIO, 0);
   ASSERT_TRUE((*c)->Put("after", "v").ok());
   std::string v;

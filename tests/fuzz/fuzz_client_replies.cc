@@ -2,7 +2,9 @@
 // the loopback transport) answers the real client's PUT/DELETE/STATS/CLOCK
 // messages (a TryLock asks for the CLOCK, then CASes a lock word) as the
 // input says: correctly, with another request id, status or flags, with
-// garbage, twice, or not at all. The client must never crash, hang
+// garbage, twice, or not at all; a message of several writes (protocol 10)
+// with its records, one of them with another id or status, one record
+// missing, garbage, twice, or not at all. The client must never crash, hang
 // past its operation timeout or trip a sanitizer; an operation either
 // succeeds or fails with a Status. And once the server has broken the
 // protocol in a way the client must notice (a second reply to one request,
@@ -11,6 +13,7 @@
 // connection, and the server refuses its reconnects.
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -61,6 +64,52 @@ struct Answer {
   uint64_t id;
   std::vector<uint8_t> bytes;
 };
+
+// Posts one SEND of `len` bytes at `send` and waits for its completion.
+void SendReply(Connection& conn, size_t len) {
+  Fabric& f = F();
+  SendWr w;
+  w.opcode = WrOpcode::kSend;
+  w.local = f.mr->Slice(49152, static_cast<uint32_t>(len));
+  w.signaled = true;
+  if (!conn.PostSend({&w, 1}).ok()) return;
+  Completion done[1];
+  for (int t = 0; t < 100000 && conn.PollSend(done) == 0; ++t) std::this_thread::yield();
+}
+
+// Answers a message of several writes as `a` says (0 right, 1 one record with
+// another id, 2 one with another status, 3 a record missing, 4 garbage, 5
+// twice, 6 none). False: the client must take the protocol as broken (by the
+// documented rule: n records with the requests' ids in order, or one error
+// record to the first request's id; and exactly one reply per message).
+bool AnswerWrites(Connection& conn, std::span<const ParsedRequest> reqs, const Answer& a, uint8_t* send) {
+  const size_t n = reqs.size();
+  size_t len = 0;
+  for (size_t r = 0; r < (a.kind == 3 ? n - 1 : n); ++r) {
+    ReplyHeader h;
+    h.request_id = a.kind == 1 && r == a.id % n ? a.id : reqs[r].header.request_id;
+    if (a.kind == 2 && r == a.id % n) h.status = static_cast<Status::Code>(a.status % 17);
+    len += EncodeReply(h, a.kind == 2 ? std::span<const uint8_t>(a.bytes) : std::span<const uint8_t>{},
+                       {send + len, kMaxReplySize - len});
+  }
+  if (a.kind == 4) {
+    len = std::min<size_t>(a.bytes.size(), kMaxReplySize);
+    if (len > 0) std::memcpy(send, a.bytes.data(), len);
+  }
+  for (int k = 0; k < (a.kind == 5 ? 2 : a.kind == 6 ? 0 : 1); ++k) SendReply(conn, len);
+  if (a.kind == 5 || a.kind == 6) return false;
+  std::array<ParsedReply, kMaxRequestsPerMessage> rec;
+  auto got = ParseReplies({send, len}, rec);
+  if (!got.ok()) return false;
+  if (*got == 1 && rec[0].header.status != Status::Code::kOk && rec[0].header.request_id == reqs[0].header.request_id) {
+    return true;  // the whole message refused
+  }
+  if (*got != n) return false;
+  for (size_t r = 0; r < n; ++r) {
+    if (rec[r].header.request_id != reqs[r].header.request_id) return false;
+  }
+  return true;
+}
 
 void Serve(Listener& l, const std::vector<Answer>& answers, std::atomic<bool>& stop, std::atomic<bool>& broken,
            std::atomic<bool>& ran_ahead) {
@@ -119,6 +168,13 @@ void Serve(Listener& l, const std::vector<Answer>& answers, std::atomic<bool>& s
       (void)conn->PostRecv({&r, 1});
       const Answer a = answers.empty() ? Answer{0, 0, 0, 0, {}} : answers[next++ % answers.size()];
       if (wc[i].status != WcStatus::kSuccess) continue;
+      const uint32_t m_len = wc[i].opcode == WrOpcode::kRecvWriteImm ? (wc[i].imm & 0xffffff) : wc[i].byte_len;
+      std::array<ParsedRequest, kMaxRequestsPerMessage> reqs;
+      auto writes = ParseMessage({m, std::min<uint32_t>(m_len, kMessageBytes)}, 64, 4096, reqs);
+      if (writes.ok() && *writes > 1) {
+        if (!AnswerWrites(*conn, {reqs.data(), *writes}, a, send)) broken.store(true);
+        continue;
+      }
       const bool last = (m[1] & kFlagLast) != 0;
       --balance[id];  // a message of request `id`: it is owed one reply
       ReplyHeader h;
@@ -169,6 +225,35 @@ void Serve(Listener& l, const std::vector<Answer>& answers, std::atomic<bool>& s
   }
 }
 
+// Three writes submitted together (they share a message): OK if all
+// succeeded, else the first failure.
+Status SubmitWrites(Client& c) {
+  Op ops[3];
+  ops[0].type = Op::Type::kPut;
+  ops[0].key = "key";
+  ops[0].value = "small value";
+  ops[1].type = Op::Type::kDelete;
+  ops[1].key = "key2";
+  ops[2].type = Op::Type::kPut;
+  ops[2].key = "key3";
+  ops[2].value = "v";
+  ops[2].if_version = 5;
+  Op* p[3] = {&ops[0], &ops[1], &ops[2]};
+  size_t sent = c.Submit(p);
+  std::array<Op*, 3> done;
+  size_t n = 0;
+  for (int t = 0; t < 200 && n < sent; ++t) n += c.Wait(done, 10);
+  if (n < sent) {
+    std::fprintf(stderr, "fuzz_client_replies: %zu of %zu writes did not complete\n", sent - n, sent);
+    std::abort();
+  }
+  if (sent < 3) return Status::NoResource("not submitted");
+  for (const Op& o : ops) {
+    if (!o.status.ok()) return o.status;
+  }
+  return Status::OK();
+}
+
 }  // namespace
 }  // namespace kvrdma::fuzz
 
@@ -184,7 +269,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool write_imm = in.ConsumeBool();
   const int ops = in.ConsumeIntegralInRange<int>(1, 6);
   std::vector<int> op_kinds;
-  for (int i = 0; i < ops; ++i) op_kinds.push_back(in.ConsumeIntegralInRange<int>(0, 4));
+  for (int i = 0; i < ops; ++i) op_kinds.push_back(in.ConsumeIntegralInRange<int>(0, 5));
   std::vector<Answer> answers;
   while (in.remaining_bytes() > 0 && answers.size() < 32) {
     Answer a;
@@ -225,6 +310,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         case 2: st = (*c)->Delete("key"); break;
         case 3: st = (*c)->Stats().status(); break;
         case 4: st = (*c)->TryLock("key", std::chrono::milliseconds(1000)); break;
+        case 5: st = SubmitWrites(**c); break;  // one message of three writes
       }
       if (after_break && st.ok() && !ran_ahead.load()) {
         std::fprintf(stderr, "fuzz_client_replies: operation %d succeeded after the server broke the protocol\n", k);

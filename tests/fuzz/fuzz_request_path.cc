@@ -1,14 +1,17 @@
 // Stateful fuzzer for the server's request path: the input is a sequence of
 // events from several connections (SENDs and ring messages, fragments in any
-// order and size, lock words and tokens, STATS, ring-position and credit
+// order and size, messages of several writes (protocol 10), well formed or
+// with one request malformed, lock words and tokens, STATS, ring-position and credit
 // violations (more messages in flight than credits: the connection closes),
 // ring rewrites while the store applies a request, connections
 // that never take their replies, disconnects, assembly timeouts). They drive
 // the real Worker (through a test peer, over fake transport objects, on the
 // fuzzer's thread: deterministic) and the real Store.
 //
-// After every event the fuzzer checks: one reply per handled request, in
-// request order, with the status a simple model of the protocol predicts
+// After every event the fuzzer checks: one reply per handled message, in
+// request order, one record per request of a message of several (or one
+// refusing the malformed message, which then changes nothing), each record
+// with the status a simple model of the protocol predicts
 // (locks from the lock word's layout, conditional writes from the versions
 // the model saw in replies: neither with the worker's own checks); a
 // connection is closed only when it holds all its reply buffers or has no
@@ -21,6 +24,7 @@
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -170,6 +174,10 @@ struct Expect {
   std::optional<std::pair<std::string, std::optional<std::string>>> effect;  // key -> value (nullopt: delete)
   std::optional<uint64_t> clock;  // a CLOCK reply's body
   uint64_t current = 0;           // a VersionMismatch's version: the key's current one (0: no value)
+  // A well-formed message of several writes: its requests (views of the
+  // bytes the server saw), each predicted when its record is checked (the
+  // model then knows what the ones before it did).
+  std::vector<ParsedRequest> writes;
 };
 
 class Harness {
@@ -212,7 +220,7 @@ class Harness {
       // flushes before it sleeps), and so does a client taking replies (it
       // can only take what was posted), a reconnect (the worker flushes
       // before Add/Remove) and the end of the input.)
-      switch (in_.ConsumeIntegralInRange<int>(0, 12)) {
+      switch (in_.ConsumeIntegralInRange<int>(0, 13)) {
         case 0: Deliver(c, WholeWrite(c, Opcode::kPut)); break;
         case 1: Deliver(c, WholeWrite(c, Opcode::kDelete)); break;
         case 2: Deliver(c, Query(c, in_.ConsumeBool() ? Opcode::kStats : Opcode::kClock)); break;
@@ -232,6 +240,7 @@ class Harness {
         case 10: RingViolation(c); break;
         case 11: backend_->armed = true; break;
         case 12: ExpireAssemblies(); break;
+        case 13: Deliver(c, Writes(c)); break;
       }
       CheckStore();
     }
@@ -327,7 +336,7 @@ class Harness {
   }
   LockPlace Place(const std::string& key) const { return LockPlaceOf(key, backend_->regions().hash_seed, kLockWords); }
   const std::string& Key() { return keys_[in_.ConsumeIntegralInRange<size_t>(0, keys_.size() - 1)]; }
-  std::vector<uint8_t> WholeWrite(Conn& c, Opcode op) {
+  std::vector<uint8_t> WholeWrite(Conn& c, Opcode op, size_t max_value = kWordBytes) {
     const std::string& key = Key();
     RequestHeader h;
     h.opcode = op;
@@ -337,10 +346,35 @@ class Harness {
     Condition(key, &h);
     std::string v;
     if (op == Opcode::kPut) {
-      v = Value(in_.ConsumeIntegralInRange<size_t>(0, kWordBytes - kRequestHeaderSize - key.size()));
+      v = Value(in_.ConsumeIntegralInRange<size_t>(0, std::min(max_value, kWordBytes - kRequestHeaderSize - key.size())));
     }
     h.value_len = h.frag_len = static_cast<uint32_t>(v.size());
     return Encode(h, key, v);
+  }
+  // A message of several whole writes (MORE on all but the last), now and
+  // then malformed: MORE missing in the middle or on the last, cut short,
+  // a query or a fragment among them, more than kMaxRequestsPerMessage (or
+  // more than fit: Deliver cuts at the message size).
+  std::vector<uint8_t> Writes(Conn& c) {
+    const size_t n = in_.ConsumeIntegralInRange<size_t>(2, kMaxRequestsPerMessage + 1);
+    std::vector<uint8_t> m;
+    std::vector<size_t> starts;
+    for (size_t i = 0; i < n; ++i) {
+      auto r = WholeWrite(c, in_.ConsumeBool() ? Opcode::kPut : Opcode::kDelete, 24);
+      if (i + 1 < n) r[1] |= kFlagMore;
+      starts.push_back(m.size());
+      m.insert(m.end(), r.begin(), r.end());
+    }
+    const size_t at = starts[in_.ConsumeIntegralInRange<size_t>(0, n - 1)];
+    switch (in_.ConsumeIntegralInRange<int>(0, 9)) {
+      case 0: m[at + 1] ^= kFlagMore; break;                              // MORE missing, or on the last
+      case 1: m.resize(m.size() - in_.ConsumeIntegralInRange<size_t>(1, 30)); break;  // cut short
+      case 2: m[at] = static_cast<uint8_t>(in_.PickValueInArray({Opcode::kStats, Opcode::kClock})); break;
+      case 3: m[at + 1] &= static_cast<uint8_t>(~kFlagLast); break;       // a FIRST fragment
+      case 4: m[at + 1] |= 16; break;                                     // an unknown flag
+      default: break;                                                     // well formed
+    }
+    return m;
   }
   std::vector<uint8_t> Query(Conn& c, Opcode op) {
     RequestHeader h;
@@ -450,13 +484,30 @@ class Harness {
       e.code = Status::Code::kInvalidArgument;
       return e;
     }
-    auto p = ParseRequest(seen, kMaxKey, kMaxValue);
-    if (!p.ok()) {
+    std::array<ParsedRequest, kMaxRequestsPerMessage> all;
+    auto n = ParseMessage(seen, kMaxKey, kMaxValue, all);
+    if (!n.ok()) {
       for (int i = 0; i < 8 && seen.size() >= 16; ++i) e.id |= uint64_t{seen[8 + i]} << (8 * i);
-      e.code = p.status().code();
+      e.code = n.status().code();
       DropAssembly(c);
       return e;
     }
+    if (*n > 1) {  // several whole writes: predicted record by record (CheckRecords)
+      // The rule of protocol 10, checked here on the parser's result rather
+      // than trusted from it: only whole PUT/DELETEs share a message, MORE on
+      // all but the last.
+      for (size_t i = 0; i < *n; ++i) {
+        const RequestHeader& h = all[i].header;
+        CHECK(h.opcode == Opcode::kPut || h.opcode == Opcode::kDelete, "opcode %d in a message of %zu requests",
+              static_cast<int>(h.opcode), *n);
+        CHECK((h.flags & (kFlagFirst | kFlagLast)) == (kFlagFirst | kFlagLast), "a fragment in a message of %zu", *n);
+        CHECK(((h.flags & kFlagMore) != 0) == (i + 1 < *n), "MORE on request %zu of %zu", i, *n);
+      }
+      e.id = all[0].header.request_id;
+      e.writes.assign(all.begin(), all.begin() + static_cast<ptrdiff_t>(*n));
+      return e;
+    }
+    const ParsedRequest* p = &all[0];
     const RequestHeader& h = p->header;
     e.id = h.request_id;
     auto str = [](std::span<const uint8_t> b) { return std::string(b.begin(), b.end()); };
@@ -588,12 +639,14 @@ class Harness {
       CHECK(large_out >= server::ReplyBufferCount(cfg_.credits) || c.qp->refused_full,
             "connection closed with %zu large replies outstanding and room in its send queue", large_out);
       if (e.effect) Uncertain(e.effect->first);
+      for (const ParsedRequest& w : e.writes) Uncertain(std::string(w.key.begin(), w.key.end()));
       CheckBudget();
       return;
     }
     CHECK(Answered(c) == replies + 1, "%zu replies to one request", Answered(c) - replies);
     c.answers.push_back(LastAnswer(c));
     CheckPosted(c, /*flushed=*/false);
+    if (!e.writes.empty()) return CheckRecords(c, e.writes, c.answers.back());
     auto r = ParseReply(c.answers.back());
     CHECK(r.ok(), "unparsable reply: %s", r.status().ToString().c_str());
     CHECK(r->header.request_id == e.id, "reply to request %llu, expected %llu",
@@ -607,24 +660,55 @@ class Harness {
       CHECK(*now == *e.clock, "CLOCK answered %llu, the clock is %llu", static_cast<unsigned long long>(*now),
             static_cast<unsigned long long>(*e.clock));
     }
+    CheckOutcome(e, r->header);
+    CheckBudget();
+  }
+  // The reply to a message of several writes: one record each, in order,
+  // each as the model predicts it after the ones before it took effect.
+  void CheckRecords(Conn& c, const std::vector<ParsedRequest>& writes, const std::vector<uint8_t>& reply) {
+    std::array<ParsedReply, kMaxRequestsPerMessage> rec;
+    auto n = ParseReplies(reply, rec);
+    CHECK(n.ok(), "unparsable reply of records: %s", n.status().ToString().c_str());
+    CHECK(*n == writes.size(), "%zu records for %zu requests", *n, writes.size());
+    CHECK(reply.size() <= kMaxReplySize, "a reply of %zu bytes", reply.size());
+    for (size_t i = 0; i < writes.size(); ++i) {
+      const RequestHeader& h = writes[i].header;
+      Expect e;
+      e.id = h.request_id;
+      const std::string key(writes[i].key.begin(), writes[i].key.end());
+      Write(e, c, key,
+            h.opcode == Opcode::kPut ? std::optional(std::string(writes[i].value.begin(), writes[i].value.end()))
+                                     : std::nullopt,
+            h.lock_token, static_cast<uint8_t>(h.flags & kFlagIfVersion), h.if_version);
+      CHECK(rec[i].header.request_id == e.id, "record %zu for request %llu, expected %llu", i,
+            static_cast<unsigned long long>(rec[i].header.request_id), static_cast<unsigned long long>(e.id));
+      CHECK(rec[i].header.status == e.code, "record %zu: status %d, model says %d", i,
+            static_cast<int>(rec[i].header.status), static_cast<int>(e.code));
+      CHECK(rec[i].header.flags == 0, "record %zu: flags %u", i, rec[i].header.flags);
+      CHECK(rec[i].body.size() <= kMaxBatchErrorText, "record %zu: %zu bytes of text", i, rec[i].body.size());
+      CheckOutcome(e, rec[i].header);
+    }
+    CheckBudget();
+  }
+  // A reply (record) to a write: its version, and the model follows it.
+  void CheckOutcome(const Expect& e, const ReplyHeader& h) {
     if (e.code == Status::Code::kVersionMismatch) {
-      CHECK(r->header.version == e.current, "VersionMismatch names version %llu, the model's is %llu",
-            static_cast<unsigned long long>(r->header.version), static_cast<unsigned long long>(e.current));
+      CHECK(h.version == e.current, "VersionMismatch names version %llu, the model's is %llu",
+            static_cast<unsigned long long>(h.version), static_cast<unsigned long long>(e.current));
     }
     if (e.effect && e.code == Status::Code::kOk) {
       // Versions grow with every write (the store's write sequence).
-      CHECK(r->header.version > last_version_, "write version %llu after %llu",
-            static_cast<unsigned long long>(r->header.version), static_cast<unsigned long long>(last_version_));
-      last_version_ = r->header.version;
+      CHECK(h.version > last_version_, "write version %llu after %llu",
+            static_cast<unsigned long long>(h.version), static_cast<unsigned long long>(last_version_));
+      last_version_ = h.version;
       if (e.effect->second) {
         model_[e.effect->first] = *e.effect->second;
-        versions_[e.effect->first] = r->header.version;
+        versions_[e.effect->first] = h.version;
       } else {
         model_.erase(e.effect->first);
         versions_.erase(e.effect->first);
       }
     }
-    CheckBudget();
   }
   // Replies given to c: posted, or queued until the batch ends.
   static size_t Answered(const Conn& c) { return c.qp->replies.size() + c.cs->replies.queued.size(); }

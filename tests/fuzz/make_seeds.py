@@ -29,7 +29,7 @@ def stats(pairs):
     return out
 
 
-PROTOCOL_MAJOR = 8  # common/protocol/handshake.h kProtocolMajor
+PROTOCOL_MAJOR = 10  # common/protocol/handshake.h kProtocolMajor
 
 
 def preamble(body, major=PROTOCOL_MAJOR, minor=0):
@@ -66,6 +66,15 @@ write('fuzz_request', 'reply_version_mismatch', reply(16, 0, b'the key is at ver
 write('fuzz_request', 'reply_ok', reply(0, 0, b''))
 write('fuzz_request', 'reply_stats', reply(0, 0, stats([(b'puts', 10), (b'items', 7)])))
 write('fuzz_request', 'reply_error', reply(2, 0, b'request lengths do not add up'))
+# Several writes per message (protocol 10): whole PUT/DELETEs back to back,
+# MORE (bit 3) on all but the last; the reply is one record per request.
+MORE = 8
+write('fuzz_request', 'writes_put_delete_put',
+      request(1, 3 | MORE, b'key', b'value', rid=7) + request(2, 3 | 4 | MORE, b'k2', b'', rid=8, if_version=41)
+      + request(1, 3, b'key3', b'v', rid=9, token=5))
+write('fuzz_request', 'reply_records',
+      reply(0, 0, b'', rid=7, version=50) + reply(16, 0, b'the key is at version 42', rid=8, version=42)
+      + reply(10, 0, b'the key is locked', rid=9, version=0))
 write('fuzz_handshake', 'descriptor', descriptor() + b'\0' * 40)
 write('fuzz_handshake', 'connect_request', preamble(struct.pack('<BB', 1, 5) + b'token'))
 write('fuzz_handshake', 'reject', preamble(struct.pack('<HH', 12, 20) + b'protocol 2.0 refused'))
