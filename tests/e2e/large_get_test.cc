@@ -106,7 +106,7 @@ TEST_P(LargeGetTest, AGetIntoTheCallersBufferFillsItOrSaysHowLongTheValueIs) {
       Status st = c.Get(key, std::span(buf).first(size), &n);
       ASSERT_TRUE(st.ok()) << st.ToString();
       ASSERT_EQ(n, size);
-      EXPECT_EQ(0, std::memcmp(buf.data(), value.data(), size));
+      EXPECT_TRUE(size == 0 || std::memcmp(buf.data(), value.data(), size) == 0);  // memcmp of an empty vector's null data is undefined
       for (size_t i = size; i < buf.size(); ++i) ASSERT_EQ(buf[i], kGuard) << "byte " << i << " past the buffer";
     }
     if (size > 0) {
@@ -132,7 +132,7 @@ TEST_P(LargeGetTest, AGetIntoTheCallersBufferFillsItOrSaysHowLongTheValueIs) {
     ASSERT_TRUE(b.status.ok()) << b.status.ToString();
     EXPECT_EQ(a.value_bytes, size);
     EXPECT_EQ(b.value_bytes, size);
-    EXPECT_EQ(0, std::memcmp(buf.data(), value.data(), size));
+    EXPECT_TRUE(size == 0 || std::memcmp(buf.data(), value.data(), size) == 0);  // memcmp of an empty vector's null data is undefined
     EXPECT_EQ(str, value);
   }
   // Absent: NotFound, 0 bytes. An Op with neither a string nor a buffer: a
