@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "common/protocol/wire.h"
 #include "server/worker.h"
 
 namespace kvrdma::server {
@@ -114,9 +115,8 @@ void Worker::CommitWrites() {
             counters_.request_metrics.CountFailure(st.code());
             counters_.errors.fetch_add(1, std::memory_order_relaxed);
           }
-          const uint32_t body = uint32_t{rec[off + 4]} | uint32_t{rec[off + 5]} << 8 | uint32_t{rec[off + 6]} << 16 |
-                                uint32_t{rec[off + 7]} << 24;
-          off += kReplyHeaderSize + body;
+          wire::Reader body_len({rec + off + 4, 4});  // the record's body length (messages.cc)
+          off += kReplyHeaderSize + body_len.U32();
         }
         continue;
       }
