@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/memory/racy_copy.h"  // KVRDMA_TSAN
 #include "tests/e2e/e2e_util.h"
 
 namespace kvrdma::testing {
@@ -224,8 +225,16 @@ TEST_P(LargeGetTest, SixteenLargeGetsInFlightOnOneConnectionAllComplete) {
   // what the hook says, none restarts (nothing went stale). On Soft-RoCE a
   // READ of 1 MiB itself can outlive the round limit on a busy host (one
   // restart in a CI run): there the test asks for what the fix is for, that
-  // every GET completes, and bounds the rounds loosely.
-  if (env.fabric) {
+  // every GET completes, and bounds the rounds loosely. So it does under
+  // ThreadSanitizer, whose loopback copies a 1 MiB READ a word at a time
+  // through atomics (racy_copy.h) and can take past the limit itself (one
+  // restart in a CI run); the plain and ASan builds ask for none.
+#ifdef KVRDMA_TSAN
+  constexpr bool kReadsTakeWhatTheHookSays = false;
+#else
+  constexpr bool kReadsTakeWhatTheHookSays = true;
+#endif
+  if (env.fabric && kReadsTakeWhatTheHookSays) {
     EXPECT_LE(after.get_rounds - before.get_rounds, uint64_t{2 * kGets});
     EXPECT_EQ(after.get_retries - before.get_retries, 0u);
   } else {
