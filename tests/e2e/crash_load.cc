@@ -15,6 +15,9 @@
 //   has one writer), a DELETE that finds nothing where a value is expected,
 //   or finds a value where none is, or a version that does not grow, is a
 //   violation already here.
+//   SIGTERM ends the load at once (kill9_test.sh sends it once the server is
+//   dead, instead of waiting out the operation timeout): a write still in
+//   flight then is unknown, as if its connection had broken.
 //   Exit: 0; 1 a violation or an unexpected error; 3 no write was
 //   acknowledged (the server died before or right after the connects);
 //   FILE is written in every case but a usage error.
@@ -32,6 +35,7 @@
 //   error (cannot connect, unexpected status).
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <csignal>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -138,16 +142,24 @@ bool WriteState(const std::string& path, const StateFile& st) {
   return std::rename(tmp.c_str(), path.c_str()) == 0;
 }
 
+// Set by SIGTERM (lock-free, so the handler may store it).
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+void OnSigterm(int) { g_stop.store(true, std::memory_order_relaxed); }
+
 // Waits for the one operation in flight. The client completes it with
 // Timeout after op_timeout_ms at the latest; past a generous bound it is a
-// client bug.
-bool WaitOne(Client& c, int op_timeout_ms) {
+// client bug (kStuck). kStopped: SIGTERM came first; a reply the server sent
+// before it died has had 100 ms more to be polled.
+enum class Waited { kDone, kStopped, kStuck };
+Waited WaitOne(Client& c, int op_timeout_ms) {
   Op* done[1];
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(op_timeout_ms + 30000);
-  while (c.Wait(done, 1000) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
+  while (c.Wait(done, 50) == 0) {
+    if (g_stop.load(std::memory_order_relaxed)) return c.Wait(done, 100) == 1 ? Waited::kDone : Waited::kStopped;
+    if (std::chrono::steady_clock::now() > deadline) return Waited::kStuck;
   }
-  return true;
+  return Waited::kDone;
 }
 
 struct LoadConfig {
@@ -168,6 +180,8 @@ struct ThreadTally {
 
 std::mutex g_print_mu;
 std::atomic<bool> g_fatal{false};
+// Threads whose expectations are final (RunLoad may write them out).
+std::atomic<unsigned> g_finished{0};
 std::atomic<uint64_t> g_violations{0};
 
 void Report(const char* fmt, const std::string& a, const std::string& b = {}) {
@@ -176,30 +190,38 @@ void Report(const char* fmt, const std::string& a, const std::string& b = {}) {
 }
 
 void LoadThread(const LoadConfig& cfg, unsigned t, StateFile* st, ThreadTally* tally) {
+  // Declared before the client: after SIGTERM the write stays in flight
+  // while the client lives (RunLoad may exit without joining).
+  std::string key, value;
+  Op op;
+  std::unique_ptr<Client> c;
+  struct Finished {
+    ~Finished() { g_finished.fetch_add(1, std::memory_order_release); }
+  } finished;  // counted before the client's destructor runs
   ClientOptions o;
   if (!ShardedClient::ParseServerAddress(cfg.server, &o.host, &o.port).ok()) return;
   o.op_timeout_ms = cfg.op_timeout_ms;
   o.connect_timeout_ms = 3000;
   o.max_in_flight = 2;
   o.put_mode = t % 2 == 0 ? PutMode::kSend : PutMode::kWriteImm;  // both request paths
-  auto c = Client::Connect(o);
-  if (!c.ok()) {
-    tally->stop_reason = "connect: " + c.status().ToString();
+  auto connected = Client::Connect(o);
+  if (!connected.ok()) {
+    tally->stop_reason = "connect: " + connected.status().ToString();
     return;
   }
+  c = std::move(connected).value();
   tally->connected = true;
-  Client& client = **c;
+  Client& client = *c;
   std::mt19937_64 rng(cfg.seed * 7919 + t);
   const uint64_t mine = (cfg.keys - t + cfg.threads - 1) / cfg.threads;  // keys t, t+T, ... < keys
   std::uniform_int_distribution<uint64_t> pick(0, mine - 1);
   std::uniform_int_distribution<size_t> size(cfg.vmin, cfg.vmax);
   std::uniform_int_distribution<int> pct(0, 99);
-  std::string key, value;
   for (uint64_t seq = 1; !g_fatal.load(std::memory_order_relaxed); ++seq) {
     const uint64_t i = t + cfg.threads * pick(rng);
     KeyState& s = st->states[i];
     key = KeyName(i);
-    Op op;
+    op = Op{};
     op.key = key;
     if (pct(rng) < 20) {
       op.type = Op::Type::kDelete;
@@ -220,13 +242,21 @@ void LoadThread(const LoadConfig& cfg, unsigned t, StateFile* st, ThreadTally* t
       g_fatal = true;
       return;
     }
-    if (!WaitOne(client, cfg.op_timeout_ms)) {
+    const Waited w = WaitOne(client, cfg.op_timeout_ms);
+    if (w == Waited::kStuck) {
       Report("thread %s: an operation did not complete within its timeout + 30 s%s\n", std::to_string(t));
       g_fatal = true;
       return;
     }
-    const Status& r = op.status;
     s.touched = true;
+    if (w == Waited::kStopped) {
+      s.unknown = op.type == Op::Type::kPut ? 'P' : 'D';
+      s.unknown_value = op.type == Op::Type::kPut ? value : std::string();
+      ++tally->unknown;
+      tally->stop_reason = "SIGTERM with a write in flight";
+      return;
+    }
+    const Status& r = op.status;
     if (r.IsConnectionLost() || r.IsTimeout()) {
       s.unknown = op.type == Op::Type::kPut ? 'P' : 'D';
       s.unknown_value = op.type == Op::Type::kPut ? value : std::string();
@@ -298,7 +328,16 @@ int RunLoad(const LoadConfig& cfg) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
   for (unsigned t = 0; t < cfg.threads; ++t) threads.emplace_back(LoadThread, std::cref(cfg), t, &st, &tally[t]);
-  for (auto& th : threads) th.join();
+  // Every thread's expectations final; after SIGTERM the threads are not
+  // joined (a client with a write in flight to a dead server may take its
+  // time to close): the process ends with _Exit below.
+  while (g_finished.load(std::memory_order_acquire) < cfg.threads) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const bool stopped = g_stop.load(std::memory_order_relaxed);
+  if (!stopped) {
+    for (auto& th : threads) th.join();
+  }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!WriteState(cfg.state, st)) {
     std::fprintf(stderr, "kvrdma_crash_load: cannot write %s\n", cfg.state.c_str());
@@ -316,8 +355,10 @@ int RunLoad(const LoadConfig& cfg) {
               g_violations.load());
   for (unsigned t = 0; t < cfg.threads; ++t) std::printf("  thread %u stopped: %s\n", t, tally[t].stop_reason.c_str());
   std::fflush(stdout);
-  if (g_fatal || g_violations > 0) return 1;
-  return puts + deletes + misses == 0 ? 3 : 0;
+  std::fflush(stderr);
+  const int rc = g_fatal || g_violations > 0 ? 1 : puts + deletes + misses == 0 ? 3 : 0;
+  if (stopped) std::_Exit(rc);
+  return rc;
 }
 
 // --- check
@@ -549,6 +590,10 @@ int main(int argc, char** argv) {
     }
   }
   if (!check.empty()) return kvrdma::RunCheck(cfg.server, check, resolved, cfg.op_timeout_ms);
+  struct sigaction sa = {};
+  sa.sa_handler = kvrdma::OnSigterm;
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
   if (cfg.state.empty()) {
     std::fprintf(stderr, "kvrdma_crash_load: --state FILE (load) or --check FILE is required\n");
     return 2;
