@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cinttypes>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -356,6 +357,10 @@ Status SetMix(Config& c) {
 }  // namespace
 }  // namespace kvrdma::bench
 
+// Set by SIGINT/SIGTERM (lock-free: a signal handler may store it).
+std::atomic<bool> g_interrupted{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
 int main(int argc, char** argv) {
   using namespace kvrdma::bench;
   Config cfg;
@@ -378,7 +383,9 @@ int main(int argc, char** argv) {
   app.add_option("-t,--threads", cfg.threads, "Threads (one connection each per server)")->capture_default_str()
       ->check(CLI::Range(1, 256));
   app.add_option("-d,--depth", cfg.depth, "Operations in flight per thread")->capture_default_str()->check(CLI::Range(1, 64));
-  app.add_option("--duration", cfg.duration, "Seconds to measure (after the warm-up)")->capture_default_str();
+  app.add_option("--duration", cfg.duration,
+                 "Seconds to measure (after the warm-up); SIGINT or SIGTERM ends the run sooner, with its summary")
+      ->capture_default_str();
   app.add_option("--ops", cfg.ops, "Stop after this many operations instead of --duration");
   app.add_option("--warmup", cfg.warmup, "Seconds of load before measuring")->capture_default_str();
   app.add_flag("--preload", cfg.preload, "PUT every key before the run");
@@ -446,6 +453,12 @@ int main(int argc, char** argv) {
   }
   std::vector<std::thread> threads;
   for (auto& w : workers) threads.emplace_back([&w] { w->Run(); });
+  // SIGINT or SIGTERM ends the run at the next once-a-second line, with the
+  // summary of what ran (a script stops a long run when it is done with it).
+  struct sigaction sa = {};
+  sa.sa_handler = [](int) { g_interrupted.store(true, std::memory_order_relaxed); };
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
   auto start = Clock::now();
   auto measure_start = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(cfg.warmup));
   if (cfg.warmup <= 0) sh.measuring = true;
@@ -472,6 +485,11 @@ int main(int argc, char** argv) {
       measure_start = now;
     }
     bool done_time = cfg.ops == 0 && was_measuring && now - measure_start >= std::chrono::duration<double>(cfg.duration);
+    if (g_interrupted.load(std::memory_order_relaxed)) {
+      std::printf("interrupted: the run ends here\n");
+      if (!was_measuring) measure_start = now;  // nothing measured
+      break;
+    }
     if (done_time || sh.stop) break;
   }
   sh.stop = true;
