@@ -118,6 +118,38 @@ Status Client::Get(std::string_view key, std::span<std::byte> buffer, size_t* va
   *value_bytes = op.status.ok() || op.status.code() == Status::Code::kTooLarge ? op.value_bytes : 0;
   return op.status;
 }
+Status Client::RegisterMemory(std::span<std::byte> memory) { return impl_->RegisterMemory(memory); }
+Status Client::UnregisterMemory(std::span<std::byte> memory) { return impl_->UnregisterMemory(memory); }
+
+Status Client::Impl::RegisterMemory(std::span<std::byte> memory) {
+  if (memory.empty()) return Status::InvalidArgument("RegisterMemory: empty memory");
+  const uint64_t a = reinterpret_cast<uint64_t>(memory.data());
+  for (const auto& r : registered_) {
+    if (a < r->base() + r->length() && r->base() < a + memory.size()) {
+      return Status::InvalidArgument("RegisterMemory: overlaps memory registered already");
+    }
+  }
+  auto mr = dev_->RegisterMemory(memory.data(), memory.size(), kAccessLocalWrite);
+  if (!mr.ok()) return mr.status();
+  registered_.push_back(std::move(mr).value());
+  return Status::OK();
+}
+
+Status Client::Impl::UnregisterMemory(std::span<std::byte> memory) {
+  for (auto it = registered_.begin(); it != registered_.end(); ++it) {
+    const MemoryRegion* r = it->get();
+    if (r->addr() != memory.data() || r->length() != memory.size()) continue;
+    for (const OpState& s : op_states_) {
+      if (s.step != Step::kFree && s.registered == r) {
+        return Status::InvalidArgument("UnregisterMemory: an operation in flight has its buffer there");
+      }
+    }
+    registered_.erase(it);
+    return Status::OK();
+  }
+  return Status::NotFound("UnregisterMemory: no registration of exactly that memory");
+}
+
 Status Client::Put(std::string_view key, std::string_view value, uint64_t if_version) {
   return RunOne(*impl_, Op::Type::kPut, key, value, nullptr, if_version);
 }

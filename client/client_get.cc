@@ -15,7 +15,9 @@
 //                                   v
 //                               kEntry (candidate word `cand`: one READ of its
 //                                   │   size class's bytes, into the op buffer
-//                                   │   if they fit, else the shared large buffer)
+//                                   │   if they fit, else the shared large buffer;
+//                                   │   a direct READ puts the value straight
+//                                   │   into the caller's registered buffer)
 //                                   v
 //                               done, the next candidate (kEntry), the miss
 //                               rule, NewRound, or (a late round) kRecheck:
@@ -38,6 +40,16 @@ namespace kvrdma {
 
 void Client::Impl::StartGet(OpState& s) {
   s.round_start = RoundClock::time_point{};  // set when its first READ is posted (StageGet)
+  // A buffer in registered memory (Client::RegisterMemory): direct READs.
+  if (s.op->result == nullptr && !registered_.empty() && !s.op->buffer.empty()) {
+    const uint64_t a = reinterpret_cast<uint64_t>(s.op->buffer.data());
+    for (const auto& r : registered_) {
+      if (s.op->buffer.size() <= r->length() && a >= r->base() && a - r->base() <= r->length() - s.op->buffer.size()) {
+        s.registered = r.get();
+        break;
+      }
+    }
+  }
   const LocationCache::Location loc = cache_.Lookup(s.kw.hash.hash);
   s.cached_ref = loc.ref;
   s.cached_word = loc.word;
@@ -66,6 +78,7 @@ bool Client::Impl::StageGet(OpState& s) {
   }
   if (s.phase == GetPhase::kCachedEntry) {
     const uint64_t len = SizeClassBytes(RefSizeClass(s.cached_ref));
+    s.direct = false;
     // The cached READ goes into the op buffer. OnEntry caches only refs
     // whose READ fits it; anything else cannot be: treat it as stale and take
     // the index path.
@@ -98,9 +111,10 @@ bool Client::Impl::StageGet(OpState& s) {
       // in order at the server, so the entry's bytes are read after the word.
       s.round_start = now;
       s.entry_len = static_cast<uint32_t>(SizeClassBytes(RefSizeClass(s.cached_ref)));  // <= kOpEntryBytes
+      PlanEntryRead(s);
       PostGetRead(idx, desc_.index, s.kw.read.offset + s.cached_word * kWordBytes,
                   WindowOff(idx) + s.cached_word * kWordBytes, kWordBytes, false);
-      PostGetRead(idx, desc_.log, RefLogOffset(s.cached_ref), EntryOff(idx), s.entry_len, true);
+      PostEntryRead(idx, s, RefLogOffset(s.cached_ref));
       break;
     case GetPhase::kWindow:
       s.round_start = now;
@@ -108,9 +122,8 @@ bool Client::Impl::StageGet(OpState& s) {
       ++s.rounds;
       PostGetRead(idx, desc_.index, s.kw.read.offset, WindowOff(idx), s.kw.read.length, true);
       break;
-    case GetPhase::kEntry:  // entry_len: set by NextCandidateOrMiss, <= the buffer it names
-      PostGetRead(idx, desc_.log, s.candidate.entry.offset, UsesLargeBuffer(s) ? large_off_ : EntryOff(idx),
-                  s.entry_len, true);
+    case GetPhase::kEntry:  // entry_len and direct: set by NextCandidateOrMiss, <= the buffer it names
+      PostEntryRead(idx, s, s.candidate.entry.offset);
       break;
     case GetPhase::kRecheck:  // the candidate's word, where the window READ put it
       PostGetRead(idx, desc_.index, s.kw.read.offset + uint64_t(s.cand) * kWordBytes,
@@ -134,6 +147,44 @@ void Client::Impl::PostGetRead(uint32_t idx, const RemoteRegion& region, uint64_
   w.local = mr_->Slice(local_off, len);
   w.remote_addr = region.addr + offset;
   w.rkey = region.rkey;
+}
+
+void Client::Impl::PlanEntryRead(OpState& s) const {
+  // Header and key into the op buffer, then at least one byte for the buffer.
+  const size_t head = kEntryKeyOffset + s.op->key.size();
+  s.direct = s.registered != nullptr && !s.direct_refused && s.entry_len >= kDirectReadMinBytes && s.entry_len > head;
+}
+
+void Client::Impl::PostEntryRead(uint32_t idx, OpState& s, uint64_t off) {
+  if (!s.direct) {
+    return PostGetRead(idx, desc_.log, off, UsesLargeBuffer(s) ? large_off_ : EntryOff(idx), s.entry_len, true);
+  }
+  const uint32_t head = static_cast<uint32_t>(kEntryKeyOffset + s.op->key.size());
+  ++stats_.direct_reads;
+  PostGetRead(idx, desc_.log, off, EntryOff(idx), head, true);
+  const std::span<std::byte> buf = s.op->buffer;
+  batch_[batch_len_ - 1].local2 = s.registered->Slice(
+      static_cast<size_t>(reinterpret_cast<uint64_t>(buf.data()) - s.registered->base()),
+      static_cast<uint32_t>(std::min<size_t>(s.entry_len - head, buf.size())));
+}
+
+EntryView Client::Impl::DecodeEntryRead(OpState& s, uint64_t ref, bool* refetch) {
+  *refetch = false;
+  const auto* bytes = reinterpret_cast<const std::byte*>(Mem(UsesLargeBuffer(s) ? large_off_ : EntryOff(IndexOf(s))));
+  if (!s.direct) return DecodeEntry({bytes, s.entry_len}, s.op->key, ref, params_.seed, /*require_current=*/false);
+  const size_t head = kEntryKeyOffset + s.op->key.size();
+  const std::span<const std::byte> tail = s.op->buffer.first(std::min<size_t>(s.entry_len - head, s.op->buffer.size()));
+  // Whether the header's key and value fit what was read (the value may be
+  // longer than the buffer, or these bytes another key's entry or torn):
+  // if not, only an ordinary READ of the whole entry can tell which.
+  uint32_t lengths;
+  std::memcpy(&lengths, bytes + LengthsAt(RefLogOffset(ref)), sizeof lengths);
+  if (size_t{LengthsKey(lengths)} + LengthsValue(lengths) > head - kEntryKeyOffset + tail.size()) {
+    *refetch = true;
+    s.direct_refused = true;
+    return {};
+  }
+  return DecodeEntry({bytes, head}, tail, s.op->key, ref, params_.seed, /*require_current=*/false);
 }
 
 void Client::Impl::OnGetReadDone(OpState& s) {
@@ -174,7 +225,6 @@ void Client::Impl::NewRound(OpState& s, bool retry, const char* why) {
 }
 
 void Client::Impl::OnCachedEntry(OpState& s) {
-  const auto* bytes = reinterpret_cast<const std::byte*>(Mem(EntryOff(IndexOf(s))));
   // Accepted only when the word READ just before the entry still named it
   // and the round took less than the round limit: the entry was the key's
   // current one when the word was read, and its segment cannot have been
@@ -182,9 +232,8 @@ void Client::Impl::OnCachedEntry(OpState& s) {
   // and a clear NOT-CURRENT bit alone prove nothing at an old location: the
   // bytes there may be another client's value.
   const bool named = WordRef(WindowWord(s, s.cached_word)) == s.cached_ref && !RoundIsLate(s);
-  EntryView v = named ? DecodeEntry({bytes, s.entry_len}, s.op->key, s.cached_ref, params_.seed,
-                                    /*require_current=*/false)
-                      : EntryView{};
+  bool refetch = false;  // a direct READ short of the entry: the index path reads it whole
+  EntryView v = named ? DecodeEntryRead(s, s.cached_ref, &refetch) : EntryView{};
   if (v.verdict == EntryVerdict::kValue) {
     ++stats_.cache_hits;
     return Finish(s, DeliverValue(s, v.value));
@@ -224,6 +273,7 @@ void Client::Impl::NextCandidateOrMiss(OpState& s, int from) {
     // window READ completed in the same poll waits); if another GET's, this
     // one waits for it in StageGet, within the round limit.
     const int32_t idx = static_cast<int32_t>(IndexOf(s));
+    PlanEntryRead(s);
     s.wants_large = UsesLargeBuffer(s);
     if (s.wants_large && large_owner_ == -1) {
       large_owner_ = idx;
@@ -256,13 +306,15 @@ bool Client::Impl::RoundIsLate(const OpState& s) const {
 }
 
 void Client::Impl::OnEntry(OpState& s) {
-  const uint32_t idx = IndexOf(s);
   const bool large = UsesLargeBuffer(s);
   // The large buffer is ours until we return: nothing posts before then.
   if (large) large_owner_ = -1;
   const Candidate& c = s.candidate;
-  const auto* bytes = reinterpret_cast<const std::byte*>(Mem(large ? large_off_ : EntryOff(idx)));
-  EntryView v = DecodeEntry({bytes, s.entry_len}, s.op->key, c.ref, params_.seed, /*require_current=*/false);
+  bool refetch = false;
+  EntryView v = DecodeEntryRead(s, c.ref, &refetch);
+  // A direct READ that holds less than the entry: this candidate's entry
+  // once more, read whole the ordinary way (direct READs are off for this GET).
+  if (refetch) return NextCandidateOrMiss(s, s.cand);
   // Within the round limit the window READ of this round vouches for the
   // entry (the reuse rule). A round that outlived it (a large value on a busy
   // link) proves nothing yet: its key's value or tombstone is accepted only
@@ -282,7 +334,7 @@ void Client::Impl::OnEntry(OpState& s) {
   switch (v.verdict) {
     case EntryVerdict::kValue:
       // Cached only if the cached READ fits the op buffer.
-      if (!large) {
+      if (s.entry_len <= kOpEntryBytes) {
         cache_.Insert(s.kw.hash.hash, {c.ref, static_cast<uint64_t>(s.cand)});
       } else {
         cache_.Erase(s.kw.hash.hash);
@@ -328,7 +380,8 @@ Status Client::Impl::DeliverValue(OpState& s, std::span<const std::byte> value) 
                             std::to_string(op->buffer.size()) + " bytes" +
                             (op->buffer.data() == nullptr ? " (a GET Op needs a result string or a buffer)" : ""));
   }
-  if (!value.empty()) std::memcpy(op->buffer.data(), value.data(), value.size());
+  // A direct READ put it there already.
+  if (!value.empty() && value.data() != op->buffer.data()) std::memcpy(op->buffer.data(), value.data(), value.size());
   return Status::OK();
 }
 

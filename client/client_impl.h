@@ -79,6 +79,9 @@ class Client::Impl {
   static constexpr size_t kOpEntryBytes = 16 << 10;
   static_assert(kOpEntryBytes == SizeClassBytes(kFirstCoarseSizeClass + 2 * kSizeClassSteps));
   static_assert(kOpEntryBytes >= kMaxExactEntryBytes);
+  // A direct READ (below) for entry READs of at least this many bytes: for
+  // shorter ones the copy costs less than checksumming two pieces.
+  static constexpr uint32_t kDirectReadMinBytes = 512;
 
   Impl(const ClientOptions& o, std::shared_ptr<Device> dev)
       : opts_(o),
@@ -102,6 +105,9 @@ class Client::Impl {
   // Runs one operation to completion (the synchronous API).
   // `query`: a STATS or CLOCK request (IsQuery) instead of op->type's.
   void RunSync(Op* op, std::optional<Opcode> query = std::nullopt);
+  // Client::RegisterMemory / UnregisterMemory (client.cc).
+  Status RegisterMemory(std::span<std::byte> memory);
+  Status UnregisterMemory(std::span<std::byte> memory);
   // Runs a STATS or CLOCK request; its reply body.
   Result<std::string> Query(Opcode query);
   Result<std::vector<std::pair<std::string, uint64_t>>> Stats();
@@ -161,6 +167,13 @@ class Client::Impl {
     bool recheck_found = false;    // kRecheck: the decoded entry was a value (else a tombstone) ...
     Status recheck_delivered;      // ... handed to the caller with this outcome (DeliverValue)
     uint32_t entry_len = 0;         // bytes of the entry READ
+    // The caller's buffer lies in registered memory (Client::RegisterMemory):
+    // `registered` is that region. A direct READ is an entry READ in two
+    // pieces, header and key into the op buffer and the rest straight into
+    // op->buffer (SendWr::local2), so that the value needs no copy.
+    const MemoryRegion* registered = nullptr;
+    bool direct = false;            // the entry READ of this phase is a direct READ
+    bool direct_refused = false;    // an entry did not fit the buffer: no more direct READs for this GET
     uint32_t restarts = 0;           // rounds thrown away (NewRound with retry)
     uint32_t reads = 0;              // READs this GET posted
     uint32_t rounds = 0;             // window-READ rounds this GET took
@@ -227,7 +240,17 @@ class Client::Impl {
   // the miss rule when there is none.
   void NextCandidateOrMiss(OpState& s, int from);
   // kEntry: the READ (entry_len bytes) goes to the large buffer, not the op buffer.
-  static bool UsesLargeBuffer(const OpState& s) { return s.entry_len > kOpEntryBytes; }
+  static bool UsesLargeBuffer(const OpState& s) { return !s.direct && s.entry_len > kOpEntryBytes; }
+  // Decides whether the entry READ of entry_len bytes about to be staged is
+  // a direct READ (OpState::direct).
+  void PlanEntryRead(OpState& s) const;
+  // Posts the entry READ of the GET (entry_len bytes at log offset `off`):
+  // a direct READ, or into the large or the op buffer.
+  void PostEntryRead(uint32_t idx, OpState& s, uint64_t off);
+  // Decodes what the entry READ of `ref` brought. *refetch: a direct READ
+  // that holds less than the entry (the value is longer than the buffer, or
+  // the bytes are not the key's entry): read it again the ordinary way.
+  EntryView DecodeEntryRead(OpState& s, uint64_t ref, bool* refetch);
   void OnEntry(OpState& s);
   // Hands a GET's value to the caller (Op::result, else Op::buffer):
   // TooLarge if it does not fit the buffer.
@@ -263,6 +286,7 @@ class Client::Impl {
   size_t stage_off_ = 0, reply_off_ = 0, large_off_ = 0, large_cap_ = 0, op_buffers_off_ = 0, scratch_off_ = 0;
   std::unique_ptr<uint8_t, FreeDeleter> mem_;
   std::unique_ptr<MemoryRegion> mr_;
+  std::vector<std::unique_ptr<MemoryRegion>> registered_;  // RegisterMemory's; destroyed after conn_
   std::unique_ptr<CompletionQueue> cq_;  // conn_'s send and receive completions; destroyed after conn_
   std::unique_ptr<Connection> conn_;     // destroyed before mr_ and cq_
 

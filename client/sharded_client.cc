@@ -232,6 +232,24 @@ Status ShardedClient::Get(std::string_view key, std::span<std::byte> buffer, siz
   return impl_->clients[ServerFor(key)]->Get(key, buffer, value_bytes);
 }
 
+Status ShardedClient::RegisterMemory(std::span<std::byte> memory) {
+  for (size_t i = 0; i < impl_->clients.size(); ++i) {
+    if (Status st = impl_->clients[i]->RegisterMemory(memory); !st.ok()) {
+      while (i-- > 0) (void)impl_->clients[i]->UnregisterMemory(memory);
+      return st;
+    }
+  }
+  return Status::OK();
+}
+
+Status ShardedClient::UnregisterMemory(std::span<std::byte> memory) {
+  Status first;
+  for (auto& c : impl_->clients) {
+    if (Status st = c->UnregisterMemory(memory); !st.ok() && first.ok()) first = st;
+  }
+  return first;
+}
+
 Status ShardedClient::Put(std::string_view key, std::string_view value, uint64_t if_version) {
   return impl_->clients[ServerFor(key)]->Put(key, value, if_version);
 }

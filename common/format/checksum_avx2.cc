@@ -21,4 +21,13 @@ namespace kvrdma::detail {
 
 uint64_t Xxh3Avx2(const void* p, size_t n, uint64_t seed) noexcept { return XXH3_64bits_withSeed(p, n, seed); }
 
+uint64_t Xxh3Avx2Pieces(const void* a, size_t na, const void* b, size_t nb, uint64_t seed) noexcept {
+  XXH3_state_t st;  // 64-aligned by its type; no allocation
+  XXH3_INITSTATE(&st);  // what reset reads before it writes (a state not from XXH3_createState)
+  XXH3_64bits_reset_withSeed(&st, seed);
+  XXH3_64bits_update(&st, a, na);
+  XXH3_64bits_update(&st, b, nb);
+  return XXH3_64bits_digest(&st);
+}
+
 }  // namespace kvrdma::detail

@@ -1,5 +1,6 @@
 #include "common/format/entry.h"
 
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack (EntryChecksum over two pieces)
 #include <xxhash.h>
 
 #include <cstring>
@@ -27,16 +28,39 @@ bool CpuHasAvx2() noexcept {
 }
 }  // namespace detail
 
+namespace {
+// The lengths enter through the seed (multiplied by an odd constant so that
+// every bit of them moves the seed's high bits too): the key and value are
+// contiguous in both layouts, the lengths are not next to them.
+constexpr uint64_t ChecksumSeed(uint64_t seed, uint32_t lengths) noexcept {
+  return seed ^ (uint64_t{lengths} * 0x9E3779B97F4A7C15ull);
+}
+}  // namespace
+
 uint64_t EntryChecksum(uint32_t lengths, const std::byte* key_and_value, size_t n, uint64_t seed) noexcept {
-  // The lengths enter through the seed (multiplied by an odd constant so
-  // that every bit of them moves the seed's high bits too): the key and
-  // value are contiguous in both layouts, the lengths are not next to them.
-  const uint64_t mixed = seed ^ (uint64_t{lengths} * 0x9E3779B97F4A7C15ull);
+  const uint64_t mixed = ChecksumSeed(seed, lengths);
 #if KVRDMA_HAVE_AVX2
   // Above 240 bytes XXH3 runs its vector loop (below, scalar code either way).
   if (n > 240 && detail::CpuHasAvx2()) return detail::Xxh3Avx2(key_and_value, n, mixed) & kGuardChecksumMask;
 #endif
   return XXH3_64bits_withSeed(key_and_value, n, mixed) & kGuardChecksumMask;
+}
+
+uint64_t EntryChecksum(uint32_t lengths, std::span<const std::byte> a, std::span<const std::byte> b,
+                       uint64_t seed) noexcept {
+  if (b.empty()) return EntryChecksum(lengths, a.data(), a.size(), seed);
+  const uint64_t mixed = ChecksumSeed(seed, lengths);
+#if KVRDMA_HAVE_AVX2
+  if (detail::CpuHasAvx2()) {
+    return detail::Xxh3Avx2Pieces(a.data(), a.size(), b.data(), b.size(), mixed) & kGuardChecksumMask;
+  }
+#endif
+  XXH3_state_t st;
+  XXH3_INITSTATE(&st);  // what reset reads before it writes (a state not from XXH3_createState)
+  XXH3_64bits_reset_withSeed(&st, mixed);
+  XXH3_64bits_update(&st, a.data(), a.size());
+  XXH3_64bits_update(&st, b.data(), b.size());
+  return XXH3_64bits_digest(&st) & kGuardChecksumMask;
 }
 
 size_t EncodeEntry(std::span<std::byte> out, uint64_t entry_off, std::string_view key, std::string_view value,

@@ -96,6 +96,10 @@ constexpr size_t LengthsEntryBytes(uint32_t lengths) noexcept {
 // bytes of key and value that start at the entry's key, seeded with `seed`
 // mixed with the lengths word (so the lengths are covered too).
 uint64_t EntryChecksum(uint32_t lengths, const std::byte* key_and_value, size_t n, uint64_t seed) noexcept;
+// The same checksum over key and value bytes that lie in two pieces: the
+// first `a`, then `b` (a GET that READ the value into the caller's memory).
+uint64_t EntryChecksum(uint32_t lengths, std::span<const std::byte> a, std::span<const std::byte> b,
+                       uint64_t seed) noexcept;
 
 // Encodes a complete entry into plain (non-shared) memory, laid out as for
 // log offset `entry_off` (only whether it is 8-aligned matters): tests,

@@ -206,33 +206,41 @@ Candidate CandidateAt(std::span<const std::byte> window, int word, const IndexPa
   return c;
 }
 
-EntryView DecodeEntry(std::span<const std::byte> bytes, std::string_view key, uint64_t ref,
-                      uint64_t seed, bool require_current) noexcept {
+namespace {
+// DecodeEntry's work over the entry bytes head || tail (tail empty: one piece).
+EntryView Decode(std::span<const std::byte> head, std::span<const std::byte> tail, std::string_view key,
+                 uint64_t ref, uint64_t seed, bool require_current) noexcept {
   EntryView v;
-  if (bytes.size() < kEntryHeaderBytes) return v;  // kMalformed
+  if (head.size() < kEntryHeaderBytes) return v;  // kMalformed
   const uint64_t off = RefLogOffset(ref);
   EntryHeader h;
-  std::memcpy(&h.guard, bytes.data() + GuardAt(off), sizeof(h.guard));
-  std::memcpy(&h.lengths, bytes.data() + LengthsAt(off), sizeof(h.lengths));
+  std::memcpy(&h.guard, head.data() + GuardAt(off), sizeof(h.guard));
+  std::memcpy(&h.lengths, head.data() + LengthsAt(off), sizeof(h.lengths));
   const uint32_t klen = LengthsKey(h.lengths);
   const uint32_t vlen = LengthsValue(h.lengths);
   const bool tomb = LengthsTombstone(h.lengths);
   if (klen == 0 || (tomb && vlen != 0)) return v;
   const size_t total = EntryBytes(klen, vlen);
+  const size_t used = kEntryKeyOffset + size_t{klen} + vlen;  // header, key, value: what the checksum covers
   // The header's length must map to the ref's size class: a disagreement
   // means the bytes are not the entry the ref was made for (recycled or
   // torn header). A READ of the class's bytes (clamped to the log, which the
   // entry lies within) always covers the entry, so fewer bytes are malformed
-  // too; an entry shorter than the READ uses only its `total` bytes.
-  if (SizeClassFor(total) != RefSizeClass(ref) || bytes.size() < total) return v;
+  // too; an entry shorter than the READ uses only its `total` bytes. (A READ
+  // in two pieces need not hold the padding after the value.)
+  const size_t have = head.size() + tail.size();
+  if (SizeClassFor(total) != RefSizeClass(ref) || have < (tail.empty() ? total : used)) return v;
   v.total_bytes = static_cast<uint32_t>(total);
-  if (EntryChecksum(h.lengths, bytes.data() + kEntryKeyOffset, size_t{klen} + vlen, seed) !=
-      (h.guard & kGuardChecksumMask)) {
+  const std::span<const std::byte> a = head.subspan(kEntryKeyOffset, std::min(head.size(), used) - kEntryKeyOffset);
+  const std::span<const std::byte> b = tail.first(used - kEntryKeyOffset - a.size());
+  if (EntryChecksum(h.lengths, a, b, seed) != (h.guard & kGuardChecksumMask)) {
     v.verdict = EntryVerdict::kTorn;
     return v;
   }
   v.superseded = (h.guard & kGuardNotCurrentBit) != 0;
-  if (klen != key.size() || std::memcmp(bytes.data() + kEntryKeyOffset, key.data(), klen) != 0) {
+  // The key, in head or split across both pieces.
+  if (klen != key.size() || std::memcmp(a.data(), key.data(), std::min<size_t>(klen, a.size())) != 0 ||
+      (klen > a.size() && std::memcmp(b.data(), key.data() + a.size(), klen - a.size()) != 0)) {
     v.verdict = EntryVerdict::kWrongKey;
     return v;
   }
@@ -244,9 +252,26 @@ EntryView DecodeEntry(std::span<const std::byte> bytes, std::string_view key, ui
     v.verdict = EntryVerdict::kTombstone;
     return v;
   }
+  if (klen + vlen <= a.size()) {
+    v.value = a.subspan(klen, vlen);
+  } else if (klen >= a.size()) {
+    v.value = b.subspan(klen - a.size(), vlen);
+  } else {
+    return EntryView{};  // a value across both pieces: no one span to hand out (kMalformed)
+  }
   v.verdict = EntryVerdict::kValue;
-  v.value = bytes.subspan(kEntryKeyOffset + klen, vlen);
   return v;
+}
+}  // namespace
+
+EntryView DecodeEntry(std::span<const std::byte> bytes, std::string_view key, uint64_t ref,
+                      uint64_t seed, bool require_current) noexcept {
+  return Decode(bytes, {}, key, ref, seed, require_current);
+}
+
+EntryView DecodeEntry(std::span<const std::byte> head, std::span<const std::byte> tail, std::string_view key,
+                      uint64_t ref, uint64_t seed, bool require_current) noexcept {
+  return Decode(head, tail, key, ref, seed, require_current);
 }
 
 const char* EntryVerdictName(EntryVerdict v) noexcept {

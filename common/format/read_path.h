@@ -140,6 +140,13 @@ struct EntryView {
 // sit (entry.h) and its size class how long the entry is.
 EntryView DecodeEntry(std::span<const std::byte> bytes, std::string_view key, uint64_t ref,
                       uint64_t seed, bool require_current) noexcept;
+// The same for an entry READ into two places (SendWr::local2): `head` holds
+// its first bytes (at least the header), `tail` the rest, as far as it was
+// read. Only the checksummed bytes (header, key, value) must be there, not
+// the padding; kValue's value may lie in either piece. A GET that READ the
+// value into the caller's memory (client_get.cc) decodes with this.
+EntryView DecodeEntry(std::span<const std::byte> head, std::span<const std::byte> tail, std::string_view key,
+                      uint64_t ref, uint64_t seed, bool require_current) noexcept;
 
 // Status for a verdict: OK, NotFound, Retry.
 Status EntryVerdictStatus(EntryVerdict v);

@@ -36,5 +36,8 @@ void FlagWindowWordsAvx2(const std::byte* words, int blocks, const WindowKeyBits
 // XXH3 64-bit with a seed, built for AVX2 (checksum_avx2.cc); call only if
 // CpuHasAvx2().
 uint64_t Xxh3Avx2(const void* p, size_t n, uint64_t seed) noexcept;
+// The same over the bytes a[0, na) followed by b[0, nb) (XXH3's streaming
+// form, whose result is the one-shot hash of the concatenation).
+uint64_t Xxh3Avx2Pieces(const void* a, size_t na, const void* b, size_t nb, uint64_t seed) noexcept;
 
 }  // namespace kvrdma::detail

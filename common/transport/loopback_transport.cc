@@ -353,6 +353,9 @@ class LoopConn final : public Connection {
       if (w.inline_data && w.local.length > max_inline_) {
         return Status::InvalidArgument("inline data longer than the QP's max_inline");
       }
+      if (w.local2.length != 0 && (w.opcode != WrOpcode::kRead || w.inline_data)) {
+        return Status::InvalidArgument("a second scatter element is for READs only");
+      }
     }
     for (const SendWr& w : wrs) {
       Queued q{w, {}};
@@ -675,15 +678,32 @@ const Region* FindRegion(const std::map<uint32_t, Region>& m, uint32_t key, cons
 }
 
 WcStatus Fabric::DoRead(LoopConn* c, const SendWr& w, std::unique_lock<std::mutex>& l) {
-  auto* dst = reinterpret_cast<uint8_t*>(w.local.addr);
   const auto* src = reinterpret_cast<const uint8_t*>(w.remote_addr);
-  size_t chunk = faults_.read_chunk_bytes == 0 ? w.local.length : faults_.read_chunk_bytes;
-  for (size_t done = 0; done < w.local.length;) {
-    size_t n = std::min(chunk, w.local.length - done);
-    const size_t at = faults_.read_descending ? w.local.length - done - n : done;
-    RacyCopy(dst + at, src + at, n);
+  const size_t total = size_t{w.local.length} + w.local2.length;
+  // Byte `at` of the READ lands in local, then local2; a chunk never spans both.
+  const auto copy = [&](size_t at, size_t n) {
+    if (at < w.local.length) {
+      RacyCopy(reinterpret_cast<uint8_t*>(w.local.addr) + at, src + at, n);
+    } else {
+      RacyCopy(reinterpret_cast<uint8_t*>(w.local2.addr) + (at - w.local.length), src + at, n);
+    }
+  };
+  size_t chunk = faults_.read_chunk_bytes == 0 ? total : faults_.read_chunk_bytes;
+  for (size_t done = 0; done < total;) {
+    size_t n = std::min(chunk, total - done);
+    size_t at = faults_.read_descending ? total - done - n : done;
+    // Cut at the boundary between the two elements.
+    if (at < w.local.length && at + n > w.local.length) {
+      if (faults_.read_descending) {
+        n = at + n - w.local.length;
+        at = w.local.length;
+      } else {
+        n = w.local.length - at;
+      }
+    }
+    copy(at, n);
     done += n;
-    if (done < w.local.length && faults_.between_read_chunks) {
+    if (done < total && faults_.between_read_chunks) {
       auto hook = faults_.between_read_chunks;
       l.unlock();
       hook(w, done);
@@ -731,9 +751,12 @@ bool Fabric::Execute(LoopConn* c, std::unique_lock<std::mutex>& l) {
     switch (w.opcode) {
       case WrOpcode::kRead:
         ++stats_.reads;
-        if (!FindRegion(regions, w.local.lkey, me, w.local.addr, w.local.length, kAccessLocalWrite)) {
+        if (!FindRegion(regions, w.local.lkey, me, w.local.addr, w.local.length, kAccessLocalWrite) ||
+            (w.local2.length != 0 &&
+             !FindRegion(regions, w.local2.lkey, me, w.local2.addr, w.local2.length, kAccessLocalWrite))) {
           st = WcStatus::kLocalProtectionError;
-        } else if (!FindRegion(regions, w.rkey, them, w.remote_addr, w.local.length, kAccessRemoteRead, peer->qp_num())) {
+        } else if (!FindRegion(regions, w.rkey, them, w.remote_addr, uint64_t{w.local.length} + w.local2.length,
+                               kAccessRemoteRead, peer->qp_num())) {
           st = WcStatus::kRemoteAccessError;
         } else {
           st = DoRead(c, w, l);
@@ -816,7 +839,7 @@ bool Fabric::Execute(LoopConn* c, std::unique_lock<std::mutex>& l) {
     sc.wr_id = w.wr_id;
     sc.status = st;
     sc.opcode = w.opcode;
-    sc.byte_len = w.opcode == WrOpcode::kRead ? w.local.length : 0;
+    sc.byte_len = w.opcode == WrOpcode::kRead ? w.local.length + w.local2.length : 0;
     sc.qp_num = c->qp_num();
     static_cast<LoopCq&>(c->send_cq()).Push(sc);
   }

@@ -77,6 +77,11 @@ struct SendWr {
   bool signaled = true;      // unsignaled successful WRs produce no completion
   bool inline_data = false;  // copy local bytes into the WR (SEND/WRITE, small)
   Sge local;                 // atomics: 8 bytes that receive the old value
+  // kRead only: a second scatter element (length 0: none). The READ's bytes
+  // fill `local`, then `local2`: remote_addr spans both lengths. A GET reads
+  // an entry's header and key into its own buffer and the value straight
+  // into the caller's registered memory this way (client_get.cc).
+  Sge local2;
   uint64_t remote_addr = 0;  // READ/WRITE/atomics
   uint32_t rkey = 0;         // READ/WRITE/atomics
   uint32_t imm = 0;          // kWriteImm, host byte order

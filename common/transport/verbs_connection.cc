@@ -78,7 +78,7 @@ ibv_qp_init_attr_ex QpAttr(VerbsDevice& dev, const QpConfig& cfg, ibv_cq* scq, i
   a.srq = srq;
   a.cap.max_send_wr = std::min(cfg.max_send_wr, dev.info().max_qp_wr);
   a.cap.max_recv_wr = srq != nullptr ? 0 : std::min(cfg.max_recv_wr, dev.info().max_qp_wr);
-  a.cap.max_send_sge = 1;
+  a.cap.max_send_sge = 2;  // a READ into two places (SendWr::local2)
   a.cap.max_recv_sge = 1;
   a.cap.max_inline_data = cfg.max_inline;
   a.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
@@ -199,6 +199,7 @@ class VerbsConnection final : public Connection {
   rdma_cm_id* id() const noexcept { return id_.get(); }
 
   Status PostSend(std::span<const SendWr> wrs) override;
+  Status PostSendList(std::span<const SendWr> wrs);  // ibv_post_send (see there)
   Status PostRecv(std::span<const RecvWr> wrs) override {
     if (broken()) return Status::ConnectionLost("connection is broken");
     return PostRecvChain(wrs, nullptr, qp_);
@@ -232,8 +233,71 @@ class VerbsConnection final : public Connection {
   std::atomic<bool> broken_{false};
 };
 
+// A batch with a READ into two places goes through ibv_post_send instead of
+// the ibv_wr_* calls: rxe's ibv_wr_set_sge_list (rdma-core 44, Debian 12)
+// sums the first element's length num_sge times, so the READ's length is
+// wrong (measured: 56 bytes for 28 + 5000; fixed upstream in 2026, "rxe:
+// wr_set_sge_list() summed the SGE lengths with a loop that never advanced").
+Status VerbsConnection::PostSendList(std::span<const SendWr> wrs) {
+  for (const SendWr& w : wrs) {  // all checked before any is posted, as ibv_wr_abort does below
+    if (w.inline_data && w.local.length > max_inline_) {
+      return Status::InvalidArgument("inline data longer than the QP's max_inline");
+    }
+    if (w.local2.length != 0 && (w.opcode != WrOpcode::kRead || w.inline_data)) {
+      return Status::InvalidArgument("a second scatter element is for READs only");
+    }
+  }
+  constexpr size_t kChain = 32;
+  ibv_send_wr sw[kChain];
+  ibv_sge sg[kChain][2];
+  for (size_t base = 0; base < wrs.size(); base += kChain) {
+    const size_t n = std::min(kChain, wrs.size() - base);
+    for (size_t i = 0; i < n; ++i) {
+      const SendWr& w = wrs[base + i];
+      ibv_send_wr& x = sw[i];
+      x = ibv_send_wr{};
+      x.wr_id = w.wr_id;
+      x.send_flags = (w.signaled ? unsigned{IBV_SEND_SIGNALED} : 0u) | (w.inline_data ? unsigned{IBV_SEND_INLINE} : 0u);
+      sg[i][0] = ibv_sge{w.local.addr, w.local.length, w.local.lkey};
+      sg[i][1] = ibv_sge{w.local2.addr, w.local2.length, w.local2.lkey};
+      x.sg_list = sg[i];
+      x.num_sge = w.local2.length != 0 ? 2 : 1;
+      switch (w.opcode) {
+        case WrOpcode::kRead: x.opcode = IBV_WR_RDMA_READ; break;
+        case WrOpcode::kWrite: x.opcode = IBV_WR_RDMA_WRITE; break;
+        case WrOpcode::kWriteImm:
+          x.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+          x.imm_data = htobe32(w.imm);
+          break;
+        case WrOpcode::kSend: x.opcode = IBV_WR_SEND; break;
+        case WrOpcode::kCompareSwap: x.opcode = IBV_WR_ATOMIC_CMP_AND_SWP; break;
+        case WrOpcode::kFetchAdd: x.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD; break;
+        default: return Status::InvalidArgument("not a send-queue opcode");
+      }
+      if (w.opcode == WrOpcode::kCompareSwap || w.opcode == WrOpcode::kFetchAdd) {
+        x.wr.atomic.remote_addr = w.remote_addr;
+        x.wr.atomic.rkey = w.rkey;
+        x.wr.atomic.compare_add = w.compare_add;
+        x.wr.atomic.swap = w.swap;
+      } else {
+        x.wr.rdma.remote_addr = w.remote_addr;
+        x.wr.rdma.rkey = w.rkey;
+      }
+      x.next = i + 1 < n ? &sw[i + 1] : nullptr;
+    }
+    ibv_send_wr* bad = nullptr;
+    if (int rc = ibv_post_send(qp_, sw, &bad); rc != 0) {
+      return rc == ENOMEM ? Status::NoResource("send queue full") : Status::FromErrno("ibv_post_send", rc);
+    }
+  }
+  return Status::OK();
+}
+
 Status VerbsConnection::PostSend(std::span<const SendWr> wrs) {
   if (broken()) return Status::ConnectionLost("connection is broken");
+  for (const SendWr& w : wrs) {
+    if (w.local2.length != 0) return PostSendList(wrs);
+  }
   ibv_wr_start(qpx_);
   for (const SendWr& w : wrs) {
     qpx_->wr_id = w.wr_id;

@@ -266,6 +266,7 @@ py::dict ClientStatsDict(const ClientStats& s) {
   d["reads"] = s.reads;
   d["cache_hits"] = s.cache_hits;
   d["cache_stale"] = s.cache_stale;
+  d["direct_reads"] = s.direct_reads;
   d["puts"] = s.puts;
   d["deletes"] = s.deletes;
   d["messages"] = s.messages;

@@ -221,6 +221,51 @@ TEST_P(TransportTest, CompareSwapAndFetchAddReturnOldValue) {
   EXPECT_EQ(*word, 1024u);
 }
 
+// A READ into two places (SendWr::local2): its first bytes fill `local`,
+// the rest `local2`, in another region; the completion counts both.
+TEST_P(TransportTest, ReadIntoTwoScatterElementsSplitsTheBytesInOrder) {
+  std::iota(remote_.begin(), remote_.end(), uint8_t{3});
+  std::vector<uint8_t> other(8192, 0xee);
+  auto other_mr = Register(env_.client, other.data(), other.size(), kAccessLocalWrite);
+  ASSERT_TRUE(other_mr);
+  Pair& p = Connect();
+  ASSERT_TRUE(p.client && p.server);
+  SendWr w = Read(1, 100, remote_mr_->base() + 1000, remote_mr_->rkey(), 28);
+  w.local2 = other_mr->Slice(16, 5000);
+  Completion c = RunOne(*p.client, w);
+  ASSERT_EQ(c.status, WcStatus::kSuccess) << WcStatusName(c.status);
+  EXPECT_EQ(c.byte_len, 28u + 5000u);
+  EXPECT_EQ(0, std::memcmp(local_.data() + 100, remote_.data() + 1000, 28));
+  EXPECT_EQ(0, std::memcmp(other.data() + 16, remote_.data() + 1028, 5000));
+  EXPECT_EQ(other[15], 0xee);
+  EXPECT_EQ(other[16 + 5000], 0xee);
+  EXPECT_EQ(local_[99], 0);
+  EXPECT_EQ(local_[128], 0);
+  // Both elements count against the remote region: past its end is refused.
+  SendWr past = Read(2, 0, remote_mr_->base() + kRegion - 64, remote_mr_->rkey(), 32);
+  past.local2 = other_mr->Slice(0, 64);
+  c = RunOne(*p.client, past);
+  EXPECT_EQ(c.status, WcStatus::kRemoteAccessError) << WcStatusName(c.status);
+  other_mr.reset();
+}
+
+// The second element must be local memory the READ may write: an lkey of
+// another region's range is a local protection error (no byte lands).
+TEST_P(TransportTest, ASecondScatterElementOutsideItsRegionIsALocalError) {
+  std::vector<uint8_t> other(4096, 0xee);
+  auto other_mr = Register(env_.client, other.data(), other.size(), kAccessLocalWrite);
+  ASSERT_TRUE(other_mr);
+  Pair& p = Connect();
+  ASSERT_TRUE(p.client && p.server);
+  SendWr w = Read(1, 0, remote_mr_->base(), remote_mr_->rkey(), 64);
+  w.local2 = other_mr->Slice(4000, 64);
+  w.local2.length = 200;  // past the region's end
+  Completion c = RunOne(*p.client, w);
+  EXPECT_NE(c.status, WcStatus::kSuccess);
+  EXPECT_TRUE(p.client->broken());
+  other_mr.reset();
+}
+
 TEST_P(TransportTest, ReadWithWrongRkeyIsRemoteAccessAndBreaksConnection) {
   Pair& p = Connect();
   ASSERT_TRUE(p.client && p.server);

@@ -135,6 +135,26 @@ TEST(Layout, EntryChecksumIsLibxxhashsXxh3AtEverySizeAndAlignment) {
   for (size_t n : {size_t{65536}, size_t{65536 + 17}, size_t{1} << 20}) {
     for (size_t align = 0; align < 64; align += 7) ASSERT_NO_FATAL_FAILURE(expect_same(n, align, n * 31 + align));
   }
+  // Over two pieces (a direct READ: key in the client's buffer, value in the
+  // caller's): the checksum of the whole, at every cut of the short inputs
+  // and around the 240-byte, stripe and block edges of long ones.
+  auto expect_pieces = [&](size_t n, size_t cut) {
+    const uint32_t lengths = PackLengths(16, static_cast<uint32_t>(n - 16), false);
+    const std::span<const std::byte> all(buf.data() + 3, n);
+    ASSERT_EQ(EntryChecksum(lengths, all.first(cut), all.subspan(cut), 7), EntryChecksum(lengths, all.data(), n, 7))
+        << n << " bytes cut at " << cut;
+  };
+  for (size_t n = 16; n <= 300; ++n) {
+    for (size_t cut = 0; cut <= n; ++cut) ASSERT_NO_FATAL_FAILURE(expect_pieces(n, cut));
+  }
+  for (size_t n : {size_t{1000}, size_t{1024 + 64}, size_t{65536 + 5}, size_t{1} << 20}) {
+    for (size_t cut : {size_t{1}, size_t{16}, size_t{63}, size_t{64}, size_t{65}, size_t{255}, size_t{256},
+                       size_t{257}, size_t{1023}, size_t{1024}, n / 2, n - 1}) {
+      if (cut <= n) {
+        ASSERT_NO_FATAL_FAILURE(expect_pieces(n, cut));
+      }
+    }
+  }
 }
 
 TEST(Hash, HomeFingerprintAndTagNibbleUseDisjointBits) {

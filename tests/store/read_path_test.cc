@@ -325,6 +325,49 @@ TEST(ReadPath, CoarseClassEntryDecodesFromOneRead) {
   EXPECT_EQ(DecodeEntry(e.bytes, "big", e.ref, kSeed, false).verdict, EntryVerdict::kValue);
 }
 
+// A direct READ (client_get.cc): header and key in one piece, the rest of
+// the READ in another (the caller's buffer). The same verdicts as one piece,
+// the value handed out where it lies, the padding not needed; bytes short of
+// key and value are malformed, a flipped byte in either piece is caught.
+TEST(ReadPath, AnEntryInTwoPiecesDecodesAsInOne) {
+  for (uint64_t off : {64, 68}) {
+    const std::string value(5000, 'v');
+    Encoded e = Make("key", value + "!", false, off);  // 12 + 3 + 5001 -> padding of 0..3 bytes
+    std::vector<std::byte> bytes = e.bytes;
+    bytes.resize(SizeClassBytes(RefSizeClass(e.ref)), std::byte{0xa5});
+    const size_t head = 12 + 3;
+    const std::span<const std::byte> all(bytes);
+    EntryView v = DecodeEntry(all.first(head), all.subspan(head), "key", e.ref, kSeed, false);
+    ASSERT_EQ(v.verdict, EntryVerdict::kValue) << off;
+    EXPECT_EQ(v.value.data(), all.data() + head);  // in the second piece, not copied
+    EXPECT_EQ(v.value.size(), 5001u);
+    // Only key and value must be there: the second piece may end right after the value.
+    EXPECT_EQ(DecodeEntry(all.first(head), all.subspan(head, 5001), "key", e.ref, kSeed, false).verdict,
+              EntryVerdict::kValue);
+    EXPECT_EQ(DecodeEntry(all.first(head), all.subspan(head, 5000), "key", e.ref, kSeed, false).verdict,
+              EntryVerdict::kMalformed);
+    // Another key of the same length, and a flipped byte in each piece.
+    EXPECT_EQ(DecodeEntry(all.first(head), all.subspan(head), "kez", e.ref, kSeed, false).verdict,
+              EntryVerdict::kWrongKey);
+    for (size_t i : {size_t{13}, head + 0, head + 4000}) {
+      std::vector<std::byte> b = bytes;
+      b[i] ^= std::byte{0x10};
+      const std::span<const std::byte> f(b);
+      EXPECT_EQ(DecodeEntry(f.first(head), f.subspan(head), "key", e.ref, kSeed, false).verdict, EntryVerdict::kTorn)
+          << "byte " << i;
+    }
+    // A cut elsewhere (inside the key): the same verdict, a value in one piece.
+    v = DecodeEntry(all.first(13), all.subspan(13), "key", e.ref, kSeed, false);
+    EXPECT_EQ(v.verdict, EntryVerdict::kValue);
+    EXPECT_EQ(v.value.data(), all.data() + head);
+  }
+  // A tombstone in two pieces.
+  Encoded t = Make("key", "", true, 64);
+  EXPECT_EQ(DecodeEntry(std::span(t.bytes).first(15), std::span(t.bytes).subspan(15), "key", t.ref, kSeed, false)
+                .verdict,
+            EntryVerdict::kTombstone);
+}
+
 TEST(ReadPath, SizeClassDisagreeingWithTheHeaderIsMalformed) {
   // Exact codes: one unit off either way.
   Encoded e = Make("key", "value");

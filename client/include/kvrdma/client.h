@@ -97,9 +97,11 @@ struct Op {
   // no value; not for kDelete). kAnyVersion: unconditional.
   uint64_t if_version = kAnyVersion;
   // kGet: where the value goes. `result` if set (reuse the string to avoid
-  // allocations); otherwise the caller's `buffer`: the value is copied into
-  // its first value_bytes bytes, and a value longer than the buffer fails
-  // with TooLarge (value_bytes then says how long it is).
+  // allocations); otherwise the caller's `buffer`: the value is put into
+  // its first value_bytes bytes (copied there, or READ there without a copy
+  // if the buffer lies in memory registered with Client::RegisterMemory),
+  // and a value longer than the buffer fails with TooLarge (value_bytes
+  // then says how long it is). The rest of the buffer is unspecified.
   std::string* result = nullptr;
   std::span<std::byte> buffer;
   void* user = nullptr;           // the caller's pointer, untouched
@@ -119,6 +121,7 @@ struct ClientStats {
   uint64_t reads = 0;        // RDMA READs posted
   uint64_t cache_hits = 0;   // GETs answered by one READ at a cached location
   uint64_t cache_stale = 0;  // cached locations found superseded/recycled (fell back to the index)
+  uint64_t direct_reads = 0; // entry READs that put the value straight into registered memory (RegisterMemory)
   uint64_t puts = 0;         // PUTs the server acknowledged
   uint64_t deletes = 0;      // DELETEs the server acknowledged (found or not)
   uint64_t messages = 0;     // request messages sent (fragments count)
@@ -195,11 +198,25 @@ class Client {
   Status Get(std::string_view key, std::string* value);
   // The same into the caller's memory, without allocating: OK puts the
   // value in the first *value_bytes bytes of `buffer` (one copy, from the
-  // READ's buffer). TooLarge when the value is longer than `buffer`:
+  // READ's buffer; none if `buffer` lies in registered memory, below). TooLarge when the value is longer than `buffer`:
   // *value_bytes is then its length (call again with at least that much;
   // nothing else in `buffer` is specified). NotFound and the other errors
   // as Get above (*value_bytes is 0).
   Status Get(std::string_view key, std::span<std::byte> buffer, size_t* value_bytes);
+  // --- Registered memory: GETs without a copy. Registers `memory` with this
+  // client's RDMA device (its pages are pinned while registered; the
+  // process's `ulimit -l` bounds how much). A GET into a buffer that lies
+  // inside registered memory READs the value straight into the buffer
+  // instead of copying it out of the client's own (values of a few hundred
+  // bytes and more: below that a copy costs less). The server cannot reach
+  // this memory: it is registered for local access only. Registrations
+  // last until UnregisterMemory or the Client's end, across reconnects.
+  // Errors: InvalidArgument (empty, or overlaps memory registered already),
+  // and the device's (IOError, NoResource).
+  Status RegisterMemory(std::span<std::byte> memory);
+  // Ends the registration made with exactly `memory`. NotFound if there is
+  // none; InvalidArgument while an operation in flight has its buffer there.
+  Status UnregisterMemory(std::span<std::byte> memory);
   // Stores value under key (any bytes, 0..max_value_bytes()). OK: the store
   // has it, and every Get that starts afterwards, from any client, sees it
   // or a later write. Errors: ServerFull (index or log full in store mode;

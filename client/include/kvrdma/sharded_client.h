@@ -76,6 +76,11 @@ class ShardedClient {
   Status Get(std::string_view key, std::span<std::byte> buffer, size_t* value_bytes);
   Status Put(std::string_view key, std::string_view value, uint64_t if_version = kAnyVersion);
   Status Delete(std::string_view key, uint64_t if_version = kAnyVersion);
+  // Client::RegisterMemory / UnregisterMemory with every server's client
+  // (a GET into it then needs no copy whichever server has the key). If one
+  // fails, those that succeeded are undone.
+  Status RegisterMemory(std::span<std::byte> memory);
+  Status UnregisterMemory(std::span<std::byte> memory);
   // The counters of server `server` (an index into the list). InvalidArgument
   // if server >= server_count(); otherwise as Client::Stats.
   Result<std::vector<std::pair<std::string, uint64_t>>> Stats(size_t server);
