@@ -39,6 +39,9 @@ struct Args {
   uint32_t ops = 1000;
   uint32_t key_bytes = 16;
   uint32_t value_bytes = 32;
+  // Where a GET's value goes: a string (Op::result), the caller's buffer
+  // (Op::buffer), or a buffer in registered memory (a direct READ).
+  enum class Into : uint8_t { kString, kBuffer, kRegistered } into = Into::kString;
 };
 
 bool Parse(int argc, char** argv, Args* a) {
@@ -61,6 +64,12 @@ bool Parse(int argc, char** argv, Args* a) {
       a->key_bytes = static_cast<uint32_t>(std::strtoul(v, nullptr, 10));
     } else if (const char* v = val("--value-bytes=")) {
       a->value_bytes = static_cast<uint32_t>(std::strtoul(v, nullptr, 10));
+    } else if (const char* v = val("--into=")) {
+      std::string k = v;
+      if (k == "string") a->into = Args::Into::kString;
+      else if (k == "buffer") a->into = Args::Into::kBuffer;
+      else if (k == "registered") a->into = Args::Into::kRegistered;
+      else return false;
     } else {
       return false;
     }
@@ -127,8 +136,8 @@ int Main(int argc, char** argv) {
   Args a;
   if (!Parse(argc, argv, &a)) {
     std::fprintf(stderr,
-                 "usage: opcount --op=get_uncached|get_cached|get_miss|put [--ops=N] [--key-bytes=K] "
-                 "[--value-bytes=V]\n");
+                 "usage: opcount --op=get_uncached|get_cached|get_miss|put [--into=string|buffer|registered] [--ops=N] "
+                 "[--key-bytes=K] [--value-bytes=V]\n");
     return 2;
   }
   auto fabric = LoopbackFabric::Create();
@@ -198,6 +207,24 @@ int Main(int argc, char** argv) {
 
   std::string out;
   out.reserve(a.value_bytes + 64);
+  std::vector<std::byte> buf(a.value_bytes);
+  if (a.into == Args::Into::kRegistered) {
+    if (Status st = c.RegisterMemory(buf); !st.ok()) {
+      std::fprintf(stderr, "opcount: RegisterMemory: %s\n", st.ToString().c_str());
+      return 1;
+    }
+  }
+  const auto got = [&](const Op& op) {
+    if (a.into == Args::Into::kString) return std::string_view(out);
+    return std::string_view(reinterpret_cast<const char*>(buf.data()), op.value_bytes);
+  };
+  const auto into = [&](Op& op) {
+    if (a.into == Args::Into::kString) {
+      op.result = &out;
+    } else {
+      op.buffer = buf;
+    }
+  };
   uint64_t polls = 0;
   auto run = [&](uint32_t i) {
     Op op;
@@ -207,12 +234,12 @@ int Main(int argc, char** argv) {
         op.type = Op::Type::kGet;
         // Cached: GET the same N keys twice (warm-up fills the cache).
         op.key = keys[a.kind == Kind::kGetCached ? i % a.ops : i];
-        op.result = &out;
+        into(op);
         break;
       case Kind::kGetMiss:
         op.type = Op::Type::kGet;
         op.key = absent[i];
-        op.result = &out;
+        into(op);
         break;
       case Kind::kPut:
         op.type = Op::Type::kPut;
@@ -222,7 +249,7 @@ int Main(int argc, char** argv) {
     }
     polls += RunOne(c, *fabric, op);
     const bool ok = a.kind == Kind::kGetMiss ? op.status.IsNotFound() : op.status.ok();
-    if (!ok || (op.type == Op::Type::kGet && a.kind != Kind::kGetMiss && out != value)) {
+    if (!ok || (op.type == Op::Type::kGet && a.kind != Kind::kGetMiss && got(op) != value)) {
       std::fprintf(stderr, "opcount: op %u failed: %s\n", i, op.status.ToString().c_str());
       std::exit(1);
     }
@@ -240,10 +267,12 @@ int Main(int argc, char** argv) {
   CALLGRIND_STOP_INSTRUMENTATION;
   const ClientStats after = c.stats();
   std::printf(
-      "opcount: ops=%u log=%lluMiB reads/op=%.3f rounds/op=%.3f messages/op=%.3f polls/op=%.3f cache_hits=%llu\n",
+      "opcount: ops=%u log=%lluMiB reads/op=%.3f rounds/op=%.3f messages/op=%.3f polls/op=%.3f cache_hits=%llu "
+      "direct_reads=%llu\n",
       a.ops, static_cast<unsigned long long>(sc.log_bytes >> 20), double(after.reads - before.reads) / a.ops,
       double(after.get_rounds - before.get_rounds) / a.ops, double(after.messages - before.messages) / a.ops,
-      double(polls) / a.ops, static_cast<unsigned long long>(after.cache_hits - before.cache_hits));
+      double(polls) / a.ops, static_cast<unsigned long long>(after.cache_hits - before.cache_hits),
+      static_cast<unsigned long long>(after.direct_reads - before.direct_reads));
   client->reset();
   srv.RequestStop();
   srv_thread.join();

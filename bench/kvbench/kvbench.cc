@@ -16,6 +16,7 @@
 #include <fstream>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,6 +51,7 @@ struct Config {
   bool preload = false;
   double rate = 0;
   std::string put_mode = "send";
+  std::string get_into = "string";  // where a GET's value goes: string, buffer or registered
   int64_t location_cache = -1;  // -1: the client's default
   int64_t busy_poll_us = -1;    // -1: the client's default
   bool spin = false;            // poll without sleeping even with nothing to start
@@ -98,6 +100,7 @@ struct OpState {
   Clock::time_point start;
   bool rmw_write = false;
   std::string key, result;
+  std::span<std::byte> buffer;  // --get-into buffer|registered: this op state's part of the worker's
 };
 
 class Worker {
@@ -112,10 +115,17 @@ class Worker {
     values_.resize(cfg_.vmax + 1);
     for (auto& c : values_) c = static_cast<char>('a' + rng_() % 26);
     op_states_.resize(cfg_.depth);
-    for (auto& s : op_states_) {
+    if (cfg_.get_into != "string") buffers_.resize(size_t{cfg_.depth} * cfg_.vmax);
+    for (size_t i = 0; i < op_states_.size(); ++i) {
+      OpState& s = op_states_[i];
       s.key.assign(cfg_.key_size, '0');
-      s.op.result = &s.result;
-      s.result.reserve(cfg_.vmax);
+      if (cfg_.get_into == "string") {
+        s.op.result = &s.result;
+        s.result.reserve(cfg_.vmax);
+      } else {
+        s.buffer = std::span(buffers_).subspan(i * cfg_.vmax, cfg_.vmax);
+        s.op.buffer = s.buffer;
+      }
     }
     if (cfg_.rate > 0) interval_ = std::chrono::duration<double>(cfg_.threads / cfg_.rate);
   }
@@ -130,6 +140,7 @@ class Worker {
       t->reads += s.reads;
       t->cache_hits += s.cache_hits;
       t->cache_stale += s.cache_stale;
+      t->direct_reads += s.direct_reads;
       t->puts += s.puts;
       t->messages += s.messages;
       t->get_hits += s.get_hits;
@@ -152,6 +163,10 @@ class Worker {
       if (!c.ok()) return Status(c.status().code(), "connecting to " + s + ": " + c.status().message());
       clients_.push_back(std::move(c).value());
       started_ops_.emplace_back().reserve(cfg_.depth);
+      if (cfg_.get_into == "registered") {
+        Status st = clients_.back()->RegisterMemory(buffers_);
+        if (!st.ok()) return Status(st.code(), "--get-into registered: " + st.message());
+      }
     }
     return Status::OK();
   }
@@ -313,6 +328,7 @@ class Worker {
   std::mt19937_64 rng_;
   std::string values_;
   std::vector<OpState> op_states_;
+  std::vector<std::byte> buffers_;  // --get-into buffer|registered: depth x the largest value
   std::vector<std::unique_ptr<Client>> clients_;
   std::vector<std::vector<Op*>> started_ops_;  // per server: started, not yet submitted (<= depth)
   std::chrono::duration<double> interval_{0};
@@ -390,6 +406,11 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", cfg.warmup, "Seconds of load before measuring")->capture_default_str();
   app.add_flag("--preload", cfg.preload, "PUT every key before the run");
   app.add_option("--rate", cfg.rate, "Open loop: operations per second in total (0: closed loop)")->capture_default_str();
+  app.add_option("--get-into", cfg.get_into,
+                 "Where a GET's value goes: string (a std::string per operation), buffer (the caller's memory: "
+                 "one copy), registered (the caller's memory, registered with RegisterMemory: no copy)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"string", "buffer", "registered"}));
   app.add_option("--put-mode", cfg.put_mode, "send or write-imm")->capture_default_str()
       ->check(CLI::IsMember({"send", "write-imm"}));
   app.add_option("--location-cache", cfg.location_cache,
@@ -533,6 +554,9 @@ int main(int argc, char** argv) {
                 "%.1f%% answered from the location cache (%" PRIu64 " stale locations); warm-up included\n",
                 static_cast<double>(cs.reads) / g, static_cast<double>(cs.get_rounds) / g, cs.get_retries,
                 100.0 * static_cast<double>(cs.cache_hits) / g, cs.cache_stale);
+    if (cs.direct_reads != 0) {
+      std::printf("client   %" PRIu64 " direct READs (values READ straight into registered memory)\n", cs.direct_reads);
+    }
     auto per = [](uint64_t a, uint64_t n) { return n == 0 ? 0.0 : static_cast<double>(a) / static_cast<double>(n); };
     std::printf("client   %.3f RDMA READs per GET that found its key (%" PRIu64 "), %.3f window rounds per GET that "
                 "found none (%" PRIu64 "); warm-up included\n",

@@ -176,7 +176,7 @@ TEST_P(LargeGetTest, AGetIntoRegisteredMemoryReadsTheValueStraightIntoIt) {
   EXPECT_EQ(c.RegisterMemory({}).code(), Status::Code::kInvalidArgument);
   EXPECT_TRUE(c.UnregisterMemory(std::span(mem).subspan(1)).IsNotFound());
   const std::string long_key(300, 'k');
-  for (size_t size : {size_t{0}, size_t{100}, size_t{499}, size_t{500}, size_t{4096}, size_t{(16 << 10) + 3},
+  for (size_t size : {size_t{0}, size_t{100}, size_t{3700}, size_t{3790}, size_t{4096}, size_t{(16 << 10) + 3},
                       size_t{65536}, size_t{777'777}, size_t{1} << 20}) {
     for (const std::string& key : {"rg-" + std::to_string(size), long_key + std::to_string(size)}) {
       SCOPED_TRACE("value of " + std::to_string(size) + " bytes, key of " + std::to_string(key.size()));
@@ -193,10 +193,11 @@ TEST_P(LargeGetTest, AGetIntoRegisteredMemoryReadsTheValueStraightIntoIt) {
         EXPECT_TRUE(size == 0 || std::memcmp(mem.data() + at, value.data(), size) == 0);
         for (size_t i = 0; i < at; ++i) ASSERT_EQ(mem[i], kGuard) << "byte " << i << " before the buffer";
         for (size_t i = at + size; i < mem.size(); ++i) ASSERT_EQ(mem[i], kGuard) << "byte " << i << " past the buffer";
-        // Entry READs of 512 bytes and more are direct (kDirectReadMinBytes);
-        // the second GET of a small key may take its cached location, direct too.
+        // Entry READs of 4 KiB and more are direct (kDirectReadMinBytes; the
+        // READ is the entry's size class, at least the entry); the second GET
+        // of a key may take its cached location, direct too.
         const uint64_t direct = c.stats().direct_reads - before.direct_reads;
-        if (12 + key.size() + size >= 512) {
+        if (12 + key.size() + size >= 4096) {
           EXPECT_GE(direct, 1u);
         } else {
           EXPECT_EQ(direct, 0u);
