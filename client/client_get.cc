@@ -170,7 +170,8 @@ void Client::Impl::PostEntryRead(uint32_t idx, OpState& s, uint64_t off) {
 
 EntryView Client::Impl::DecodeEntryRead(OpState& s, uint64_t ref, bool* refetch) {
   *refetch = false;
-  const auto* bytes = reinterpret_cast<const std::byte*>(Mem(UsesLargeBuffer(s) ? large_off_ : EntryOff(IndexOf(s))));
+  const auto* bytes =
+      reinterpret_cast<const std::byte*>(Mem(UsesLargeBuffer(s) && !s.direct ? large_off_ : EntryOff(IndexOf(s))));
   if (!s.direct) return DecodeEntry({bytes, s.entry_len}, s.op->key, ref, params_.seed, /*require_current=*/false);
   const size_t head = kEntryKeyOffset + s.op->key.size();
   const std::span<const std::byte> tail = s.op->buffer.first(std::min<size_t>(s.entry_len - head, s.op->buffer.size()));

@@ -242,8 +242,13 @@ class Client::Impl {
   // The next candidate of the window at or after word `from` (kEntry), or
   // the miss rule when there is none.
   void NextCandidateOrMiss(OpState& s, int from);
-  // kEntry: the READ (entry_len bytes) goes to the large buffer, not the op buffer.
-  static bool UsesLargeBuffer(const OpState& s) { return !s.direct && s.entry_len > kOpEntryBytes; }
+  // kEntry: an entry READ longer than the op buffer holds the large buffer:
+  // the READ goes there, or, for a direct READ, only its header and key go
+  // to the op buffer, but it still takes the large buffer's turn. That turn
+  // paces large READs one at a time per connection: sixteen direct READs of
+  // 1 MiB in flight at once on Soft-RoCE each took longer than the round
+  // limit, then the recheck's, and none completed (0 GETs a second).
+  static bool UsesLargeBuffer(const OpState& s) { return s.entry_len > kOpEntryBytes; }
   // Decides whether the entry READ of entry_len bytes about to be staged is
   // a direct READ (OpState::direct).
   void PlanEntryRead(OpState& s) const;
