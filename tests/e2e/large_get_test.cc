@@ -156,6 +156,12 @@ TEST_P(LargeGetTest, AGetIntoTheCallersBufferFillsItOrSaysHowLongTheValueIs) {
       << bare.status.message();
 }
 
+// The index of the first byte of v[from, to) that is not `b` (to if none).
+size_t FirstNot(const std::vector<std::byte>& v, size_t from, size_t to, std::byte b) {
+  return static_cast<size_t>(std::find_if(v.begin() + from, v.begin() + to, [b](std::byte x) { return x != b; }) -
+                             v.begin());
+}
+
 // A GET into a buffer that lies in memory registered with RegisterMemory
 // READs the value straight into it (a direct READ: header and key into the
 // client's buffer, the rest into the caller's), at any offset of the
@@ -191,8 +197,8 @@ TEST_P(LargeGetTest, AGetIntoRegisteredMemoryReadsTheValueStraightIntoIt) {
         ASSERT_TRUE(st.ok()) << st.ToString();
         ASSERT_EQ(n, size);
         EXPECT_TRUE(size == 0 || std::memcmp(mem.data() + at, value.data(), size) == 0);
-        for (size_t i = 0; i < at; ++i) ASSERT_EQ(mem[i], kGuard) << "byte " << i << " before the buffer";
-        for (size_t i = at + size; i < mem.size(); ++i) ASSERT_EQ(mem[i], kGuard) << "byte " << i << " past the buffer";
+        ASSERT_EQ(FirstNot(mem, 0, at, kGuard), at) << "a byte before the buffer was written";
+        ASSERT_EQ(FirstNot(mem, at + size, mem.size(), kGuard), mem.size()) << "a byte past the buffer was written";
         // Entry READs of 4 KiB and more are direct (kDirectReadMinBytes; the
         // READ is the entry's size class, at least the entry); the second GET
         // of a key may take its cached location, direct too.
@@ -209,7 +215,7 @@ TEST_P(LargeGetTest, AGetIntoRegisteredMemoryReadsTheValueStraightIntoIt) {
         Status st = c.Get(key, std::span(mem).subspan(64, size - 1), &n);
         EXPECT_EQ(st.code(), Status::Code::kTooLarge) << st.ToString();
         EXPECT_EQ(n, size);
-        for (size_t i = 64 + size - 1; i < mem.size(); ++i) ASSERT_EQ(mem[i], kGuard) << "byte " << i << " past the buffer";
+        ASSERT_EQ(FirstNot(mem, 64 + size - 1, mem.size(), kGuard), mem.size()) << "a byte past the buffer was written";
       }
     }
   }
