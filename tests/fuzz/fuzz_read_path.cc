@@ -600,6 +600,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::abort();
       }
     }
+    // The same bytes in two pieces (a direct READ: client_get.cc), cut where
+    // the input says within header and key (the client cuts right after the
+    // key): where the bytes hold the whole entry, the same verdict and the
+    // same value bytes; a value only after the same checks.
+    const size_t cut =
+        std::min<size_t>(entry.size(), kvrdma::kEntryHeaderBytes + std::min<size_t>(data[1] % 64, key.size()));
+    const std::span<const std::byte> all(entry);
+    kvrdma::EntryView w = kvrdma::DecodeEntry(all.first(cut), all.subspan(cut), key, ref, p.seed, current);
+    if (v.verdict != kvrdma::EntryVerdict::kMalformed && w.verdict != v.verdict) std::abort();
+    if (w.verdict == kvrdma::EntryVerdict::kValue || w.verdict == kvrdma::EntryVerdict::kTombstone) {
+      CheckIsTheEntry(entry, kvrdma::RefLogOffset(ref), key, p.seed, w.verdict == kvrdma::EntryVerdict::kTombstone,
+                      w.value);
+    }
+    if (w.verdict == kvrdma::EntryVerdict::kValue && v.verdict == kvrdma::EntryVerdict::kValue &&
+        (w.value.data() != v.value.data() || w.value.size() != v.value.size())) {
+      std::abort();
+    }
   }
   if (probe.tag_matched && kvrdma::MissIsProven(probe, true)) std::abort();
   return 0;
