@@ -168,11 +168,9 @@ void Client::Impl::PostEntryRead(uint32_t idx, OpState& s, uint64_t off) {
       static_cast<uint32_t>(std::min<size_t>(s.entry_len - head, buf.size())));
 }
 
-EntryView Client::Impl::DecodeEntryRead(OpState& s, uint64_t ref, bool* refetch) {
+EntryView Client::Impl::DecodeDirectRead(OpState& s, uint64_t ref, bool* refetch) {
   *refetch = false;
-  const auto* bytes =
-      reinterpret_cast<const std::byte*>(Mem(UsesLargeBuffer(s) && !s.direct ? large_off_ : EntryOff(IndexOf(s))));
-  if (!s.direct) return DecodeEntry({bytes, s.entry_len}, s.op->key, ref, params_.seed, /*require_current=*/false);
+  const auto* bytes = reinterpret_cast<const std::byte*>(Mem(EntryOff(IndexOf(s))));  // header and key
   const size_t head = kEntryKeyOffset + s.op->key.size();
   const std::span<const std::byte> tail = s.op->buffer.first(std::min<size_t>(s.entry_len - head, s.op->buffer.size()));
   // Whether the header's key and value fit what was read (the value may be

@@ -258,7 +258,14 @@ class Client::Impl {
   // Decodes what the entry READ of `ref` brought. *refetch: a direct READ
   // that holds less than the entry (the value is longer than the buffer, or
   // the bytes are not the key's entry): read it again the ordinary way.
-  EntryView DecodeEntryRead(OpState& s, uint64_t ref, bool* refetch);
+  EntryView DecodeEntryRead(OpState& s, uint64_t ref, bool* refetch) {
+    if (s.direct) return DecodeDirectRead(s, ref, refetch);
+    *refetch = false;
+    const uint8_t* bytes = Mem(UsesLargeBuffer(s) ? large_off_ : EntryOff(IndexOf(s)));
+    return DecodeEntry({reinterpret_cast<const std::byte*>(bytes), s.entry_len}, s.op->key, ref, params_.seed,
+                       /*require_current=*/false);
+  }
+  EntryView DecodeDirectRead(OpState& s, uint64_t ref, bool* refetch);
   void OnEntry(OpState& s);
   // Hands a GET's value to the caller (Op::result, else Op::buffer):
   // TooLarge if it does not fit the buffer.

@@ -207,7 +207,9 @@ Candidate CandidateAt(std::span<const std::byte> window, int word, const IndexPa
 }
 
 namespace {
-// DecodeEntry's work over the entry bytes head || tail (tail empty: one piece).
+// DecodeEntry's work over the entry bytes head || tail; kTwoPieces false:
+// tail is empty (one READ's bytes: the common case, kept lean).
+template <bool kTwoPieces>
 EntryView Decode(std::span<const std::byte> head, std::span<const std::byte> tail, std::string_view key,
                  uint64_t ref, uint64_t seed, bool require_current) noexcept {
   EntryView v;
@@ -228,19 +230,24 @@ EntryView Decode(std::span<const std::byte> head, std::span<const std::byte> tai
   // entry lies within) always covers the entry, so fewer bytes are malformed
   // too; an entry shorter than the READ uses only its `total` bytes. (A READ
   // in two pieces need not hold the padding after the value.)
-  const size_t have = head.size() + tail.size();
-  if (SizeClassFor(total) != RefSizeClass(ref) || have < (tail.empty() ? total : used)) return v;
+  if (SizeClassFor(total) != RefSizeClass(ref) || head.size() + tail.size() < (kTwoPieces ? used : total)) return v;
   v.total_bytes = static_cast<uint32_t>(total);
-  const std::span<const std::byte> a = head.subspan(kEntryKeyOffset, std::min(head.size(), used) - kEntryKeyOffset);
-  const std::span<const std::byte> b = tail.first(used - kEntryKeyOffset - a.size());
-  if (EntryChecksum(h.lengths, a, b, seed) != (h.guard & kGuardChecksumMask)) {
+  // Key and value: a in head, b (two pieces only) in tail.
+  const std::span<const std::byte> a =
+      kTwoPieces ? head.subspan(kEntryKeyOffset, std::min(head.size(), used) - kEntryKeyOffset)
+                 : head.subspan(kEntryKeyOffset, used - kEntryKeyOffset);
+  const std::span<const std::byte> b = kTwoPieces ? tail.first(used - kEntryKeyOffset - a.size())
+                                                  : std::span<const std::byte>{};
+  const uint64_t sum =
+      kTwoPieces ? EntryChecksum(h.lengths, a, b, seed) : EntryChecksum(h.lengths, a.data(), a.size(), seed);
+  if (sum != (h.guard & kGuardChecksumMask)) {
     v.verdict = EntryVerdict::kTorn;
     return v;
   }
   v.superseded = (h.guard & kGuardNotCurrentBit) != 0;
-  // The key, in head or split across both pieces.
+  // The key: in head (a direct READ cuts right after it), or across both pieces.
   if (klen != key.size() || std::memcmp(a.data(), key.data(), std::min<size_t>(klen, a.size())) != 0 ||
-      (klen > a.size() && std::memcmp(b.data(), key.data() + a.size(), klen - a.size()) != 0)) {
+      (kTwoPieces && klen > a.size() && std::memcmp(b.data(), key.data() + a.size(), klen - a.size()) != 0)) {
     v.verdict = EntryVerdict::kWrongKey;
     return v;
   }
@@ -254,7 +261,7 @@ EntryView Decode(std::span<const std::byte> head, std::span<const std::byte> tai
   }
   if (klen + vlen <= a.size()) {
     v.value = a.subspan(klen, vlen);
-  } else if (klen >= a.size()) {
+  } else if (kTwoPieces && klen >= a.size()) {
     v.value = b.subspan(klen - a.size(), vlen);
   } else {
     return EntryView{};  // a value across both pieces: no one span to hand out (kMalformed)
@@ -266,12 +273,12 @@ EntryView Decode(std::span<const std::byte> head, std::span<const std::byte> tai
 
 EntryView DecodeEntry(std::span<const std::byte> bytes, std::string_view key, uint64_t ref,
                       uint64_t seed, bool require_current) noexcept {
-  return Decode(bytes, {}, key, ref, seed, require_current);
+  return Decode<false>(bytes, {}, key, ref, seed, require_current);
 }
 
 EntryView DecodeEntry(std::span<const std::byte> head, std::span<const std::byte> tail, std::string_view key,
                       uint64_t ref, uint64_t seed, bool require_current) noexcept {
-  return Decode(head, tail, key, ref, seed, require_current);
+  return Decode<true>(head, tail, key, ref, seed, require_current);
 }
 
 const char* EntryVerdictName(EntryVerdict v) noexcept {
