@@ -247,7 +247,9 @@ Status VerbsConnection::PostSendList(std::span<const SendWr> wrs) {
       return Status::InvalidArgument("a second scatter element is for READs only");
     }
   }
-  constexpr size_t kChain = 32;
+  // One chain per 128 WRs (the client's whole batch: 2 x 64 in flight), so
+  // that a batch is posted whole or not at all, as with ibv_wr_complete.
+  constexpr size_t kChain = 128;
   ibv_send_wr sw[kChain];
   ibv_sge sg[kChain][2];
   for (size_t base = 0; base < wrs.size(); base += kChain) {
