@@ -61,6 +61,7 @@ void Worker::HandleRequest(ConnState& cs, std::span<const uint8_t> msg) {
   // do not touch the assembly.
   if (h.opcode == Opcode::kStats) return HandleStats(cs, h);
   if (h.opcode == Opcode::kClock) return HandleClock(cs, h);
+  if (h.flags & kFlagRendezvous) return HandleRendezvous(cs, *parsed);
   HandleWrite(cs, *parsed);
 }
 

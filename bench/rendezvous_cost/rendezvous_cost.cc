@@ -190,6 +190,14 @@ int main(int argc, char** argv) {
         send.local = Sge{reinterpret_cast<uint64_t>(request), sizeof(request), 0};
         if (st.ok()) st = e.client->PostSend({&send, 1});
         if (st.ok()) st = WaitRecv(*e.server);
+        if (!st.ok()) {  // why: the client's failed bind or SEND, if that was it
+          Completion wc[4];
+          int n = e.client->PollSend(wc);
+          for (int k = 0; k < n; ++k) {
+            std::fprintf(stderr, "client completion %llu: %s %s\n", static_cast<unsigned long long>(wc[k].wr_id),
+                         WrOpcodeName(wc[k].opcode), WcStatusName(wc[k].status));
+          }
+        }
         SendWr read;
         read.wr_id = 2;
         read.opcode = WrOpcode::kRead;

@@ -182,6 +182,12 @@ class VerbsConnection final : public Connection {
       if (rc == ENOMEM) return Status::NoResource("send queue full");
       return Status::FromErrno("binding a memory window", rc);
     }
+    // The provider names the window by ibv_mw::rkey in the bind it posts,
+    // and rxe refuses a bind whose name is not the window's current key
+    // (measured on Linux 6.1: every second bind of a window failed with
+    // IBV_WC_MW_BIND_ERR while ibv_mw::rkey kept the key of ibv_alloc_mw).
+    // The key is the consumer's to track: the next bind names this one.
+    mw->mw()->rkey = rkey;
     return Status::OK();
   }
 

@@ -416,7 +416,24 @@ TEST_P(RuntimeWindowTest, AnEarlierBindingsKeyNamesNothing) {
   EXPECT_FALSE(Landed(0, 64));
 }
 
+// What holds on every device, rxe included: a window over a whole region
+// reaches nothing past the region.
+TEST_P(RuntimeWindowTest, RegionWideWindowReachesNothingPastItsRegion) {
+  Pair& p = ConnectWithWindows();
+  ASSERT_TRUE(p.client && p.server);
+  ASSERT_EQ(Bind(p, 0, kSrc), WcStatus::kSuccess);
+  EXPECT_EQ(ServerRead(p, kSrc - 64, 64, mw_->rkey()), WcStatus::kSuccess);
+  EXPECT_TRUE(Landed(kSrc - 64, 64));
+  EXPECT_EQ(ServerRead(p, kSrc - 64, 128, mw_->rkey()), WcStatus::kRemoteAccessError);
+  EXPECT_TRUE(p.server->broken());
+}
+
 TEST_P(RuntimeWindowTest, ReadOutsideTheWindowIsRemoteAccess) {
+  if (GetParam() == Kind::kVerbs) {
+    GTEST_SKIP() << "rxe (Linux 6.1) checks a READ through a window against the window's region only (measured: "
+                    "READs 64 bytes before and past the window, inside the region, succeeded); kvrdma binds its "
+                    "windows over regions of exactly the window's bytes (RegionWideWindow...)";
+  }
   Pair& p = ConnectWithWindows();
   ASSERT_TRUE(p.client && p.server);
   ASSERT_EQ(Bind(p, 4096, 4096), WcStatus::kSuccess);
@@ -426,6 +443,11 @@ TEST_P(RuntimeWindowTest, ReadOutsideTheWindowIsRemoteAccess) {
 }
 
 TEST_P(RuntimeWindowTest, ReadBeforeTheWindowIsRemoteAccess) {
+  if (GetParam() == Kind::kVerbs) {
+    GTEST_SKIP() << "rxe (Linux 6.1) checks a READ through a window against the window's region only (measured: "
+                    "READs 64 bytes before and past the window, inside the region, succeeded); kvrdma binds its "
+                    "windows over regions of exactly the window's bytes (RegionWideWindow...)";
+  }
   Pair& p = ConnectWithWindows();
   ASSERT_TRUE(p.client && p.server);
   ASSERT_EQ(Bind(p, 4096, 4096), WcStatus::kSuccess);
