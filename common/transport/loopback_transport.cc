@@ -99,6 +99,7 @@ struct WindowState {
   const LoopDevice* owner = nullptr;
   uint32_t live_key = 0;  // the rkey it is bound under; 0 = unbound
   uint32_t qpn = 0;       // the QP it is bound to
+  bool runtime = false;   // bound by Connection::BindWindow (not at accept)
 };
 
 class LoopMw final : public MemoryWindow {
@@ -156,6 +157,7 @@ class Fabric final : public LoopbackFabric, public std::enable_shared_from_this<
     std::lock_guard<std::mutex> g(mu_);
     LoopbackStats s = stats_;
     s.qps = conns.size();
+    for (const auto& [index, ws] : windows) s.runtime_windows_bound += ws.runtime && ws.live_key != 0;
     return s;
   }
   void InjectQpError(Connection& conn) override;
@@ -766,6 +768,7 @@ WcStatus Fabric::ExecuteBind(LoopConn* c, const SendWr& w, const Region& b) {
   regions[w.rkey] = b;
   it->second.live_key = w.rkey;
   it->second.qpn = c->qp_num();
+  it->second.runtime = true;
   return WcStatus::kSuccess;
 }
 

@@ -35,6 +35,10 @@ TEST_P(RendezvousTest, ValuesAroundTheThresholdAndUpToOneMiBRoundTrip) {
     const std::string key = "rv-" + std::to_string(n);
     const std::string v = Value(n, static_cast<char>('a' + n % 3));
     ASSERT_TRUE(c->Put(key, v).ok()) << n;
+    // Returned: the window over the value is invalidated (loopback counts them).
+    if (env_.fabric) {
+      EXPECT_EQ(env_.fabric->stats().runtime_windows_bound, 0u) << n;
+    }
     rendezvous += n >= threshold;
     EXPECT_EQ(c->stats().rendezvous_puts, rendezvous) << n;
     std::string got;
@@ -113,6 +117,42 @@ TEST_P(RendezvousTest, ConcurrentRendezvousPutsBesideGetsAllLand) {
   }
 }
 
+// Writes submitted behind rendezvous PUTs on one connection: the worker
+// serves the connection's next message only once the READ is done, so every
+// reply comes in request order and every write lands in order.
+TEST_P(RendezvousTest, WritesBehindARendezvousPutAreAnsweredInOrder) {
+  auto c = NewClient();
+  ASSERT_TRUE(c);
+  const std::string big1 = Value(300000, 'p'), big2 = Value(200000, 'q');
+  std::vector<Op> ops(6);
+  const std::string_view values[] = {big1, "small-1", "small-2", big2, "small-3", "small-4"};
+  const std::string keys[] = {"b1", "s1", "s2", "b1", "s3", "s1"};
+  for (size_t i = 0; i < ops.size(); ++i) {
+    ops[i].type = Op::Type::kPut;
+    ops[i].key = keys[i];
+    ops[i].value = values[i];
+  }
+  std::vector<Op*> ptrs;
+  for (Op& o : ops) ptrs.push_back(&o);
+  ASSERT_EQ(c->Submit(ptrs), ops.size());
+  std::vector<Op*> done(ops.size());
+  size_t got = 0;
+  for (int i = 0; i < 200 && got < ops.size(); ++i) got += c->Wait(std::span(done).subspan(got), 100);
+  ASSERT_EQ(got, ops.size());
+  uint64_t last = 0;
+  for (Op& o : ops) {
+    EXPECT_TRUE(o.status.ok()) << o.key << ": " << o.status.ToString();
+    EXPECT_GT(o.version, last) << o.key;  // applied in submission order
+    last = o.version;
+  }
+  std::string v;
+  ASSERT_TRUE(c->Get("b1", &v).ok());
+  EXPECT_TRUE(v == big2);
+  ASSERT_TRUE(c->Get("s1", &v).ok());
+  EXPECT_EQ(v, "small-4");
+  EXPECT_EQ(c->stats().rendezvous_puts, 2u);
+}
+
 // The loopback NIC copies the READ in 4 KiB chunks and the test changes the
 // client's value between two of them: the server's copy is torn, its
 // checksum is not the client's, the PUT is refused and the key keeps its
@@ -137,6 +177,7 @@ TEST_P(RendezvousTest, LoopbackAValueChangedDuringTheReadIsRefusedNeverStoredTor
   env_.fabric->SetFaults(f);
   Status st = c->Put("torn", v);
   env_.fabric->SetFaults({});
+  EXPECT_EQ(env_.fabric->stats().runtime_windows_bound, 0u);  // invalidated after an error reply too
   EXPECT_EQ(changed.load(), 1);
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
   std::string got;
