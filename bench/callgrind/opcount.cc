@@ -39,6 +39,7 @@ struct Args {
   uint32_t ops = 1000;
   uint32_t key_bytes = 16;
   uint32_t value_bytes = 32;
+  int64_t rendezvous_bytes = -1;  // ClientOptions::rendezvous_bytes; -1: the library's default
 };
 
 bool Parse(int argc, char** argv, Args* a) {
@@ -61,6 +62,8 @@ bool Parse(int argc, char** argv, Args* a) {
       a->key_bytes = static_cast<uint32_t>(std::strtoul(v, nullptr, 10));
     } else if (const char* v = val("--value-bytes=")) {
       a->value_bytes = static_cast<uint32_t>(std::strtoul(v, nullptr, 10));
+    } else if (const char* v = val("--rendezvous-bytes=")) {
+      a->rendezvous_bytes = static_cast<int64_t>(std::strtoul(v, nullptr, 10));
     } else {
       return false;
     }
@@ -128,7 +131,7 @@ int Main(int argc, char** argv) {
   if (!Parse(argc, argv, &a)) {
     std::fprintf(stderr,
                  "usage: opcount --op=get_uncached|get_cached|get_miss|put [--ops=N] [--key-bytes=K] "
-                 "[--value-bytes=V]\n");
+                 "[--value-bytes=V] [--rendezvous-bytes=R]\n");
     return 2;
   }
   auto fabric = LoopbackFabric::Create();
@@ -175,6 +178,7 @@ int Main(int argc, char** argv) {
   o.port = srv.port();
   o.put_mode = PutMode::kSend;
   o.location_cache_entries = a.kind == Kind::kGetCached ? 4096 : 0;
+  if (a.rendezvous_bytes >= 0) o.rendezvous_bytes = static_cast<uint32_t>(a.rendezvous_bytes);
   auto client = ClientFactory::ConnectWith(client_dev, o);
   if (!client.ok()) {
     std::fprintf(stderr, "opcount: %s\n", client.status().ToString().c_str());
