@@ -559,7 +559,9 @@ bool Client::Impl::SendRendezvous(OpState& s) {
   std::memcpy(m + len, s.op->key.data(), s.op->key.size());
   len += s.op->key.size();
   const RendezvousValue rv{rdv_mr_->base(), rdv_mw_->rkey(),
-                           RendezvousChecksum({reinterpret_cast<const uint8_t*>(value.data()), value.size()})};
+                           RendezvousChecksum({reinterpret_cast<const uint8_t*>(s.op->key.data()), s.op->key.size()},
+                                              {reinterpret_cast<const uint8_t*>(value.data()), value.size()},
+                                              desc_.hash_seed)};
   EncodeRendezvous(rv, m + len);
   len += kRendezvousBytes;
   QueueMessage(stage, off, len);

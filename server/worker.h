@@ -186,12 +186,14 @@ class Worker {
   void OrphanRendezvous(ConnState& cs);
   // Applies a PUT (value) or DELETE (no value) with the lock check at the
   // store's commit point, and answers it.
+  // expected_checksum: a rendezvous PUT's (Backend::PutChecked).
   void Apply(ConnState& cs, const RequestHeader& h, std::span<const uint8_t> key,
-             std::span<const uint8_t> value, bool is_delete);
+             std::span<const uint8_t> value, bool is_delete, const uint64_t* expected_checksum = nullptr);
   // Apply's store call and counters, without the reply; *version: the
   // write's version, or a VersionMismatch's current one (else 0).
   Status ApplyWrite(ConnState& cs, const RequestHeader& h, std::span<const uint8_t> key,
-                    std::span<const uint8_t> value, bool is_delete, uint64_t* version);
+                    std::span<const uint8_t> value, bool is_delete, uint64_t* version,
+                    const uint64_t* expected_checksum = nullptr);
 
   // --- worker_replies.cc: replies ---
   // Queue the reply on cs; FlushReplies posts what the batch queued.

@@ -96,18 +96,15 @@ void Worker::OnRendezvousRead(const Completion& c) {
     RequestClose(*cs, ConnState::CloseReason::kQpFailed);
     return;
   }
-  // The worker's own copy, which no client can write: what is checked is
-  // what is stored.
+  // The worker's own copy, which no client can write. The store copies it
+  // into the log and checks the client's checksum against the entry
+  // checksum it computes over the log's copy (Backend::PutChecked): what is
+  // checked is what is stored, in one pass; a value the client changed
+  // during the READ is refused there (InvalidArgument, nothing published).
   const std::span<const uint8_t> value{static_cast<const uint8_t*>(rdv_mr_->addr()) +
                                            size_t{slot} * cfg_.max_value_bytes,
                                        h.value_len};
-  if (RendezvousChecksum(value) != s.checksum) {
-    counters_.errors.fetch_add(1, std::memory_order_relaxed);
-    return ReplyError(*cs, h.request_id,
-                      Status::InvalidArgument("the value changed while the server read it (checksum mismatch): "
-                                              "nothing written"));
-  }
-  Apply(*cs, h, s.key, value, /*is_delete=*/false);
+  Apply(*cs, h, s.key, value, /*is_delete=*/false, &s.checksum);
 }
 
 void Worker::ExpireRendezvous(int64_t now_ms) {

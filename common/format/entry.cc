@@ -1,5 +1,6 @@
 #include "common/format/entry.h"
 
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack (EntryChecksumOf)
 #include <xxhash.h>
 
 #include <cstring>
@@ -37,6 +38,16 @@ uint64_t EntryChecksum(uint32_t lengths, const std::byte* key_and_value, size_t 
   if (n > 240 && detail::CpuHasAvx2()) return detail::Xxh3Avx2(key_and_value, n, mixed) & kGuardChecksumMask;
 #endif
   return XXH3_64bits_withSeed(key_and_value, n, mixed) & kGuardChecksumMask;
+}
+
+uint64_t EntryChecksumOf(std::string_view key, std::span<const std::byte> value, uint64_t seed) noexcept {
+  const uint32_t lengths = PackLengths(key.size(), value.size(), false);
+  const uint64_t mixed = seed ^ (uint64_t{lengths} * 0x9E3779B97F4A7C15ull);  // as EntryChecksum
+  XXH3_state_t st;
+  XXH3_64bits_reset_withSeed(&st, mixed);
+  XXH3_64bits_update(&st, key.data(), key.size());
+  XXH3_64bits_update(&st, value.data(), value.size());
+  return XXH3_64bits_digest(&st) & kGuardChecksumMask;
 }
 
 size_t EncodeEntry(std::span<std::byte> out, uint64_t entry_off, std::string_view key, std::string_view value,

@@ -96,6 +96,10 @@ constexpr size_t LengthsEntryBytes(uint32_t lengths) noexcept {
 // bytes of key and value that start at the entry's key, seeded with `seed`
 // mixed with the lengths word (so the lengths are covered too).
 uint64_t EntryChecksum(uint32_t lengths, const std::byte* key_and_value, size_t n, uint64_t seed) noexcept;
+// The same checksum of a key and a value that are not contiguous (XXH3's
+// streaming form, which equals the one-shot one): what a writer that holds
+// the value apart from the key computes, e.g. a rendezvous PUT's client.
+uint64_t EntryChecksumOf(std::string_view key, std::span<const std::byte> value, uint64_t seed) noexcept;
 
 // Encodes a complete entry into plain (non-shared) memory, laid out as for
 // log offset `entry_off` (only whether it is 8-aligned matters): tests,

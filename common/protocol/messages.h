@@ -49,11 +49,14 @@
 //     u32 rkey      a memory window the client bound READ-only over exactly
 //                   [addr, addr + value_len) on THIS connection's QP
 //     u32 reserved  0
-//     u64 checksum  RendezvousChecksum(value) as the client computed it
+//     u64 checksum  RendezvousChecksum(key, value, hash seed) as the
+//                   client computed it: the checksum the value's log entry
+//                   will carry (EntryChecksum)
 //   The server READs value_len bytes at addr with rkey on the connection the
-//   request came on into memory of its own, computes the checksum over its
-//   copy and applies the PUT only if it equals the client's (else
-//   InvalidArgument: the value changed during the READ; nothing is written).
+//   request came on into memory of its own, and applies the PUT only if the
+//   entry checksum the store computes over its copy in the log equals the
+//   client's (else InvalidArgument: the value changed during the READ;
+//   nothing is published).
 //   The connection's next message is handled only after this request's
 //   reply is queued. The client keeps the window bound until the reply.
 //   A conditional write is checked at the commit point, under the key's
@@ -133,7 +136,7 @@ void EncodeRequestHeader(const RequestHeader& h, uint8_t* out) noexcept;
 struct RendezvousValue {
   uint64_t addr = 0;
   uint32_t rkey = 0;
-  uint64_t checksum = 0;  // RendezvousChecksum of the value
+  uint64_t checksum = 0;  // RendezvousChecksum of the key and value
 };
 
 struct ParsedRequest {
@@ -146,12 +149,14 @@ struct ParsedRequest {
 // A rendezvous PUT's header (value_len, frag_len set) and descriptor bytes
 // after the key: writes kRendezvousBytes at out.
 void EncodeRendezvous(const RendezvousValue& v, uint8_t* out) noexcept;
-// The checksum of a rendezvous PUT's value: the low 63 bits of XXH3-64 with
-// seed 0 (EntryChecksum with lengths 0 and seed 0: its AVX2 build where the
-// CPU has AVX2). Inline: it needs kvrdma_format, which client and server
-// link and kvrdma_common does not.
-inline uint64_t RendezvousChecksum(std::span<const uint8_t> value) noexcept {
-  return EntryChecksum(0, reinterpret_cast<const std::byte*>(value.data()), value.size(), 0);
+// The checksum of a rendezvous PUT: the entry checksum of (key, value) with
+// the server's hash seed (ServerDescriptor::hash_seed), which the store
+// computes anyway when it writes the entry, so the server checks the value
+// with no pass of its own. Inline: it needs kvrdma_format, which client and
+// server link and kvrdma_common does not.
+inline uint64_t RendezvousChecksum(std::span<const uint8_t> key, std::span<const uint8_t> value,
+                                   uint64_t seed) noexcept {
+  return EntryChecksumOf({reinterpret_cast<const char*>(key.data()), key.size()}, std::as_bytes(value), seed);
 }
 
 // Validates everything a worker relies on: a known opcode, lengths that add

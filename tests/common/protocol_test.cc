@@ -353,16 +353,30 @@ TEST(MessagesTest, MalformedRendezvousPutsAreRefused) {
   }
 }
 
-TEST(MessagesTest, RendezvousChecksumSeesEveryByte) {
-  std::vector<uint8_t> v(100000);
-  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint8_t>(i * 7);
-  const uint64_t c = RendezvousChecksum(v);
-  for (size_t at : {size_t{0}, size_t{4095}, size_t{65536}, v.size() - 1}) {
-    v[at] ^= 1;
-    EXPECT_NE(RendezvousChecksum(v), c) << at;
-    v[at] ^= 1;
+// The client's checksum is the entry checksum the store computes over key
+// and value side by side (one pass on the server), whatever the sizes (XXH3
+// below and above 240 bytes), and it sees every byte, of the key too.
+TEST(MessagesTest, RendezvousChecksumIsTheEntryChecksumAndSeesEveryByte) {
+  const uint64_t seed = 0x1234abcd5678ef01ull;
+  const std::string key = "a-key";
+  const std::span<const uint8_t> k{reinterpret_cast<const uint8_t*>(key.data()), key.size()};
+  for (size_t n : {size_t{1}, size_t{200}, size_t{241}, size_t{4096}, size_t{100000}}) {
+    std::vector<uint8_t> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 7);
+    std::vector<std::byte> joined(key.size() + n);
+    std::memcpy(joined.data(), key.data(), key.size());
+    std::memcpy(joined.data() + key.size(), v.data(), n);
+    const uint64_t c = RendezvousChecksum(k, v, seed);
+    EXPECT_EQ(c, EntryChecksum(PackLengths(key.size(), n, false), joined.data(), joined.size(), seed)) << n;
+    for (size_t at : {size_t{0}, n / 2, n - 1}) {
+      v[at] ^= 1;
+      EXPECT_NE(RendezvousChecksum(k, v, seed), c) << n << " " << at;
+      v[at] ^= 1;
+    }
+    EXPECT_NE(RendezvousChecksum(k, v, seed + 1), c) << n;
+    const std::string other = "a-kez";
+    EXPECT_NE(RendezvousChecksum({reinterpret_cast<const uint8_t*>(other.data()), other.size()}, v, seed), c) << n;
   }
-  EXPECT_EQ(RendezvousChecksum(v), c);
 }
 
 TEST(MessagesTest, FragmentsParse) {
