@@ -270,7 +270,8 @@ TEST(MessagesTest, ARendezvousPutParsesWithItsDescriptor) {
   h.flags |= kFlagIfVersion;
   h.if_version = 12;
   const RendezvousValue v{0x7f0012345678ull, 0xabcdef01u, 0x123456789abcdefull};
-  auto p = ParseRequest(RendezvousPut(h, "key", v), 1024, 1 << 20);
+  const auto m = RendezvousPut(h, "key", v);  // the parsed spans point into it
+  auto p = ParseRequest(m, 1024, 1 << 20);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(p->header.value_len, 1u << 20);
   EXPECT_EQ(p->header.if_version, 12u);
