@@ -174,8 +174,9 @@ class MemoryRegion {
 // QP it is bound to and before its region: a bound window holds a reference
 // on its QP, and rxe (Linux 6.1) destroying that QP first waits 50 s for the
 // reference, warns and fails the destroy (measured: every teardown of such a
-// QP took 51 s). rxe also refuses to deregister a region while a window is
-// bound over it: invalidate (and wait for the completion) first.
+// QP took 51 s). rxe's source (6.1, rxe_dereg_mr) also refuses to deregister a
+// region while a window is bound over it (not measured here): invalidate
+// (and wait for the completion) first.
 class MemoryWindow {
  public:
   virtual ~MemoryWindow() = default;

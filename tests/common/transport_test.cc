@@ -496,7 +496,7 @@ TEST_P(RuntimeWindowTest, ABindPastItsRegionFails) {
   EXPECT_TRUE(p.client->broken());
 }
 
-// rxe refuses to deregister a region with a window bound over it (the
+// rxe's source refuses to deregister a region with a window bound over it (the
 // handle logs the failure and the memory stays registered); the loopback
 // transport takes the window with the region, so a late READ reaches nothing.
 TEST_P(RuntimeWindowTest, LoopbackAWindowDiesWithItsRegion) {
