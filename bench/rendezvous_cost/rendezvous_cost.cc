@@ -7,8 +7,8 @@
 //             bind the window and SEND a 32-byte request behind it (the
 //             server learns the rkey only after the bind, as a PUT's request
 //             does), the server READs through the window, invalidate (and
-//             wait for it: a region with a bound window cannot be
-//             deregistered on rxe), deregister.
+//             wait for it: rxe's source refuses to deregister a region
+//             under a bound window), deregister.
 //   cached    the memory registered once (a registration cache that hits):
 //             bind, READ, invalidate.
 //   copy      memcpy into a buffer registered once, bind, READ, invalidate:
