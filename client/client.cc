@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "client/client_impl.h"
+#include "common/log.h"
 #include "common/transport/verbs_transport.h"
 
 namespace kvrdma {
@@ -25,6 +26,7 @@ Status Client::Impl::Connect() {
   qc.max_send_wr = 2 * max_in_flight_ + 2 * 256 + 16;  // READs + messages (credits <= 256)
   qc.max_recv_wr = 256;                             // one reply buffer per credit
   qc.max_inline = 256;
+  qc.windows = opts_.rendezvous_bytes > 0;  // rendezvous PUTs bind and invalidate a window
   // One CQ for both directions: a waiting client sleeps on one channel.
   cq_.reset();
   auto cq = dev_->CreateCompletionQueue(qc.max_send_wr + qc.max_recv_wr);
@@ -73,6 +75,14 @@ Status Client::Impl::Connect() {
   }
   ResetEngine();
   done_.reserve(kMaxInFlight);
+  if (opts_.rendezvous_bytes > 0 && desc_.minor >= kRendezvousMinor) {
+    auto mw = dev_->CreateMemoryWindow();
+    if (mw.ok()) {
+      rdv_mw_ = std::move(mw).value();
+    } else {  // the PUTs go in fragments, as to an older server
+      KVRDMA_LOG_WARN("rendezvous PUTs off: %s", mw.status().ToString().c_str());
+    }
+  }
   return conn_->PostRecv(r);
 }
 

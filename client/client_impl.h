@@ -42,6 +42,7 @@ enum class WrKind : uint8_t {
   kGetRead = 2,    // a GET's READ (payload: its op state's index)
   kLockTable = 3,  // the one lock-table READ/CAS of a Lock/Unlock step
   kReply = 4,      // a receive for a reply (payload: its reply buffer)
+  kWindow = 5,     // the rendezvous window's bind (completes only if it fails) or invalidation (payload: op state)
 };
 inline constexpr unsigned kWrKindShift = 60;
 inline constexpr uint64_t kWrPayloadMask = (uint64_t{1} << kWrKindShift) - 1;
@@ -187,6 +188,7 @@ class Client::Impl {
     bool first = true;
     uint32_t outstanding = 0;  // messages awaiting replies
     Status result;             // first error seen
+    bool rendezvous = false;   // a rendezvous PUT (ClientOptions::rendezvous_bytes)
   };
   struct PendingReply {
     uint32_t op;  // index into op_states_ (of the message's first request)
@@ -225,6 +227,14 @@ class Client::Impl {
   void NextPhase(OpState& s, GetPhase phase);
   void PumpMessages();
   bool SendNextMessage(OpState& s);
+  // A rendezvous PUT's one message: the value registered, the window bound
+  // over it, the request naming it (false: the window is another PUT's).
+  bool SendRendezvous(OpState& s);
+  // Its reply came: invalidate the window; OnWindowInvalidated finishes it.
+  void InvalidateWindow(OpState& s);
+  void OnWindowInvalidated(OpState& s);
+  // The connection failed: the window and the value's registration go now.
+  void DropWindow();
   // A whole PUT/DELETE not yet sent that fits one message alone: it may
   // share a message with the ones queued after it.
   bool Packable(const OpState& s) const;
@@ -303,7 +313,13 @@ class Client::Impl {
   std::unique_ptr<MemoryRegion> mr_;
   std::vector<std::unique_ptr<MemoryRegion>> registered_;  // RegisterMemory's; destroyed after conn_
   std::unique_ptr<CompletionQueue> cq_;  // conn_'s send and receive completions; destroyed after conn_
+  // The value of the rendezvous PUT in flight, registered for window binding
+  // only (no rkey of its own); deregistered once rdv_mw_ is invalidated or gone.
+  std::unique_ptr<MemoryRegion> rdv_mr_;
   std::unique_ptr<Connection> conn_;     // destroyed before mr_ and cq_
+  // The connection's one memory window for rendezvous PUTs (null: they are
+  // off, or the server is older than 10.1). Destroyed before conn_ (MemoryWindow).
+  std::unique_ptr<MemoryWindow> rdv_mw_;
 
   const uint32_t max_in_flight_;
   LocationCache cache_;
@@ -323,6 +339,7 @@ class Client::Impl {
   uint32_t msgs_in_flight_ = 0;
   uint32_t in_flight_ = 0;
   int32_t frag_owner_ = -1;  // op state sending a fragmented PUT
+  int32_t rdv_owner_ = -1;   // op state whose rendezvous PUT holds rdv_mw_ (bound, or being invalidated)
   int32_t large_owner_ = -1;  // GET op state whose kEntry READ uses the large buffer
   uint64_t next_request_ = 1;
   uint64_t seq_ = 0;         // messages sent; staging buffer = seq % credits

@@ -74,6 +74,9 @@ void Client::Impl::Start(Op* op, std::optional<Opcode> query) {
   if (conditional && s.opcode == Opcode::kDelete && op->if_version == kIfAbsent) {
     return Finish(s, Status::InvalidArgument("a DELETE only if the key has no value deletes nothing"));
   }
+  s.rendezvous = s.opcode == Opcode::kPut && rdv_mw_ != nullptr && opts_.rendezvous_bytes > 0 &&
+                 value.size() >= opts_.rendezvous_bytes &&
+                 kRequestHeaderSize + op->key.size() + kRendezvousBytes <= desc_.message_bytes;
   if (!keyless) cache_.Erase(HashKeyBytes(op->key, params_.seed));  // our own write: the old location is stale
   s.hdr.opcode = s.opcode;
   s.hdr.flags = conditional ? kFlagIfVersion : 0;  // SendNextMessage adds FIRST/LAST
@@ -105,6 +108,7 @@ void Client::Impl::Finish(OpState& s, Status st) {
   uint32_t idx = IndexOf(s);
   if (large_owner_ == static_cast<int32_t>(idx)) large_owner_ = -1;
   if (frag_owner_ == static_cast<int32_t>(idx)) frag_owner_ = -1;
+  if (rdv_owner_ == static_cast<int32_t>(idx)) DropWindow();  // not invalidated: not usable again
   s.step = Step::kFree;
   s.op = nullptr;
   free_.push_back(idx);
@@ -119,6 +123,7 @@ void Client::Impl::Finish(OpState& s, Status st) {
 void Client::Impl::FailAll(const Status& st) {
   if (broken_.ok()) broken_ = st;
   conn_->MarkBroken();
+  DropWindow();
   ready_.clear();
   senders_.clear();
   replies_.clear();
@@ -236,6 +241,7 @@ void Client::Impl::PollCompletions() {
       case WrKind::kLockTable: sync_done_ = true; break;
       case WrKind::kMessage: break;  // frees send-queue room only (replies complete messages)
       case WrKind::kReply: OnReply(wc[i]); break;
+      case WrKind::kWindow: OnWindowInvalidated(op_states_[WrPayload(wc[i].wr_id) % kMaxInFlight]); break;
     }
   }
   if (n > 0) return;
@@ -275,7 +281,7 @@ void Client::Impl::ResetEngine() {
   msg_batch_.clear();
   msg_batch_.reserve(desc_.credits);
   reads_in_flight_ = msgs_in_flight_ = 0;
-  frag_owner_ = large_owner_ = -1;
+  frag_owner_ = large_owner_ = rdv_owner_ = -1;
   seq_ = 0;
   held_.clear();    // locks belong to the old connection (they lapse with their lease)
   cache_.Clear();   // locations may name another server's memory now
@@ -288,7 +294,9 @@ Status Client::Impl::Reconnect() {
                                   std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
                                                      next_reconnect_ - now).count()) + " ms");
   }
+  rdv_mw_.reset();  // before its QP (MemoryWindow)
   conn_.reset();
+  rdv_mr_.reset();
   cq_.reset();
   mr_.reset();
   mem_.reset();
@@ -301,6 +309,7 @@ Status Client::Impl::Reconnect() {
   }
   reconnect_backoff_ = std::clamp(reconnect_backoff_ * 2, std::chrono::milliseconds(10), std::chrono::milliseconds(2000));
   next_reconnect_ = Clock::now() + reconnect_backoff_;
+  rdv_mw_.reset();
   conn_.reset();
   mr_.reset();
   mem_.reset();
@@ -349,7 +358,7 @@ void Client::Impl::PumpMessages() {
       continue;
     }
     if (!SendNextMessage(s)) break;
-    if (s.step == Step::kReplies) senders_.pop_front();
+    if (s.step == Step::kReplies || s.step == Step::kFree) senders_.pop_front();  // kFree: refused before sending
   }
   if (msg_batch_.empty()) return;
   if (Status st = conn_->PostSend({msg_batch_.data(), msg_batch_.size()}); !st.ok()) {
@@ -359,7 +368,7 @@ void Client::Impl::PumpMessages() {
 }
 
 bool Client::Impl::Packable(const OpState& s) const {
-  if (!s.first || IsQuery(s.opcode)) return false;
+  if (!s.first || IsQuery(s.opcode) || s.rendezvous) return false;
   const size_t value = s.opcode == Opcode::kPut ? s.op->value.size() : 0;
   return kRequestHeaderSize + s.op->key.size() + value <= desc_.message_bytes;
 }
@@ -429,6 +438,7 @@ void Client::Impl::QueueMessage(uint32_t stage, size_t off, size_t len) {
 
 bool Client::Impl::SendNextMessage(OpState& s) {
   if (msgs_in_flight_ >= desc_.credits) return false;
+  if (s.rendezvous) return SendRendezvous(s);
   uint32_t idx = IndexOf(s);
   std::string_view key = IsQuery(s.opcode) ? std::string_view{} : s.op->key;
   std::string_view value = s.opcode == Opcode::kPut ? s.op->value : std::string_view{};
@@ -502,7 +512,98 @@ void Client::Impl::OnReply(const Completion& c) {
   }
   RecvWr r{c.wr_id, mr_->Slice(reply_off_ + i * kMaxReplySize, kMaxReplySize)};
   if (Status st = conn_->PostRecv({&r, 1}); !st.ok()) return FailAll(Status::ConnectionLost(st.ToString()));
-  if (s.step == Step::kReplies && s.outstanding == 0) Finish(s, s.result);
+  if (s.step == Step::kReplies && s.outstanding == 0) {
+    if (rdv_owner_ == static_cast<int32_t>(pr.op)) return InvalidateWindow(s);
+    Finish(s, s.result);
+  }
+}
+
+// ----------------------------------------------------- rendezvous PUTs
+
+bool Client::Impl::SendRendezvous(OpState& s) {
+  const uint32_t idx = IndexOf(s);
+  if (rdv_owner_ != -1) return false;  // one window per connection: after the PUT holding it
+  if (rdv_mw_ == nullptr) {  // dropped with a failed connection since this PUT started: fragments
+    s.rendezvous = false;
+    return SendNextMessage(s);
+  }
+  const std::string_view value = s.op->value;
+  // Registered for this PUT only, for window binding only (the region has
+  // no rkey): the window below is the only remote access, READ, to exactly
+  // the value, through this connection's QP. The memory is only read.
+  auto mr = dev_->RegisterMemory(const_cast<char*>(value.data()), value.size(), kAccessMwBind);
+  if (!mr.ok()) {
+    Finish(s, Status(mr.status().code(), "registering the value for a rendezvous PUT: " + mr.status().message()));
+    return true;
+  }
+  rdv_mr_ = std::move(mr).value();
+  const MwBinding b{rdv_mw_.get(), rdv_mr_.get(), rdv_mr_->base(), value.size(), kAccessRemoteRead,
+                    MakeWrId(WrKind::kWindow, idx)};
+  // Posted now, ahead of the request (queued in msg_batch_, posted after):
+  // the NIC binds before it sends the request that names the rkey.
+  if (Status st = conn_->BindWindow(b, /*signaled=*/false); !st.ok()) {
+    rdv_mr_.reset();
+    FailAll(st.IsConnectionLost() ? st : Status::ConnectionLost(st.ToString()));
+    return false;
+  }
+  rdv_owner_ = static_cast<int32_t>(idx);
+  RequestHeader h = s.hdr;
+  h.flags = static_cast<uint8_t>((s.hdr.flags & kFlagIfVersion) | kFlagFirst | kFlagLast | kFlagRendezvous);
+  h.frag_offset = 0;
+  h.frag_len = kRendezvousBytes;
+  const uint32_t stage = static_cast<uint32_t>(seq_ % desc_.credits);
+  const size_t off = stage_off_ + size_t{stage} * desc_.message_bytes;
+  uint8_t* m = Mem(off);
+  EncodeRequestHeader(h, m);
+  size_t len = kRequestHeaderSize;
+  std::memcpy(m + len, s.op->key.data(), s.op->key.size());
+  len += s.op->key.size();
+  const RendezvousValue rv{rdv_mr_->base(), rdv_mw_->rkey(),
+                           RendezvousChecksum({reinterpret_cast<const uint8_t*>(s.op->key.data()), s.op->key.size()},
+                                              {reinterpret_cast<const uint8_t*>(value.data()), value.size()},
+                                              desc_.hash_seed)};
+  EncodeRendezvous(rv, m + len);
+  len += kRendezvousBytes;
+  QueueMessage(stage, off, len);
+  ++s.outstanding;
+  PendingReply pr;
+  pr.op = idx;
+  pr.request_id = h.request_id;
+  replies_.push_back(pr);
+  s.sent = value.size();
+  s.first = false;
+  s.step = Step::kReplies;
+  ++stats_.rendezvous_puts;
+  return true;
+}
+
+void Client::Impl::InvalidateWindow(OpState& s) {
+  SendWr w;
+  w.wr_id = MakeWrId(WrKind::kWindow, IndexOf(s));
+  w.opcode = WrOpcode::kLocalInv;
+  w.rkey = rdv_mw_->rkey();
+  w.signaled = true;
+  if (Status st = conn_->PostSend({&w, 1}); !st.ok()) {
+    FailAll(st.IsConnectionLost() ? st : Status::ConnectionLost(st.ToString()));
+  }
+}
+
+void Client::Impl::OnWindowInvalidated(OpState& s) {
+  if (rdv_owner_ != static_cast<int32_t>(IndexOf(s)) || s.step != Step::kReplies) {
+    return FailAll(Status::Protocol("a window invalidation nobody posted"));
+  }
+  // The server's READ of the value ended before its reply; now no rkey
+  // names the value any more: it may be deregistered and handed back.
+  rdv_owner_ = -1;
+  rdv_mr_.reset();
+  Finish(s, s.result);
+}
+
+void Client::Impl::DropWindow() {
+  if (rdv_owner_ == -1) return;
+  rdv_owner_ = -1;
+  rdv_mw_.reset();  // unbinds; the connection is not used for rendezvous PUTs until it is rebuilt
+  rdv_mr_.reset();
 }
 
 void Client::Impl::OnRecords(std::span<const uint8_t> reply, const PendingReply& pr) {

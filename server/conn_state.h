@@ -66,6 +66,10 @@ struct ConnState {
   uint32_t pending_head = 0;
   uint32_t pending_count = 0;
   bool in_ready = false;  // on the worker's ready list
+  // A rendezvous PUT's READ in flight (Worker::HandleRendezvous): the
+  // worker's staging slot it reads into, -1 for none. While set, the
+  // connection's next messages wait (its replies stay in request order).
+  int32_t rendezvous_slot = -1;
   struct Replies {
     std::vector<uint8_t> busy;  // per large-reply buffer: its SEND is not completed
     uint64_t large_sent = 0;    // large replies posted (the next uses buffer large_sent % busy.size())

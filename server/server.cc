@@ -105,6 +105,13 @@ Status Server::Start() {
     LockView lv = lock_view();
     workers_.push_back(std::make_unique<Worker>(w, cfg_, backend_, counters_, *assembly_budget_, pool, lv,
                                                 std::move(cq).value()));
+    const size_t staging = size_t{Worker::kRendezvousSlots} * cfg_.max_value_bytes;
+    rendezvous_mem_.push_back(AlignedAlloc(staging));
+    if (!rendezvous_mem_.back()) return Status::NoResource("out of memory for rendezvous staging");
+    auto smr = reg(rendezvous_mem_.back().get(), staging, kAccessLocalWrite, "rendezvous staging");
+    if (!smr.ok()) return smr.status();
+    rendezvous_mr_.push_back(std::move(smr).value());
+    workers_.back()->SetRendezvous(rendezvous_mr_.back().get());
     workers_.back()->Start();
   }
 
@@ -471,6 +478,8 @@ void Server::Shutdown() {
   retiring_.clear();
   listener_.reset();
   workers_.clear();  // CQs
+  rendezvous_mr_.clear();
+  rendezvous_mem_.clear();
   assembly_budget_.reset();
   srq_.reset();
   recv_mr_.reset();

@@ -23,6 +23,13 @@ class StoreBackend final : public Backend {
     *version = *r;
     return Status::OK();
   }
+  Status PutChecked(uint32_t worker, std::span<const uint8_t> key, std::span<const uint8_t> value, uint64_t expected,
+                    const CommitCheck& check, bool wait_for_space, uint64_t* version) override {
+    auto r = store_->Put(worker, View(key), View(value), check, wait_for_space, &expected);
+    if (!r.ok()) return r.status();
+    *version = *r;
+    return Status::OK();
+  }
   Status Delete(uint32_t worker, std::span<const uint8_t> key, const CommitCheck& check, bool wait_for_space,
                 uint64_t* version) override {
     auto r = store_->Delete(worker, View(key), check, wait_for_space);

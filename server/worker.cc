@@ -114,6 +114,7 @@ void Worker::ApplyControl() {
         op.conn->in_ready = false;
       }
       DropPending(*op.conn);
+      OrphanRendezvous(*op.conn);
       op.conn->assembly.Release(assembly_budget_);
       // After this store the manager may free the connection.
       op.conn->released.store(true, std::memory_order_release);
@@ -149,7 +150,10 @@ void Worker::Run() {
     // not let a stalled assembly hold its bytes (one clock read per batch).
     const auto now = Clock::now();
     const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-    if (now_ms - last_expiry_ms_ >= kExpiryCheckMs) ExpireAssemblies(now_ms);
+    if (now_ms - last_expiry_ms_ >= kExpiryCheckMs) {
+      ExpireAssemblies(now_ms);
+      ExpireRendezvous(now_ms);
+    }
     // Everything that arrived is queued on its connection first, so that a
     // round serves every connection with a message waiting, one each: a
     // message waits for at most one message of each other connection per
@@ -184,7 +188,7 @@ void Worker::Run() {
     // everything that arrived before the wait began.
     const int64_t slept_ms = SteadyMs();
     sleeping_.store(true, std::memory_order_release);
-    (void)cq_->Wait(assembly_budget_.used() > 0 ? kExpiryCheckMs : -1);
+    (void)cq_->Wait(assembly_budget_.used() > 0 || rdv_busy_ > 0 ? kExpiryCheckMs : -1);
     caught_up_ms_.store(slept_ms, std::memory_order_relaxed);
     sleeping_.store(false, std::memory_order_release);
   }
@@ -214,6 +218,10 @@ void Worker::ServeRound() {
   const size_t end = ready_.size();
   while (ready_head_ < end) {
     ConnState* cs = ready_[ready_head_++];
+    if (cs->rendezvous_slot >= 0) {  // waits for its READ (OnRendezvousRead puts it back)
+      cs->in_ready = false;
+      continue;
+    }
     if (!cs->qp->broken()) HandleNext(*cs);
     if (cs->qp->broken()) {
       DropPending(*cs);
@@ -279,6 +287,8 @@ void Worker::RequestClose(ConnState& cs, ConnState::CloseReason why) {
 void Worker::Dispatch(const Completion& c) {
   if (c.wr_id & kReplyTag) {
     OnReplySent(c);
+  } else if (c.wr_id & kReadTag) {
+    OnRendezvousRead(c);
   } else {
     OnReceive(c);
   }

@@ -110,6 +110,12 @@ class Worker {
   // Stop, or never started), at once on the caller's thread.
   void Remove(ConnState* c);
   uint32_t index() const { return index_; }
+  // Rendezvous PUTs (protocol 10.1, messages.h): `mr` (local write, the
+  // server's own memory) holds kRendezvousSlots buffers of max_value_bytes
+  // each, the READs' destinations. Without it a rendezvous PUT is refused
+  // with Unavailable. Before Start; `mr` outlives the worker's connections.
+  void SetRendezvous(MemoryRegion* mr);
+  static constexpr uint32_t kRendezvousSlots = 4;  // READs in flight per worker (one per connection)
   // Steady-clock ms before which every completion of this worker's CQ has
   // been handled (the start of its last poll that emptied the CQ, or now
   // while it sleeps on an empty CQ). The reply watchdog judges a connection
@@ -119,6 +125,10 @@ class Worker {
 
  private:
   static constexpr uint64_t kReplyTag = 1ull << 63;  // wr_id of reply SENDs (receives: buffer index)
+  // wr_id of a rendezvous READ: kReadTag | generation << 8 | slot (the
+  // generation tells a late completion of a slot given back from the READ
+  // of its next user).
+  static constexpr uint64_t kReadTag = 1ull << 62;
 
  public:
   // wr_id of the bind of a connection's ring memory window: posted unsignaled ahead
@@ -163,14 +173,27 @@ class Worker {
   // one reply of one record each.
   void HandleWrites(ConnState& cs, std::span<const ParsedRequest> reqs);
   void HandleFragment(ConnState& cs, const ParsedRequest& r);  // part of a PUT
+  // --- worker_rendezvous.cc: a PUT whose value the worker READs ---
+  // Posts the READ of r's value into a free staging slot (or answers
+  // NoResource: all busy); the PUT completes in OnRendezvousRead.
+  void HandleRendezvous(ConnState& cs, const ParsedRequest& r);
+  // The READ completed: the checksum over the worker's copy, then Apply.
+  void OnRendezvousRead(const Completion& c);
+  // READs in flight past assembly_timeout_ms close their connection; slots
+  // of connections removed meanwhile are given back after that long.
+  void ExpireRendezvous(int64_t now_ms);
+  // Remove: the connection's READ (if any) no longer names it.
+  void OrphanRendezvous(ConnState& cs);
   // Applies a PUT (value) or DELETE (no value) with the lock check at the
   // store's commit point, and answers it.
+  // expected_checksum: a rendezvous PUT's (Backend::PutChecked).
   void Apply(ConnState& cs, const RequestHeader& h, std::span<const uint8_t> key,
-             std::span<const uint8_t> value, bool is_delete);
+             std::span<const uint8_t> value, bool is_delete, const uint64_t* expected_checksum = nullptr);
   // Apply's store call and counters, without the reply; *version: the
   // write's version, or a VersionMismatch's current one (else 0).
   Status ApplyWrite(ConnState& cs, const RequestHeader& h, std::span<const uint8_t> key,
-                    std::span<const uint8_t> value, bool is_delete, uint64_t* version);
+                    std::span<const uint8_t> value, bool is_delete, uint64_t* version,
+                    const uint64_t* expected_checksum = nullptr);
 
   // --- worker_replies.cc: replies ---
   // Queue the reply on cs; FlushReplies posts what the batch queued.
@@ -223,6 +246,20 @@ class Worker {
   std::vector<ConnState*> ready_;
   size_t ready_head_ = 0;
   int64_t last_expiry_ms_ = 0;
+  // Rendezvous staging (SetRendezvous): slot i is rdv_mr_ at i * max_value_bytes.
+  struct RendezvousSlot {
+    bool busy = false;         // a READ posted into it, not completed (or not given back)
+    ConnState* cs = nullptr;   // whose PUT; nullptr once the connection is removed
+    uint32_t generation = 0;   // of the READ posted last
+    bool closing = false;      // the READ took too long: its connection is being closed
+    int64_t posted_ms = 0;
+    RequestHeader header;      // the PUT's (request id, token, condition, value length)
+    std::vector<uint8_t> key;  // the worker's copy of the key
+    uint64_t checksum = 0;     // the client's RendezvousChecksum
+  };
+  MemoryRegion* rdv_mr_ = nullptr;
+  std::vector<RendezvousSlot> rdv_;
+  uint32_t rdv_busy_ = 0;  // slots busy
   std::atomic<int64_t> caught_up_ms_{0};
   std::atomic<bool> sleeping_{false};  // in cq_->Wait with an empty CQ
 

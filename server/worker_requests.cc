@@ -61,6 +61,7 @@ void Worker::HandleRequest(ConnState& cs, std::span<const uint8_t> msg) {
   // do not touch the assembly.
   if (h.opcode == Opcode::kStats) return HandleStats(cs, h);
   if (h.opcode == Opcode::kClock) return HandleClock(cs, h);
+  if (h.flags & kFlagRendezvous) return HandleRendezvous(cs, *parsed);
   HandleWrite(cs, *parsed);
 }
 
@@ -134,7 +135,8 @@ void Worker::HandleFragment(ConnState& cs, const ParsedRequest& r) {
 }
 
 Status Worker::ApplyWrite(ConnState& cs, const RequestHeader& h, std::span<const uint8_t> key,
-                          std::span<const uint8_t> value, bool is_delete, uint64_t* version) {
+                          std::span<const uint8_t> value, bool is_delete, uint64_t* version,
+                          const uint64_t* expected_checksum) {
   uint64_t current = 0;
   const CommitFence fence{&locks_, h.lock_token, cs.id, (h.flags & kFlagIfVersion) != 0, h.if_version, &current};
   const CommitCheck check{&CommitFence::Check, &fence};
@@ -143,8 +145,10 @@ Status Worker::ApplyWrite(ConnState& cs, const RequestHeader& h, std::span<const
   // waiting for this worker; else answer ServerFull now and keep serving
   // (DESIGN.md, "Fair service").
   const bool wait_for_space = !HasReady();
-  Status st = is_delete ? backend_.Delete(index_, key, check, wait_for_space, version)
-                        : backend_.Put(index_, key, value, check, wait_for_space, version);
+  Status st = is_delete                       ? backend_.Delete(index_, key, check, wait_for_space, version)
+               : expected_checksum != nullptr ? backend_.PutChecked(index_, key, value, *expected_checksum, check,
+                                                                    wait_for_space, version)
+                                              : backend_.Put(index_, key, value, check, wait_for_space, version);
   if (st.ok()) {
     (is_delete ? counters_.deletes : counters_.puts).fetch_add(1, std::memory_order_relaxed);
     return st;
@@ -157,10 +161,10 @@ Status Worker::ApplyWrite(ConnState& cs, const RequestHeader& h, std::span<const
 }
 
 void Worker::Apply(ConnState& cs, const RequestHeader& h, std::span<const uint8_t> key,
-                   std::span<const uint8_t> value, bool is_delete) {
+                   std::span<const uint8_t> value, bool is_delete, const uint64_t* expected_checksum) {
   ReplyHeader rh;
   rh.request_id = h.request_id;
-  Status st = ApplyWrite(cs, h, key, value, is_delete, &rh.version);
+  Status st = ApplyWrite(cs, h, key, value, is_delete, &rh.version, expected_checksum);
   if (!st.ok()) return ReplyError(cs, h.request_id, st, rh.version);
   // A durable store answers only once the write is durable: the reply
   // waits in the queue for the worker's next Commit (CommitWrites).

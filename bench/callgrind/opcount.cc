@@ -42,6 +42,7 @@ struct Args {
   // Where a GET's value goes: a string (Op::result), the caller's buffer
   // (Op::buffer), or a buffer in registered memory (a direct READ).
   enum class Into : uint8_t { kString, kBuffer, kRegistered } into = Into::kString;
+  int64_t rendezvous_bytes = -1;  // ClientOptions::rendezvous_bytes; -1: the library's default
 };
 
 bool Parse(int argc, char** argv, Args* a) {
@@ -70,6 +71,8 @@ bool Parse(int argc, char** argv, Args* a) {
       else if (k == "buffer") a->into = Args::Into::kBuffer;
       else if (k == "registered") a->into = Args::Into::kRegistered;
       else return false;
+    } else if (const char* v = val("--rendezvous-bytes=")) {
+      a->rendezvous_bytes = static_cast<int64_t>(std::strtoul(v, nullptr, 10));
     } else {
       return false;
     }
@@ -137,7 +140,7 @@ int Main(int argc, char** argv) {
   if (!Parse(argc, argv, &a)) {
     std::fprintf(stderr,
                  "usage: opcount --op=get_uncached|get_cached|get_miss|put [--into=string|buffer|registered] [--ops=N] "
-                 "[--key-bytes=K] [--value-bytes=V]\n");
+                 "[--key-bytes=K] [--value-bytes=V] [--rendezvous-bytes=R]\n");
     return 2;
   }
   auto fabric = LoopbackFabric::Create();
@@ -184,6 +187,7 @@ int Main(int argc, char** argv) {
   o.port = srv.port();
   o.put_mode = PutMode::kSend;
   o.location_cache_entries = a.kind == Kind::kGetCached ? 4096 : 0;
+  if (a.rendezvous_bytes >= 0) o.rendezvous_bytes = static_cast<uint32_t>(a.rendezvous_bytes);
   auto client = ClientFactory::ConnectWith(client_dev, o);
   if (!client.ok()) {
     std::fprintf(stderr, "opcount: %s\n", client.status().ToString().c_str());

@@ -54,6 +54,7 @@ struct Config {
   std::string get_into = "string";  // where a GET's value goes: string, buffer or registered
   int64_t location_cache = -1;  // -1: the client's default
   int64_t busy_poll_us = -1;    // -1: the client's default
+  int64_t rendezvous_bytes = -1;  // -1: the client's default (ClientOptions::rendezvous_bytes)
   bool spin = false;            // poll without sleeping even with nothing to start
   // Threads poll while every operation is in flight: --spin, or several
   // servers (a Wait on one would delay the others' completions).
@@ -158,6 +159,7 @@ class Worker {
       o.max_in_flight = std::min<uint32_t>(cfg_.depth, 64);
       if (cfg_.location_cache >= 0) o.location_cache_entries = static_cast<size_t>(cfg_.location_cache);
       if (cfg_.busy_poll_us >= 0) o.busy_poll_us = static_cast<uint32_t>(cfg_.busy_poll_us);
+      if (cfg_.rendezvous_bytes >= 0) o.rendezvous_bytes = static_cast<uint32_t>(cfg_.rendezvous_bytes);
       o.op_timeout_ms = 10000;
       auto c = Client::Connect(o);
       if (!c.ok()) return Status(c.status().code(), "connecting to " + s + ": " + c.status().message());
@@ -413,6 +415,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"string", "buffer", "registered"}));
   app.add_option("--put-mode", cfg.put_mode, "send or write-imm")->capture_default_str()
       ->check(CLI::IsMember({"send", "write-imm"}));
+  app.add_option("--rendezvous-bytes", cfg.rendezvous_bytes,
+                 "PUTs of values of at least this many bytes are rendezvous PUTs (0: never; default: the "
+                 "library's, ClientOptions::rendezvous_bytes)");
   app.add_option("--location-cache", cfg.location_cache,
                  "Entries in each client's location cache (0: off; default: the library's default, 4096)");
   app.add_option("--busy-poll-us", cfg.busy_poll_us,

@@ -63,6 +63,10 @@ uint64_t EntryChecksum(uint32_t lengths, std::span<const std::byte> a, std::span
   return XXH3_64bits_digest(&st) & kGuardChecksumMask;
 }
 
+uint64_t EntryChecksumOf(std::string_view key, std::span<const std::byte> value, uint64_t seed) noexcept {
+  return EntryChecksum(PackLengths(key.size(), value.size(), false), std::as_bytes(std::span(key)), value, seed);
+}
+
 size_t EncodeEntry(std::span<std::byte> out, uint64_t entry_off, std::string_view key, std::string_view value,
                    bool tombstone, uint64_t seed) noexcept {
   if (key.empty() || key.size() > kMaxKeyBytes || value.size() > kMaxValueBytes) return 0;

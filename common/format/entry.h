@@ -100,6 +100,10 @@ uint64_t EntryChecksum(uint32_t lengths, const std::byte* key_and_value, size_t 
 // first `a`, then `b` (a GET that READ the value into the caller's memory).
 uint64_t EntryChecksum(uint32_t lengths, std::span<const std::byte> a, std::span<const std::byte> b,
                        uint64_t seed) noexcept;
+// The same checksum of a key and a value that are not contiguous (XXH3's
+// streaming form, which equals the one-shot one): what a writer that holds
+// the value apart from the key computes, e.g. a rendezvous PUT's client.
+uint64_t EntryChecksumOf(std::string_view key, std::span<const std::byte> value, uint64_t seed) noexcept;
 
 // Encodes a complete entry into plain (non-shared) memory, laid out as for
 // log offset `entry_off` (only whether it is 8-aligned matters): tests,

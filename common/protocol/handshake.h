@@ -44,8 +44,13 @@ inline constexpr uint32_t kWireMagic = 0x4452564b;  // bytes "KVRD"
 //    MORE, answered by one reply of one record per request
 //    (common/protocol/messages.h). A protocol 9 server would refuse MORE
 //    request by request; the handshake refuses the pair at connect instead.
+// 10.1: rendezvous PUT (flag RENDEZVOUS, common/protocol/messages.h): the
+//    server READs a large value from a memory window the client bound on its
+//    connection. A 10.0 server refuses the flag ("unknown request flags"), so
+//    a client uses it only with a server whose descriptor says minor >= 1.
 inline constexpr uint16_t kProtocolMajor = 10;
-inline constexpr uint16_t kProtocolMinor = 0;
+inline constexpr uint16_t kProtocolMinor = 1;
+inline constexpr uint16_t kRendezvousMinor = 1;  // the first minor of 10 with rendezvous PUTs
 
 inline constexpr size_t kMaxRequestData = 56;
 inline constexpr size_t kMaxAcceptData = 196;

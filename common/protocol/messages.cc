@@ -43,8 +43,19 @@ Result<ParsedRequest> ParseOne(std::span<const uint8_t> msg, uint32_t max_key, u
   h.if_version = r.U64();
   if (op < 1 || op > 4) return Status::InvalidArgument("unknown opcode " + std::to_string(op));
   h.opcode = static_cast<Opcode>(op);
-  if ((h.flags & ~(kFlagFirst | kFlagLast | kFlagIfVersion | kFlagMore)) != 0) {
+  if ((h.flags & ~(kFlagFirst | kFlagLast | kFlagIfVersion | kFlagMore | kFlagRendezvous)) != 0) {
     return Status::InvalidArgument("unknown request flags");
+  }
+  const bool rendezvous = (h.flags & kFlagRendezvous) != 0;
+  if (rendezvous) {
+    if (h.opcode != Opcode::kPut || (h.flags & (kFlagFirst | kFlagLast)) != (kFlagFirst | kFlagLast) ||
+        (h.flags & kFlagMore) != 0) {
+      return Status::InvalidArgument("RENDEZVOUS on anything but a lone whole PUT");
+    }
+    if (h.value_len == 0) return Status::InvalidArgument("a rendezvous PUT of an empty value");
+    if (h.frag_offset != 0 || h.frag_len != kRendezvousBytes) {
+      return Status::InvalidArgument("a rendezvous PUT carries 24 descriptor bytes, no value bytes");
+    }
   }
   const bool more = (h.flags & kFlagMore) != 0;
   if (more) {
@@ -83,9 +94,11 @@ Result<ParsedRequest> ParseOne(std::span<const uint8_t> msg, uint32_t max_key, u
                             std::to_string(max_value) + ")");
   }
   uint64_t frag_end = uint64_t{h.frag_offset} + h.frag_len;
-  if (frag_end > h.value_len) return Status::InvalidArgument("value fragment past the value's end");
-  if (first && h.frag_offset != 0) return Status::InvalidArgument("first fragment not at offset 0");
-  if (last && frag_end != h.value_len) return Status::InvalidArgument("last fragment does not end the value");
+  if (!rendezvous) {
+    if (frag_end > h.value_len) return Status::InvalidArgument("value fragment past the value's end");
+    if (first && h.frag_offset != 0) return Status::InvalidArgument("first fragment not at offset 0");
+    if (last && frag_end != h.value_len) return Status::InvalidArgument("last fragment does not end the value");
+  }
   size_t key_bytes = first ? h.key_len : 0;
   const uint64_t len = uint64_t{kRequestHeaderSize} + key_bytes + h.frag_len;
   if (more ? len >= msg.size() : len != msg.size()) {
@@ -95,12 +108,27 @@ Result<ParsedRequest> ParseOne(std::span<const uint8_t> msg, uint32_t max_key, u
                                    std::to_string(msg.size()) + " bytes received");
   }
   p.key = r.Bytes(key_bytes);
-  p.value = r.Bytes(h.frag_len);
+  if (rendezvous) {
+    p.rendezvous.addr = r.U64();
+    p.rendezvous.rkey = r.U32();
+    if (r.U32() != 0) return Status::InvalidArgument("a rendezvous PUT's reserved word is not 0");
+    p.rendezvous.checksum = r.U64();
+  } else {
+    p.value = r.Bytes(h.frag_len);
+  }
   *used = static_cast<size_t>(len);
   return p;
 }
 
 }  // namespace
+
+void EncodeRendezvous(const RendezvousValue& v, uint8_t* out) noexcept {
+  wire::Writer w({out, kRendezvousBytes});
+  w.U64(v.addr);
+  w.U32(v.rkey);
+  w.U32(0);
+  w.U64(v.checksum);
+}
 
 Result<ParsedRequest> ParseRequest(std::span<const uint8_t> msg, uint32_t max_key, uint32_t max_value) noexcept {
   size_t used = 0;
@@ -117,7 +145,7 @@ Result<size_t> ParseMessage(std::span<const uint8_t> msg, uint32_t max_key, uint
       if (n == 0) return p.status();  // a lone request's error, as protocol 9 words it
       return Status(p.status().code(), "request " + std::to_string(n) + " of the message: " + p.status().message());
     }
-    if (n > 0 && (IsQuery(p->header.opcode) ||
+    if (n > 0 && (IsQuery(p->header.opcode) || (p->header.flags & kFlagRendezvous) != 0 ||
                   (p->header.flags & (kFlagFirst | kFlagLast)) != (kFlagFirst | kFlagLast))) {
       return Status::InvalidArgument("request " + std::to_string(n) +
                                      " of the message: only whole PUT/DELETEs share a message");

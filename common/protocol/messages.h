@@ -24,7 +24,9 @@
 //   1  u8  flags         bit0 FIRST, bit1 LAST (a whole request has both),
 //                        bit2 IF_VERSION (PUT/DELETE: a conditional write),
 //                        bit3 MORE (a whole PUT/DELETE: another request
-//                        follows it in this message)
+//                        follows it in this message),
+//                        bit4 RENDEZVOUS (protocol 10.1: a whole PUT whose
+//                        value the server READs from the client, below)
 //   2  u16 key_len
 //   4  u32 value_len     total value length (PUT), else 0
 //   8  u64 request_id    echoed in the reply
@@ -39,6 +41,24 @@
 //      value fragment    frag_len bytes
 //   A request is exactly 40 + key bytes + frag_len bytes; without MORE it
 //   must end the message, with MORE the next request starts right after it.
+//   Rendezvous PUT (flag RENDEZVOUS, protocol 10.1; with FIRST and LAST, never
+//   MORE, IF_VERSION and a lock token allowed): value_len is the value's
+//   length (1..max value), frag_offset 0, frag_len 24, and the 24 bytes after
+//   the key describe where the value is instead of carrying it:
+//     u64 addr      the value's first byte in the client's memory
+//     u32 rkey      a memory window the client bound READ-only over exactly
+//                   [addr, addr + value_len) on THIS connection's QP
+//     u32 reserved  0
+//     u64 checksum  RendezvousChecksum(key, value, hash seed) as the
+//                   client computed it: the checksum the value's log entry
+//                   will carry (EntryChecksum)
+//   The server READs value_len bytes at addr with rkey on the connection the
+//   request came on into memory of its own, and applies the PUT only if the
+//   entry checksum the store computes over its copy in the log equals the
+//   client's (else InvalidArgument: the value changed during the READ;
+//   nothing is published).
+//   The connection's next message is handled only after this request's
+//   reply is queued. The client keeps the window bound until the reply.
 //   A conditional write is checked at the commit point, under the key's
 //   window lock (server/store/commit_check.h): refused with VersionMismatch,
 //   the reply's version then being the key's current one (0: no value; a
@@ -67,6 +87,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/format/entry.h"
 #include "common/status.h"
 
 namespace kvrdma {
@@ -81,6 +102,9 @@ inline constexpr uint8_t kFlagFirst = 1;
 inline constexpr uint8_t kFlagLast = 2;
 inline constexpr uint8_t kFlagIfVersion = 4;
 inline constexpr uint8_t kFlagMore = 8;
+inline constexpr uint8_t kFlagRendezvous = 16;
+// The bytes after the key of a rendezvous PUT (frag_len of its header).
+inline constexpr size_t kRendezvousBytes = 24;
 inline constexpr uint8_t kReplyFragmentAck = 1;
 inline constexpr size_t kRequestHeaderSize = 40;
 inline constexpr size_t kReplyHeaderSize = 24;
@@ -108,11 +132,32 @@ struct RequestHeader {
 // Writes exactly kRequestHeaderSize bytes.
 void EncodeRequestHeader(const RequestHeader& h, uint8_t* out) noexcept;
 
+// Where a rendezvous PUT's value is (flag RENDEZVOUS).
+struct RendezvousValue {
+  uint64_t addr = 0;
+  uint32_t rkey = 0;
+  uint64_t checksum = 0;  // RendezvousChecksum of the key and value
+};
+
 struct ParsedRequest {
   RequestHeader header;
   std::span<const uint8_t> key;    // empty unless FIRST
-  std::span<const uint8_t> value;  // this message's fragment
+  std::span<const uint8_t> value;  // this message's fragment (empty for a rendezvous PUT)
+  RendezvousValue rendezvous;      // flag RENDEZVOUS only
 };
+
+// A rendezvous PUT's header (value_len, frag_len set) and descriptor bytes
+// after the key: writes kRendezvousBytes at out.
+void EncodeRendezvous(const RendezvousValue& v, uint8_t* out) noexcept;
+// The checksum of a rendezvous PUT: the entry checksum of (key, value) with
+// the server's hash seed (ServerDescriptor::hash_seed), which the store
+// computes anyway when it writes the entry, so the server checks the value
+// with no pass of its own. Inline: it needs kvrdma_format, which client and
+// server link and kvrdma_common does not.
+inline uint64_t RendezvousChecksum(std::span<const uint8_t> key, std::span<const uint8_t> value,
+                                   uint64_t seed) noexcept {
+  return EntryChecksumOf({reinterpret_cast<const char*>(key.data()), key.size()}, std::as_bytes(value), seed);
+}
 
 // Validates everything a worker relies on: a known opcode, lengths that add
 // up to the message size, key and value within the limits, a fragment inside

@@ -89,6 +89,17 @@ struct Region {
   // A memory window: usable only by a peer of this QP, and never as an lkey.
   // 0 = a memory region.
   uint32_t bound_qpn = 0;
+  // A window bound at run time (Connection::BindWindow): the lkey of the
+  // region under it, which takes the window with it when deregistered. 0 = none.
+  uint32_t parent_lkey = 0;
+};
+
+// A memory window's state, by index (rkey >> 8, as rxe finds windows).
+struct WindowState {
+  const LoopDevice* owner = nullptr;
+  uint32_t live_key = 0;  // the rkey it is bound under; 0 = unbound
+  uint32_t qpn = 0;       // the QP it is bound to
+  bool runtime = false;   // bound by Connection::BindWindow (not at accept)
 };
 
 class LoopMw final : public MemoryWindow {
@@ -96,6 +107,7 @@ class LoopMw final : public MemoryWindow {
   LoopMw(std::shared_ptr<LoopDevice> dev, uint32_t rkey) : MemoryWindow(rkey), dev_(std::move(dev)) {}
   ~LoopMw() override;
   LoopDevice& device() { return *dev_; }
+  void set_rkey(uint32_t k) noexcept { rkey_ = k; }
 
  private:
   std::shared_ptr<LoopDevice> dev_;
@@ -145,6 +157,7 @@ class Fabric final : public LoopbackFabric, public std::enable_shared_from_this<
     std::lock_guard<std::mutex> g(mu_);
     LoopbackStats s = stats_;
     s.qps = conns.size();
+    for (const auto& [index, ws] : windows) s.runtime_windows_bound += ws.runtime && ws.live_key != 0;
     return s;
   }
   void InjectQpError(Connection& conn) override;
@@ -155,6 +168,19 @@ class Fabric final : public LoopbackFabric, public std::enable_shared_from_this<
   uint32_t NewWindowKey() { return (next_mw_index_++ << 8) | static_cast<uint8_t>(key_rng_()); }
   uint32_t NewQpNum() { return next_qpn_++; }
   std::map<uint32_t, Region> regions;  // by lkey and by rkey
+  std::map<uint32_t, WindowState> windows;  // by rkey >> 8
+  // A random key byte other than `avoid` (a type-2 bind's key part).
+  uint8_t NewKeyByte(uint8_t avoid) {
+    uint8_t b = avoid;
+    while (b == avoid) b = static_cast<uint8_t>(key_rng_());
+    return b;
+  }
+  // Forgets the binding of window `index` (its rkey answers nowhere after).
+  void UnbindWindow(WindowState& ws) {
+    if (ws.live_key != 0) regions.erase(ws.live_key);
+    ws.live_key = 0;
+    ws.qpn = 0;
+  }
   std::map<uint16_t, LoopListener*> listeners;
   std::list<LoopConn*> conns;
   void Kick() { cv_.notify_all(); }  // new work or receives (mu_ not required)
@@ -171,6 +197,7 @@ class Fabric final : public LoopbackFabric, public std::enable_shared_from_this<
   // Executes the head WR of c. Returns false when it must wait for a receive.
   bool Execute(LoopConn* c, std::unique_lock<std::mutex>& l);
   WcStatus DoRead(LoopConn* c, const SendWr& w, std::unique_lock<std::mutex>& l);
+  WcStatus ExecuteBind(LoopConn* c, const SendWr& w, const Region& bind);
 
   std::condition_variable cv_;
   std::condition_variable idle_cv_;
@@ -218,7 +245,9 @@ class LoopDevice final : public Device {
   }
   Result<std::unique_ptr<MemoryWindow>> CreateMemoryWindow() override {
     std::lock_guard<std::mutex> g(fabric_->mu_);
-    std::unique_ptr<MemoryWindow> w = std::make_unique<LoopMw>(self(), fabric_->NewWindowKey());
+    const uint32_t key = fabric_->NewWindowKey();
+    fabric_->windows[key >> 8] = WindowState{this, 0, 0};
+    std::unique_ptr<MemoryWindow> w = std::make_unique<LoopMw>(self(), key);
     return w;
   }
   Result<std::unique_ptr<CompletionQueue>> CreateCompletionQueue(uint32_t) override {
@@ -242,14 +271,25 @@ class LoopDevice final : public Device {
 };
 
 LoopMr::~LoopMr() {
-  std::lock_guard<std::mutex> g(dev_->fabric()->mu_);
-  dev_->fabric()->regions.erase(lkey());
-  if (rkey() != 0) dev_->fabric()->regions.erase(rkey());
+  Fabric* f = dev_->fabric();
+  std::lock_guard<std::mutex> g(f->mu_);
+  f->regions.erase(lkey());
+  if (rkey() != 0) f->regions.erase(rkey());
+  // rxe refuses to deregister a region with windows bound over it; here the
+  // windows go with it, so no rkey ever reaches memory that is not registered.
+  for (auto& [index, ws] : f->windows) {
+    auto it = ws.live_key != 0 ? f->regions.find(ws.live_key) : f->regions.end();
+    if (it != f->regions.end() && it->second.parent_lkey == lkey()) f->UnbindWindow(ws);
+  }
 }
 
 LoopMw::~LoopMw() {
-  std::lock_guard<std::mutex> g(dev_->fabric()->mu_);
-  dev_->fabric()->regions.erase(rkey());
+  Fabric* f = dev_->fabric();
+  std::lock_guard<std::mutex> g(f->mu_);
+  if (auto it = f->windows.find(rkey() >> 8); it != f->windows.end()) {
+    f->UnbindWindow(it->second);
+    f->windows.erase(it);
+  }
 }
 
 Status LoopSrq::PostRecv(std::span<const RecvWr> wrs) {
@@ -313,6 +353,7 @@ class LoopConn final : public Connection {
     max_send_wr_ = std::min(cfg.max_send_wr, dev_->info().max_qp_wr);
     max_recv_wr_ = cfg.max_recv_wr;
     max_inline_ = cfg.max_inline;
+    windows_ = cfg.windows;
     max_rd_atomic_ = std::max<uint32_t>(1, std::min<uint32_t>(cfg.max_rd_atomic, dev_->info().max_qp_rd_atom));
     std::lock_guard<std::mutex> g(fabric_->mu_);
     qpn_ = fabric_->NewQpNum();
@@ -325,6 +366,9 @@ class LoopConn final : public Connection {
       fabric_->WaitNotExecuting(l, this);
       fabric_->conns.remove(this);
       // Windows bound to this QP die with it.
+      for (auto& [index, ws] : fabric_->windows) {
+        if (ws.qpn == qpn_) fabric_->UnbindWindow(ws);
+      }
       std::erase_if(fabric_->regions, [&](const auto& kv) { return kv.second.bound_qpn == qpn_; });
       if (listener != nullptr) listener->members.erase(this);
       peer = this->peer;
@@ -347,8 +391,11 @@ class LoopConn final : public Connection {
     if (fabric_->CountPostAndMaybeFail()) return Status::IOError("injected post failure");
     if (sq.size() + wrs.size() > max_send_wr_) return Status::NoResource("send queue full");
     for (const SendWr& w : wrs) {
-      if (w.opcode == WrOpcode::kRecv || w.opcode == WrOpcode::kRecvWriteImm) {
+      if (w.opcode == WrOpcode::kRecv || w.opcode == WrOpcode::kRecvWriteImm || w.opcode == WrOpcode::kBindMw) {
         return Status::InvalidArgument("not a send-queue opcode");
+      }
+      if (w.opcode == WrOpcode::kLocalInv && !windows_) {
+        return Status::InvalidArgument("QP made without QpConfig::windows");
       }
       if (w.inline_data && w.local.length > max_inline_) {
         return Status::InvalidArgument("inline data longer than the QP's max_inline");
@@ -365,6 +412,30 @@ class LoopConn final : public Connection {
       }
       sq.push_back(std::move(q));
     }
+    l.unlock();
+    fabric_->Kick();
+    return Status::OK();
+  }
+  Status BindWindow(const MwBinding& b, bool signaled) override {
+    auto* mw = dynamic_cast<LoopMw*>(b.mw);
+    if (mw == nullptr || b.region == nullptr) return Status::InvalidArgument("window or region of another transport");
+    std::unique_lock<std::mutex> l(fabric_->mu_);
+    if (broken()) return Status::ConnectionLost("connection is broken");
+    if (!windows_) return Status::InvalidArgument("QP made without QpConfig::windows");
+    if (fabric_->CountPostAndMaybeFail()) return Status::IOError("injected post failure");
+    if (sq.size() + 1 > max_send_wr_) return Status::NoResource("send queue full");
+    const uint32_t rkey = (mw->rkey() & ~0xffu) | fabric_->NewKeyByte(static_cast<uint8_t>(mw->rkey() & 0xff));
+    Queued q;
+    q.wr.wr_id = b.wr_id;
+    q.wr.opcode = WrOpcode::kBindMw;
+    q.wr.signaled = signaled;
+    q.wr.rkey = rkey;
+    // The NIC checks the region when the bind executes (Execute): by its
+    // lkey, so a region deregistered meanwhile fails the bind.
+    q.bind = Region{b.addr, b.length, b.access & (kAccessRemoteRead | kAccessRemoteWrite | kAccessRemoteAtomic),
+                    dev_.get(), qpn_, b.region->lkey()};
+    sq.push_back(std::move(q));
+    mw->set_rkey(rkey);
     l.unlock();
     fabric_->Kick();
     return Status::OK();
@@ -409,6 +480,7 @@ class LoopConn final : public Connection {
   struct Queued {
     SendWr wr;
     std::vector<uint8_t> inline_bytes;
+    Region bind{};  // kBindMw: the window's range, rights, QP and region (parent_lkey)
   };
   std::deque<Queued> sq;
   std::deque<RecvWr> rq;
@@ -426,6 +498,7 @@ class LoopConn final : public Connection {
   LoopSrq* srq_ = nullptr;
   uint32_t max_recv_wr_ = 0;
   uint32_t qpn_ = 0;
+  bool windows_ = false;  // QpConfig::windows
   std::atomic<bool> broken_{false};
 };
 
@@ -454,10 +527,12 @@ class LoopConnectRequest final : public ConnectRequest {
     conn->set_peer_data(data_);
     if (cfg.mw_binding.mw != nullptr) {  // bound before the client can learn the rkey
       const MwBinding& b = cfg.mw_binding;
-      std::lock_guard<std::mutex> g(listener_->device().fabric()->mu_);
-      listener_->device().fabric()->regions[b.mw->rkey()] =
+      Fabric* f = listener_->device().fabric();
+      std::lock_guard<std::mutex> g(f->mu_);
+      f->regions[b.mw->rkey()] =
           Region{b.addr, b.length, b.access & (kAccessRemoteRead | kAccessRemoteWrite | kAccessRemoteAtomic),
-                 &listener_->device(), conn->qp_num()};
+                 &listener_->device(), conn->qp_num(), b.region->lkey()};
+      f->windows[b.mw->rkey() >> 8] = WindowState{&listener_->device(), b.mw->rkey(), conn->qp_num()};
     }
     if (ready) ready(*conn);
     std::lock_guard<std::mutex> hg(hs_->mu);
@@ -677,6 +752,29 @@ const Region* FindRegion(const std::map<uint32_t, Region>& m, uint32_t key, cons
   return &r;
 }
 
+// What a NIC checks when a bind executes: a window of this device that is
+// unbound (type 2), a region still registered with window binding, local
+// write under a writable window, the range inside the region, not empty.
+WcStatus Fabric::ExecuteBind(LoopConn* c, const SendWr& w, const Region& b) {
+  auto it = windows.find(w.rkey >> 8);
+  auto mr = regions.find(b.parent_lkey);
+  if (it == windows.end() || it->second.owner != &c->device() || it->second.live_key != 0 ||
+      mr == regions.end() || mr->second.owner != &c->device() || mr->second.bound_qpn != 0 ||
+      !(mr->second.access & kAccessMwBind)) {
+    return WcStatus::kMwBindError;
+  }
+  const Region& r = mr->second;
+  if (((b.access & (kAccessRemoteWrite | kAccessRemoteAtomic)) && !(r.access & kAccessLocalWrite)) ||
+      b.len == 0 || b.base < r.base || b.len > r.len || b.base - r.base > r.len - b.len) {
+    return WcStatus::kMwBindError;
+  }
+  regions[w.rkey] = b;
+  it->second.live_key = w.rkey;
+  it->second.qpn = c->qp_num();
+  it->second.runtime = true;
+  return WcStatus::kSuccess;
+}
+
 WcStatus Fabric::DoRead(LoopConn* c, const SendWr& w, std::unique_lock<std::mutex>& l) {
   const auto* src = reinterpret_cast<const uint8_t*>(w.remote_addr);
   const size_t total = size_t{w.local.length} + w.local2.length;
@@ -824,6 +922,19 @@ bool Fabric::Execute(LoopConn* c, std::unique_lock<std::mutex>& l) {
             old = __atomic_fetch_add(word, w.compare_add, __ATOMIC_SEQ_CST);
           }
           RacyStore(reinterpret_cast<void*>(w.local.addr), &old, 8);
+        }
+        break;
+      }
+      case WrOpcode::kBindMw: st = ExecuteBind(c, w, q.bind); break;
+      case WrOpcode::kLocalInv: {
+        // As rxe: the window named by the key's index, bound under exactly
+        // this key, to this QP; anything else is a local QP operation error.
+        auto it = windows.find(w.rkey >> 8);
+        if (it == windows.end() || it->second.owner != me || it->second.live_key != w.rkey ||
+            it->second.qpn != c->qp_num()) {
+          st = WcStatus::kOther;
+        } else {
+          UnbindWindow(it->second);
         }
         break;
       }

@@ -55,6 +55,9 @@ struct LoopbackStats {
   uint64_t errors = 0;  // WRs completed with an error (not counting flushes)
   uint64_t flushed = 0;
   uint64_t qps = 0;  // QPs alive on the fabric now (both sides)
+  // Windows bound by Connection::BindWindow and not invalidated (nor gone
+  // with their QP, region or themselves) now.
+  uint64_t runtime_windows_bound = 0;
 };
 
 class LoopbackFabric {

@@ -12,6 +12,8 @@ const char* WrOpcodeName(WrOpcode op) noexcept {
     case WrOpcode::kFetchAdd: return "FETCH_AND_ADD";
     case WrOpcode::kRecv: return "RECV";
     case WrOpcode::kRecvWriteImm: return "RECV_RDMA_WITH_IMM";
+    case WrOpcode::kBindMw: return "BIND_MW";
+    case WrOpcode::kLocalInv: return "LOCAL_INV";
   }
   return "?";
 }
@@ -27,6 +29,7 @@ const char* WcStatusName(WcStatus s) noexcept {
     case WcStatus::kFlushed: return "work request flushed";
     case WcStatus::kRetryExceeded: return "transport retry counter exceeded";
     case WcStatus::kRnrRetryExceeded: return "RNR retry counter exceeded";
+    case WcStatus::kMwBindError: return "memory window bind error";
     case WcStatus::kOther: return "other error";
   }
   return "?";

@@ -59,6 +59,8 @@ enum class WrOpcode : uint8_t {
   kFetchAdd,      // 8-byte fetch-and-add on remote memory; old value -> local
   kRecv,          // completion of a receive (SEND arrived)
   kRecvWriteImm,  // completion of a receive consumed by a WRITE with immediate
+  kBindMw,        // completion of Connection::BindWindow (a failed one, or signaled)
+  kLocalInv,      // invalidate the memory window whose rkey is SendWr::rkey (local)
 };
 const char* WrOpcodeName(WrOpcode op) noexcept;
 
@@ -83,7 +85,7 @@ struct SendWr {
   // into the caller's registered memory this way (client_get.cc).
   Sge local2;
   uint64_t remote_addr = 0;  // READ/WRITE/atomics
-  uint32_t rkey = 0;         // READ/WRITE/atomics
+  uint32_t rkey = 0;         // READ/WRITE/atomics; kLocalInv: the window's rkey
   uint32_t imm = 0;          // kWriteImm, host byte order
   uint64_t compare_add = 0;  // CAS: compare value; FAA: value to add
   uint64_t swap = 0;         // CAS: new value
@@ -106,6 +108,7 @@ enum class WcStatus : uint8_t {
   kFlushed,               // the QP was in error: the WR was not executed
   kRetryExceeded,         // the peer did not answer
   kRnrRetryExceeded,      // the peer had no receive posted
+  kMwBindError,           // a window bind or invalidation the NIC refused
   kOther,
 };
 const char* WcStatusName(WcStatus s) noexcept;
@@ -170,24 +173,29 @@ class MemoryRegion {
 // refuses its rkey on every other QP (remote access error), and the window
 // stops working when it is destroyed. Made by Device::CreateMemoryWindow,
 // bound by ConnectRequest::Accept (QpConfig::mw_binding) before the peer learns
-// the rkey. Destroy it BEFORE the QP it is bound to and before its region: a
-// bound window holds a reference on its QP, and rxe (Linux 6.1) destroying
-// that QP first waits 50 s for the reference, warns and fails the destroy
-// (measured: every teardown of such a QP took 51 s).
+// the rkey, or at run time by Connection::BindWindow on a QP made with
+// QpConfig::windows, and unbound by a kLocalInv work request on that QP
+// (after which it may be bound again, with a new rkey). Destroy it BEFORE the
+// QP it is bound to and before its region: a bound window holds a reference
+// on its QP, and rxe (Linux 6.1) destroying that QP first waits 50 s for the
+// reference, warns and fails the destroy (measured: every teardown of such a
+// QP took 51 s). rxe's source (6.1, rxe_dereg_mr) also refuses to deregister a
+// region while a window is bound over it (not measured here): invalidate
+// (and wait for the completion) first.
 class MemoryWindow {
  public:
   virtual ~MemoryWindow() = default;
   MemoryWindow(const MemoryWindow&) = delete;
   MemoryWindow& operator=(const MemoryWindow&) = delete;
   // The rkey the window has once bound: the one to give the peer. Its low
-  // byte (the key part a type-2 bind chooses) is random.
+  // byte (the key part a type-2 bind chooses) is random, and each
+  // Connection::BindWindow picks a new one, so an rkey of an earlier binding
+  // never names a later one.
   uint32_t rkey() const noexcept { return rkey_; }
 
  protected:
   explicit MemoryWindow(uint32_t rkey) : rkey_(rkey) {}
-
- private:
-  uint32_t rkey_;
+  uint32_t rkey_;  // changed by the transport's BindWindow (one thread: the QP's poster)
 };
 
 // A memory window to bind over part of a region on a new QP (see QpConfig::mw_binding).
@@ -242,6 +250,10 @@ struct QpConfig {
   CompletionQueue* send_cq = nullptr;
   CompletionQueue* recv_cq = nullptr;
   SharedReceiveQueue* srq = nullptr;  // nullptr = a private receive queue
+  // The QP binds and invalidates memory windows at run time
+  // (Connection::BindWindow, WrOpcode::kLocalInv). verbs: the QP is made with
+  // IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV.
+  bool windows = false;
   // ConnectRequest::Accept only: bound on the new QP, ahead of anything else
   // on its send queue, before the peer is told (so before it can use it).
   MwBinding mw_binding;
@@ -257,6 +269,14 @@ class Connection {
   // connection; InvalidArgument if a WR is malformed; NoResource if the send
   // queue is full. Nothing of a failed batch is posted past the bad WR.
   virtual Status PostSend(std::span<const SendWr> wrs) = 0;
+  // Posts a type-2 bind of b.mw over [b.addr, b.addr + b.length) of
+  // b.region with b.access (REQUIRES: QpConfig::windows; the window unbound:
+  // new, or invalidated by a kLocalInv that executed). On OK b.mw->rkey() is
+  // the new rkey. The bind executes before every WR posted after it on this
+  // QP, so a peer that learns the rkey from a later SEND can use it, through
+  // this QP only. It completes with b.wr_id when `signaled` or when it fails
+  // (kMwBindError; the QP then enters the error state, as with verbs).
+  virtual Status BindWindow(const MwBinding& b, bool signaled) = 0;
   // Receive buffers for a connection without an SRQ.
   virtual Status PostRecv(std::span<const RecvWr> wrs) = 0;
   // Polls the send CQ when the connection owns it (QpConfig::send_cq was

@@ -87,6 +87,7 @@ ibv_qp_init_attr_ex QpAttr(VerbsDevice& dev, const QpConfig& cfg, ibv_cq* scq, i
                      IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
                      IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
   if (cfg.mw_binding.mw != nullptr) a.send_ops_flags |= IBV_QP_EX_WITH_BIND_MW;
+  if (cfg.windows) a.send_ops_flags |= IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV;
   return a;
 }
 
@@ -136,6 +137,7 @@ class VerbsConnection final : public Connection {
     if (qpx_ == nullptr) return Status::Internal("ibv_qp_to_qp_ex returned null");
     max_send_wr_ = a.cap.max_send_wr;
     max_inline_ = a.cap.max_inline_data;
+    windows_ = cfg.windows;
     id_->context = this;
     return Status::OK();
   }
@@ -144,7 +146,24 @@ class VerbsConnection final : public Connection {
   // it before any later work request of this QP, and before the peer can use
   // the rkey as long as the peer learns it afterwards (Accept). A failed
   // bind completes on the send CQ with b.wr_id.
-  Status BindMw(const MwBinding& b) {
+  Status BindMw(const MwBinding& b) { return PostBind(b, b.mw->rkey(), false); }
+
+  Status BindWindow(const MwBinding& b, bool signaled) override {
+    if (broken()) return Status::ConnectionLost("connection is broken");
+    if (!windows_) return Status::InvalidArgument("QP made without QpConfig::windows");
+    auto* mw = dynamic_cast<VerbsMw*>(b.mw);
+    if (mw == nullptr) return Status::InvalidArgument("window of another transport");
+    // A new key byte per binding: an rkey of an earlier binding names nothing.
+    const uint32_t rkey = (mw->rkey() & ~0xffu) | RandomKeyByte(static_cast<uint8_t>(mw->rkey() & 0xff));
+    KVRDMA_RETURN_IF_ERROR(PostBind(b, rkey, signaled));
+    mw->set_rkey(rkey);
+    return Status::OK();
+  }
+
+  void set_windows(bool w) { windows_ = w; }
+
+ private:
+  Status PostBind(const MwBinding& b, uint32_t rkey, bool signaled) {
     auto* mw = dynamic_cast<VerbsMw*>(b.mw);
     auto* mr = dynamic_cast<const VerbsMr*>(b.region);
     if (mw == nullptr || mr == nullptr) return Status::InvalidArgument("window or region of another transport");
@@ -157,12 +176,22 @@ class VerbsConnection final : public Connection {
                                                    IBV_ACCESS_REMOTE_ATOMIC);
     ibv_wr_start(qpx_);
     qpx_->wr_id = b.wr_id;
-    qpx_->wr_flags = 0;
-    ibv_wr_bind_mw(qpx_, mw->mw(), b.mw->rkey(), &bi);
-    if (int rc = ibv_wr_complete(qpx_); rc != 0) return Status::FromErrno("binding a memory window", rc);
+    qpx_->wr_flags = signaled ? unsigned{IBV_SEND_SIGNALED} : 0u;
+    ibv_wr_bind_mw(qpx_, mw->mw(), rkey, &bi);
+    if (int rc = ibv_wr_complete(qpx_); rc != 0) {
+      if (rc == ENOMEM) return Status::NoResource("send queue full");
+      return Status::FromErrno("binding a memory window", rc);
+    }
+    // The provider names the window by ibv_mw::rkey in the bind it posts,
+    // and rxe refuses a bind whose name is not the window's current key
+    // (measured on Linux 6.1: every second bind of a window failed with
+    // IBV_WC_MW_BIND_ERR while ibv_mw::rkey kept the key of ibv_alloc_mw).
+    // The key is the consumer's to track: the next bind names this one.
+    mw->mw()->rkey = rkey;
     return Status::OK();
   }
 
+ public:
   // Passive side, before rdma_accept: INIT (refreshed) -> RTR -> RTS with
   // the attributes rdma_cm computes for this connection, what rdma_accept
   // does itself when it owns the transitions; the RNR NAK timer is 12
@@ -230,6 +259,7 @@ class VerbsConnection final : public Connection {
   CmId id_;  // its QP is destroyed in ~VerbsConnection before the id
   ibv_qp* qp_ = nullptr;  // id_->qp (owned by rdma_cm)
   ibv_qp_ex* qpx_ = nullptr;
+  bool windows_ = false;  // QpConfig::windows
   std::atomic<bool> broken_{false};
 };
 
@@ -274,6 +304,12 @@ Status VerbsConnection::PostSendList(std::span<const SendWr> wrs) {
         case WrOpcode::kSend: x.opcode = IBV_WR_SEND; break;
         case WrOpcode::kCompareSwap: x.opcode = IBV_WR_ATOMIC_CMP_AND_SWP; break;
         case WrOpcode::kFetchAdd: x.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD; break;
+        case WrOpcode::kLocalInv:
+          if (!windows_) return Status::InvalidArgument("QP made without QpConfig::windows");
+          x.opcode = IBV_WR_LOCAL_INV;
+          x.invalidate_rkey = w.rkey;
+          x.num_sge = 0;
+          break;
         default: return Status::InvalidArgument("not a send-queue opcode");
       }
       if (w.opcode == WrOpcode::kCompareSwap || w.opcode == WrOpcode::kFetchAdd) {
@@ -313,6 +349,13 @@ Status VerbsConnection::PostSend(std::span<const SendWr> wrs) {
         ibv_wr_atomic_cmp_swp(qpx_, w.rkey, w.remote_addr, w.compare_add, w.swap);
         break;
       case WrOpcode::kFetchAdd: ibv_wr_atomic_fetch_add(qpx_, w.rkey, w.remote_addr, w.compare_add); break;
+      case WrOpcode::kLocalInv:
+        if (!windows_) {
+          ibv_wr_abort(qpx_);
+          return Status::InvalidArgument("QP made without QpConfig::windows");
+        }
+        ibv_wr_local_inv(qpx_, w.rkey);
+        continue;  // no local memory
       default:
         ibv_wr_abort(qpx_);
         return Status::InvalidArgument("not a send-queue opcode");

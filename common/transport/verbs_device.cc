@@ -32,6 +32,7 @@ WcStatus FromIbvStatus(ibv_wc_status s) noexcept {
     case IBV_WC_WR_FLUSH_ERR: return WcStatus::kFlushed;
     case IBV_WC_RETRY_EXC_ERR: return WcStatus::kRetryExceeded;
     case IBV_WC_RNR_RETRY_EXC_ERR: return WcStatus::kRnrRetryExceeded;
+    case IBV_WC_MW_BIND_ERR: return WcStatus::kMwBindError;
     default: return WcStatus::kOther;
   }
 }
@@ -45,6 +46,8 @@ WrOpcode FromIbvOpcode(ibv_wc_opcode op) noexcept {
     case IBV_WC_FETCH_ADD: return WrOpcode::kFetchAdd;
     case IBV_WC_RECV: return WrOpcode::kRecv;
     case IBV_WC_RECV_RDMA_WITH_IMM: return WrOpcode::kRecvWriteImm;
+    case IBV_WC_BIND_MW: return WrOpcode::kBindMw;
+    case IBV_WC_LOCAL_INV: return WrOpcode::kLocalInv;
     default: return WrOpcode::kSend;
   }
 }

@@ -103,6 +103,7 @@ class VerbsMw final : public kvrdma::MemoryWindow {
   VerbsMw(std::shared_ptr<VerbsDevice> dev, IbvMw mw, uint32_t rkey)
       : kvrdma::MemoryWindow(rkey), dev_(std::move(dev)), mw_(std::move(mw)) {}
   ibv_mw* mw() const noexcept { return mw_.get(); }
+  void set_rkey(uint32_t k) noexcept { rkey_ = k; }
 
  private:
   std::shared_ptr<VerbsDevice> dev_;  // keeps the PD alive

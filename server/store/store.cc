@@ -202,11 +202,11 @@ Status Store::CheckKey(std::string_view key) const {
 }
 
 Result<uint64_t> Store::Put(uint32_t worker, std::string_view key, std::string_view value,
-                            const CommitCheck& check, bool wait_for_space) {
+                            const CommitCheck& check, bool wait_for_space, const uint64_t* expected_checksum) {
   if (worker >= cfg_.workers) return Status::InvalidArgument("bad worker id");
   KVRDMA_RETURN_IF_ERROR(CheckKey(key));
   if (value.size() > cfg_.max_value_bytes) return Status::TooLarge("value longer than max_value_bytes");
-  return Write(worker, key, value, /*tombstone=*/false, check, wait_for_space);
+  return Write(worker, key, value, /*tombstone=*/false, check, wait_for_space, expected_checksum);
 }
 
 Result<uint64_t> Store::Delete(uint32_t worker, std::string_view key, const CommitCheck& check,
@@ -418,13 +418,24 @@ bool Store::EvictOldestCandidate(uint32_t head, const KeyHash& kh) {
 }
 
 Result<uint64_t> Store::Write(uint32_t head, std::string_view key, std::string_view value, bool tombstone,
-                             const CommitCheck& check, bool wait_for_space) {
+                             const CommitCheck& check, bool wait_for_space, const uint64_t* expected_checksum) {
   const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->home_count());
   const uint64_t bytes = LogBytes(key.size(), value.size());  // leader + entry
   const uint64_t size_class = SizeClassFor(EntryBytes(key.size(), value.size()));
   auto reserved = ReserveSpace(head, bytes, wait_for_space);
   if (!reserved.ok()) return reserved.status();
   const uint64_t off = *reserved + kLeaderBytes;  // the entry, after its leader
+  // A checksum to meet: the entry is written (unpublished, version 0) and
+  // checked now, over the log's own copy; under the lock only its leader
+  // gets the version. Refused, it stays as any refused write does.
+  const bool prewritten = expected_checksum != nullptr;
+  if (prewritten) {
+    WriteEntry(off, key, value, tombstone, 0);
+    if ((GuardWord(off).load(std::memory_order_relaxed) & kGuardChecksumMask) != *expected_checksum) {
+      return Status::InvalidArgument("checksum mismatch: the value is not the one the checksum was computed "
+                                     "over; nothing written");
+    }
+  }
   HeadStats& st = head_stats_[head];
   index_->ExpireTags(Index::Clock::now());
   for (int attempt = 0;; ++attempt) {
@@ -434,11 +445,11 @@ Result<uint64_t> Store::Write(uint32_t head, std::string_view key, std::string_v
     const Found cur = FindKey(kh, key, &empty);
     const bool had_value = cur.found() && !LengthsTombstone(cur.header.lengths);
     if (Status ok = check(key, had_value ? EntryVersion(RefLogOffset(cur.ref)) : 0); !ok.ok()) {
-      WriteEntry(off, key, value, tombstone, 0);  // never published: keeps the segment walkable
+      if (!prewritten) WriteEntry(off, key, value, tombstone, 0);  // never published: keeps the segment walkable
       return ok;
     }
     if (tombstone && !had_value) {
-      WriteEntry(off, key, {}, true, 0);  // never published: keeps the segment walkable
+      if (!prewritten) WriteEntry(off, key, {}, true, 0);  // never published: keeps the segment walkable
       return Status::NotFound();
     }
     uint64_t word = cur.found() ? cur.word : empty;
@@ -461,12 +472,16 @@ Result<uint64_t> Store::Write(uint32_t head, std::string_view key, std::string_v
         EvictOldestCandidate(head, kh);
         continue;
       }
-      WriteEntry(off, key, value, tombstone, 0);  // never published (see WriteEntry)
+      if (!prewritten) WriteEntry(off, key, value, tombstone, 0);  // never published (see WriteEntry)
       return Status::ServerFull("index full");
     }
     const uint64_t version = write_seq_.fetch_add(1, std::memory_order_relaxed) + 1;
     // 1. the new entry, complete and checksummed, not yet current;
-    WriteEntry(off, key, value, tombstone, version);
+    if (prewritten) {
+      StoreLeader(off, PackLeader(version));  // the rest was written and checked above
+    } else {
+      WriteEntry(off, key, value, tombstone, version);
+    }
     log_->AddLive(off, static_cast<int64_t>(bytes));
     if (cur.found()) {
       // 2. the old entry is marked superseded before the ref leaves it (and,

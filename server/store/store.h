@@ -79,8 +79,13 @@ class Store {
   // (the cleaner, or in cache mode an eviction); with wait_for_space false it
   // tries once (kicking the cleaner, evicting in cache mode) and answers
   // ServerFull at once (a worker with other connections' requests waiting).
+  // expected_checksum (a rendezvous PUT: the client's): the entry is written
+  // and checksummed before the commit point, over the log's copy, and the
+  // write is refused (InvalidArgument, nothing published) unless its
+  // checksum (EntryChecksum) is this one.
   Result<uint64_t> Put(uint32_t worker, std::string_view key, std::string_view value,
-                       const CommitCheck& check = {}, bool wait_for_space = true);
+                       const CommitCheck& check = {}, bool wait_for_space = true,
+                       const uint64_t* expected_checksum = nullptr);
   // Replaces the value with a tombstone; returns the write's version (as Put).
   // NotFound if the key has no value; or what `check` returns.
   Result<uint64_t> Delete(uint32_t worker, std::string_view key, const CommitCheck& check = {},
@@ -140,7 +145,7 @@ class Store {
   Status ForgetSegmentFile(uint32_t seg, bool tombstones);
   Status CheckKey(std::string_view key) const;
   Result<uint64_t> Write(uint32_t head, std::string_view key, std::string_view value, bool tombstone,
-                         const CommitCheck& check, bool wait_for_space);
+                         const CommitCheck& check, bool wait_for_space, const uint64_t* expected_checksum = nullptr);
   Result<uint64_t> ReserveSpace(uint32_t head, uint64_t bytes, bool wait_for_space);
   // Writes the leader (with `version`, 0 for a write that is refused) and the
   // entry into reserved log space (`off`: the entry's offset, after its

@@ -65,7 +65,7 @@ TEST(HandshakeTest, DescriptorFromAnotherMajorVersionIsRefusedWithBothVersions) 
   auto back = DecodeServerDescriptor(buf);
   ASSERT_FALSE(back.ok());
   EXPECT_EQ(back.status().code(), Status::Code::kProtocol);
-  EXPECT_NE(back.status().message().find("protocol " + std::to_string(kProtocolMajor + 1) + ".0"), std::string::npos)
+  EXPECT_NE(back.status().message().find("protocol " + std::to_string(kProtocolMajor + 1) + "." + std::to_string(kProtocolMinor)), std::string::npos)
       << back.status().ToString();
 }
 
@@ -77,7 +77,8 @@ TEST(HandshakeTest, DescriptorFromAnotherMajorVersionIsRefusedWithBothVersions) 
 TEST(HandshakeTest, PeersOfAnOlderProtocolAreRefusedBothWays) {
   static_assert(kProtocolMajor == 10);
   for (uint16_t old : {7, 8, 9}) {
-    const std::string want = "protocol " + std::to_string(old) + ".0, this build speaks 10.0";
+    const std::string want = "protocol " + std::to_string(old) + "." + std::to_string(kProtocolMinor) +
+                             ", this build speaks 10." + std::to_string(kProtocolMinor);
     std::array<uint8_t, kMaxAcceptData> buf{};
     ServerDescriptor d = SampleDescriptor();
     d.major = old;
@@ -250,6 +251,135 @@ TEST(MessagesTest, MalformedRequestsGetClearErrors) {
   EXPECT_FALSE(ParseRequest(tiny, 1024, 1 << 20).ok());
 }
 
+// A rendezvous PUT: header, key, 24 descriptor bytes.
+std::vector<uint8_t> RendezvousPut(RequestHeader h, std::string_view key, const RendezvousValue& v) {
+  h.flags |= kFlagRendezvous;
+  h.key_len = static_cast<uint16_t>(key.size());
+  h.frag_len = kRendezvousBytes;
+  auto m = Request(h, key, "");
+  m.resize(m.size() + kRendezvousBytes);
+  EncodeRendezvous(v, m.data() + m.size() - kRendezvousBytes);
+  return m;
+}
+
+TEST(MessagesTest, ARendezvousPutParsesWithItsDescriptor) {
+  RequestHeader h;
+  h.value_len = 1 << 20;
+  h.request_id = 77;
+  h.lock_token = 9;
+  h.flags |= kFlagIfVersion;
+  h.if_version = 12;
+  const RendezvousValue v{0x7f0012345678ull, 0xabcdef01u, 0x123456789abcdefull};
+  const auto m = RendezvousPut(h, "key", v);  // the parsed spans point into it
+  auto p = ParseRequest(m, 1024, 1 << 20);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->header.value_len, 1u << 20);
+  EXPECT_EQ(p->header.if_version, 12u);
+  EXPECT_EQ(p->header.lock_token, 9u);
+  EXPECT_EQ(std::string(p->key.begin(), p->key.end()), "key");
+  EXPECT_TRUE(p->value.empty());
+  EXPECT_EQ(p->rendezvous.addr, v.addr);
+  EXPECT_EQ(p->rendezvous.rkey, v.rkey);
+  EXPECT_EQ(p->rendezvous.checksum, v.checksum);
+  // A value of 1 byte is fine (24 descriptor bytes are not value bytes).
+  h.value_len = 1;
+  EXPECT_TRUE(ParseRequest(RendezvousPut(h, "key", v), 1024, 1 << 20).ok());
+}
+
+TEST(MessagesTest, MalformedRendezvousPutsAreRefused) {
+  const RendezvousValue v{0x1000, 7, 99};
+  RequestHeader h;
+  h.value_len = 65536;
+  auto code = [](const std::vector<uint8_t>& m) { return ParseRequest(m, 1024, 1 << 20).status().code(); };
+  {  // past the value limit
+    RequestHeader b = h;
+    b.value_len = (1 << 20) + 1;
+    EXPECT_EQ(code(RendezvousPut(b, "k", v)), Status::Code::kTooLarge);
+  }
+  {  // an empty value
+    RequestHeader b = h;
+    b.value_len = 0;
+    EXPECT_EQ(code(RendezvousPut(b, "k", v)), Status::Code::kInvalidArgument);
+  }
+  {  // not a PUT
+    RequestHeader b = h;
+    b.opcode = Opcode::kDelete;
+    b.value_len = 0;
+    EXPECT_EQ(code(RendezvousPut(b, "k", v)), Status::Code::kInvalidArgument);
+  }
+  {  // a fragment
+    RequestHeader b = h;
+    b.flags = kFlagFirst;
+    EXPECT_EQ(code(RendezvousPut(b, "k", v)), Status::Code::kInvalidArgument);
+  }
+  {  // MORE, alone and in a message
+    RequestHeader b = h;
+    b.flags |= kFlagMore;
+    auto m = RendezvousPut(b, "k", v);
+    EXPECT_EQ(code(m), Status::Code::kInvalidArgument);
+    RequestHeader put;
+    put.value_len = put.frag_len = 2;
+    put.key_len = 1;
+    auto second = Request(put, "x", "yz");
+    m.insert(m.end(), second.begin(), second.end());
+    std::array<ParsedRequest, kMaxRequestsPerMessage> out;
+    EXPECT_FALSE(ParseMessage(m, 1024, 1 << 20, out).ok());
+    // ... and after MORE.
+    RequestHeader first = put;
+    first.flags |= kFlagMore;
+    auto m2 = Request(first, "x", "yz");
+    auto r = RendezvousPut(h, "k", v);
+    m2.insert(m2.end(), r.begin(), r.end());
+    EXPECT_FALSE(ParseMessage(m2, 1024, 1 << 20, out).ok());
+  }
+  {  // value bytes instead of (or besides) the descriptor
+    RequestHeader b = h;
+    b.flags |= kFlagRendezvous;
+    b.key_len = 1;
+    b.frag_len = 30;
+    EXPECT_EQ(code(Request(b, "k", std::string(30, 'v'))), Status::Code::kInvalidArgument);
+    b.frag_len = kRendezvousBytes;
+    b.frag_offset = 8;
+    EXPECT_EQ(code(Request(b, "k", std::string(kRendezvousBytes, 'v'))), Status::Code::kInvalidArgument);
+  }
+  {  // the reserved word set
+    auto m = RendezvousPut(h, "k", v);
+    m[kRequestHeaderSize + 1 + 12] = 1;
+    EXPECT_EQ(code(m), Status::Code::kInvalidArgument);
+  }
+  {  // a descriptor cut short
+    auto m = RendezvousPut(h, "k", v);
+    m.pop_back();
+    EXPECT_EQ(code(m), Status::Code::kInvalidArgument);
+  }
+}
+
+// The client's checksum is the entry checksum the store computes over key
+// and value side by side (one pass on the server), whatever the sizes (XXH3
+// below and above 240 bytes), and it sees every byte, of the key too.
+TEST(MessagesTest, RendezvousChecksumIsTheEntryChecksumAndSeesEveryByte) {
+  const uint64_t seed = 0x1234abcd5678ef01ull;
+  const std::string key = "a-key";
+  const std::span<const uint8_t> k{reinterpret_cast<const uint8_t*>(key.data()), key.size()};
+  for (size_t n : {size_t{1}, size_t{200}, size_t{241}, size_t{4096}, size_t{100000}}) {
+    std::vector<uint8_t> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 7);
+    std::vector<std::byte> joined(key.size() + n);
+    std::memcpy(joined.data(), key.data(), key.size());
+    std::memcpy(joined.data() + key.size(), v.data(), n);
+    const uint64_t c = RendezvousChecksum(k, v, seed);
+    EXPECT_EQ(c, EntryChecksum(PackLengths(key.size(), n, false), joined.data(), joined.size(), seed)) << n;
+    for (size_t at : {size_t{0}, n / 2, n - 1}) {
+      v[at] ^= 1;
+      EXPECT_NE(RendezvousChecksum(k, v, seed), c) << n << " " << at;
+      v[at] ^= 1;
+    }
+    EXPECT_NE(RendezvousChecksum(k, v, seed + 1), c) << n;
+    const std::string other = "a-kez";
+    EXPECT_NE(RendezvousChecksum({reinterpret_cast<const uint8_t*>(other.data()), other.size()}, v, seed), c) << n;
+  }
+}
+
 TEST(MessagesTest, FragmentsParse) {
   RequestHeader h;
   h.flags = kFlagFirst;
@@ -312,8 +442,8 @@ TEST(MessagesTest, ConditionalWritesParseAndMalformedConditionsAreRefused) {
     query.if_version = 3;
     refused(query, "", "", "a condition on a query");
   }
-  RequestHeader unknown = h;  // bit 4 means nothing (bit 3 is MORE)
-  unknown.flags |= 16;
+  RequestHeader unknown = h;  // bit 5 means nothing (bit 3 is MORE, bit 4 RENDEZVOUS)
+  unknown.flags |= 32;
   refused(unknown, "k", "vv", "unknown request flags");
 }
 

@@ -98,14 +98,15 @@ struct Pair {
 };
 
 inline Pair ConnectPair(TransportEnv& env, Listener& l, const QpConfig& server_cfg,
-                        std::span<const uint8_t> req = {}, std::span<const uint8_t> reply = {}) {
+                        std::span<const uint8_t> req = {}, std::span<const uint8_t> reply = {},
+                        const QpConfig& client_cfg = QpConfig{}) {
   Pair p;
   Result<std::unique_ptr<Connection>> cr = Status::Internal("not run");
   std::thread t([&] {
     ConnectOptions o;
     o.host = env.addr;
     o.port = l.port();
-    cr = env.client->Connect(o, QpConfig{}, req, nullptr);
+    cr = env.client->Connect(o, client_cfg, req, nullptr);
   });
   for (int i = 0; i < 50 && !p.server; ++i) {
     auto ev = l.NextEvent(200);

@@ -112,6 +112,36 @@ TEST_P(DurableServerTest, ARestartServesEveryAnsweredWriteWithItsVersion) {
   }
 }
 
+// Rendezvous PUTs (issue 26) under --fsync always: answered only after
+// their group commit, like any PUT (the worker applies them when the READ
+// completes, outside a round), and served after a restart with their
+// versions; a conditional one refused is not written.
+TEST_P(DurableServerTest, RendezvousPutsSurviveARestartWithTheirVersions) {
+  std::map<std::string, std::pair<std::string, uint64_t>> want;
+  {
+    auto server = Start(FsyncMode::kAlways);
+    auto c = server->Connect(PutMode::kSend, 64 * 1024);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    for (int i = 0; i < 12; ++i) {
+      const std::string key = "rv-" + std::to_string(i % 5);
+      const std::string value(65536 + size_t(i) * 30000, static_cast<char>('A' + i));
+      ASSERT_TRUE((*c)->Put(key, value).ok()) << key;
+      want[key] = {value, (*c)->last_version()};
+    }
+    EXPECT_TRUE((*c)->Put("rv-0", std::string(70000, 'x'), want["rv-0"].second + 100).IsVersionMismatch());
+    EXPECT_EQ((*c)->stats().rendezvous_puts, 13u);
+  }
+  auto server = Start(FsyncMode::kAlways);
+  auto c = server->Connect(PutMode::kSend, 64 * 1024);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  for (const auto& [key, w] : want) {
+    std::string v;
+    ASSERT_TRUE((*c)->Get(key, &v).ok()) << key;
+    EXPECT_TRUE(v == w.first) << key;
+    ASSERT_TRUE((*c)->Put(key, "small", w.second).ok()) << key << ": the version after the restart";
+  }
+}
+
 // A flush that fails under --fsync always: the PUTs whose commit it was are
 // answered IOError (the worker rewrites their queued replies), the client
 // and the server go on, and the next PUTs succeed once the disk does. A full

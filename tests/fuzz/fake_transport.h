@@ -61,6 +61,7 @@ class FakeConnection final : public Connection {
     }
     return Status::OK();
   }
+  Status BindWindow(const MwBinding&, bool) override { return Status::InvalidArgument("fake: no windows"); }
   Status PostRecv(std::span<const RecvWr>) override { return Status::OK(); }
   uint32_t qp_num() const noexcept override { return qp_num_; }
   bool broken() const noexcept override { return broken_; }

@@ -371,7 +371,7 @@ class Harness {
       case 1: m.resize(m.size() - in_.ConsumeIntegralInRange<size_t>(1, 30)); break;  // cut short
       case 2: m[at] = static_cast<uint8_t>(in_.PickValueInArray({Opcode::kStats, Opcode::kClock})); break;
       case 3: m[at + 1] &= static_cast<uint8_t>(~kFlagLast); break;       // a FIRST fragment
-      case 4: m[at + 1] |= 16; break;                                     // an unknown flag
+      case 4: m[at + 1] |= in_.ConsumeBool() ? 32 : kFlagRendezvous; break;  // an unknown flag, or RENDEZVOUS
       default: break;                                                     // well formed
     }
     return m;
@@ -513,6 +513,12 @@ class Harness {
     auto str = [](std::span<const uint8_t> b) { return std::string(b.begin(), b.end()); };
     const bool first = h.flags & kFlagFirst, last = h.flags & kFlagLast;
     if (first && last) {
+      // A well-formed rendezvous PUT: this harness's worker has no staging
+      // slots (Worker::SetRendezvous is not called), so it refuses them.
+      if (h.flags & kFlagRendezvous) {
+        e.code = Status::Code::kUnavailable;
+        return e;
+      }
       if (h.opcode == Opcode::kStats) return e;
       if (h.opcode == Opcode::kClock) {
         e.clock = clock_;

@@ -61,6 +61,40 @@ TEST(Store, PutGetUpdateDelete) {
   EXPECT_EQ(st.index_bytes_used, 16u);
 }
 
+// A write with a checksum to meet (a rendezvous PUT's): published only if
+// the entry checksum over the log's copy is that one; refused, nothing
+// changes and the next write's version follows the last published one.
+TEST(Store, APutWithAChecksumIsPublishedOnlyIfItsEntryChecksumIsThatOne) {
+  auto s = OpenOrDie(SmallConfig());
+  ASSERT_TRUE(s);
+  const uint64_t seed = s->config().seed;
+  const std::string value(5000, 'v');
+  auto sum = [&](std::string_view k, std::string_view v) {
+    return EntryChecksumOf(k, std::as_bytes(std::span(v.data(), v.size())), seed);
+  };
+  uint64_t good = sum("k", value);
+  auto r = s->Put(0, "k", value, {}, true, &good);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, 1u);
+  std::string v;
+  ASSERT_TRUE(ReadNative(*s, "k", &v).ok());
+  EXPECT_TRUE(v == value);
+  const std::string w(5000, 'w');
+  // Another value's checksum, another key's, one bit off.
+  for (uint64_t bad : {good, sum("other", w), sum("k", w) ^ 1}) {
+    r = s->Put(0, "k", w, {}, true, &bad);
+    EXPECT_EQ(r.status().code(), Status::Code::kInvalidArgument);
+  }
+  ASSERT_TRUE(ReadNative(*s, "k", &v).ok());
+  EXPECT_TRUE(v == value);
+  uint64_t other = sum("k", "new");
+  r = s->Put(1, "k", "new", {}, true, &other);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, 2u);  // the refused writes took no version
+  ASSERT_TRUE(ReadNative(*s, "k", &v).ok());
+  EXPECT_EQ(v, "new");
+}
+
 TEST(Store, RejectsBadArguments) {
   auto s = OpenOrDie(SmallConfig());
   ASSERT_TRUE(s);

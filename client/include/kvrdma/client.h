@@ -76,6 +76,22 @@ struct ClientOptions {
   // Longer saves wake-ups when the thread has a CPU of its own; shorter
   // leaves the CPU to others (a server or Soft-RoCE on the same machine).
   uint32_t busy_poll_us = 50;
+  // A PUT whose value has at least this many bytes is a rendezvous PUT (a
+  // server of protocol 10.1 or later; 0 = never): instead of the value in
+  // message-sized fragments, the client registers the value's memory for
+  // that PUT, binds a memory window READ-only over exactly the value on its
+  // own connection, and the server pulls the value with one RDMA READ,
+  // checks its checksum over its own copy, and applies the PUT. The window
+  // is invalidated and the memory deregistered before the PUT returns (also
+  // on an error; a broken connection drops the window with it): the value
+  // is exposed to the server, through this connection only, for the one
+  // PUT (docs/SECURITY.md). The value must stay unchanged until the PUT
+  // returns; a value changed meanwhile is refused (InvalidArgument), never
+  // stored torn. One rendezvous PUT at a time per connection (the others
+  // wait their turn). Off by default: on Soft-RoCE, registering each value
+  // made rendezvous PUTs of 64 KiB slower than fragments (docs/PERFORMANCE.md,
+  // "Rendezvous PUTs"); measure on your NIC before turning it on.
+  uint32_t rendezvous_bytes = 0;
 };
 
 // Op::if_version / Put/Delete's `if_version`: no condition (the default), or
@@ -125,6 +141,7 @@ struct ClientStats {
   uint64_t puts = 0;         // PUTs the server acknowledged
   uint64_t deletes = 0;      // DELETEs the server acknowledged (found or not)
   uint64_t messages = 0;     // request messages sent (fragments count)
+  uint64_t rendezvous_puts = 0;  // PUTs sent as rendezvous PUTs (ClientOptions::rendezvous_bytes)
   // GETs by outcome, with what they cost (cached GETs included: turn the
   // location cache off to see the index's cost alone).
   uint64_t get_hits = 0;         // GETs that found their key

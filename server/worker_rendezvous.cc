@@ -1,0 +1,141 @@
+// Rendezvous PUTs (protocol 10.1, common/protocol/messages.h): the client
+// names a memory window it bound READ-only over its value on its own QP; the
+// worker READs the value through the request's own connection into a
+// staging slot of its own, never blocking on it, and applies the PUT when the
+// READ completes:
+//
+//   HandleRendezvous   a free slot (else NoResource), the READ posted
+//                      (signaled), the connection's next messages held back
+//   OnRendezvousRead   the checksum over the worker's copy against the
+//                      client's (a value changed during the READ: refused,
+//                      nothing written), then Apply: the same lock check,
+//                      condition, store write, durability and reply as any
+//                      whole PUT
+//   ExpireRendezvous   a READ past assembly_timeout_ms closes its
+//                      connection (its flushed completion gives the slot
+//                      back); a removed connection's slot comes back after
+//                      that long even if its completion never does
+//
+// The slot is the worker's memory (local write only, no rkey): no client can
+// write it, and the client's window only reaches the client's own memory.
+// Bounds: one READ per connection (its later messages wait, and the credits
+// bound those), kRendezvousSlots per worker.
+#include <string>
+
+#include "common/log.h"
+#include "server/worker.h"
+
+namespace kvrdma::server {
+
+void Worker::SetRendezvous(MemoryRegion* mr) {
+  rdv_mr_ = mr;
+  rdv_.assign(mr != nullptr ? kRendezvousSlots : 0, RendezvousSlot{});
+  for (RendezvousSlot& s : rdv_) s.key.reserve(cfg_.max_key_bytes);
+}
+
+void Worker::HandleRendezvous(ConnState& cs, const ParsedRequest& r) {
+  const RequestHeader& h = r.header;
+  if (rdv_.empty()) {
+    counters_.errors.fetch_add(1, std::memory_order_relaxed);
+    return ReplyError(cs, h.request_id, Status::Unavailable("this server takes no rendezvous PUTs"));
+  }
+  uint32_t slot = 0;
+  while (slot < rdv_.size() && rdv_[slot].busy) ++slot;
+  if (slot == rdv_.size()) {
+    return ReplyError(cs, h.request_id,
+                      Status::NoResource("every rendezvous READ of this worker is in flight: retry later"));
+  }
+  RendezvousSlot& s = rdv_[slot];
+  ++s.generation;
+  SendWr w;
+  w.wr_id = kReadTag | (uint64_t{s.generation} << 8) | slot;
+  w.opcode = WrOpcode::kRead;
+  w.signaled = true;
+  // ParseRequest bounded value_len by max_value_bytes: the READ stays inside its slot.
+  w.local = rdv_mr_->Slice(size_t{slot} * cfg_.max_value_bytes, h.value_len);
+  w.remote_addr = r.rendezvous.addr;
+  w.rkey = r.rendezvous.rkey;
+  if (Status st = cs.qp->PostSend({&w, 1}); !st.ok()) {
+    counters_.errors.fetch_add(1, std::memory_order_relaxed);
+    return ReplyError(cs, h.request_id, st);
+  }
+  s.busy = true;
+  s.cs = &cs;
+  s.closing = false;
+  s.posted_ms = SteadyMs();
+  s.header = h;
+  s.key.assign(r.key.begin(), r.key.end());
+  s.checksum = r.rendezvous.checksum;
+  cs.rendezvous_slot = static_cast<int32_t>(slot);
+  ++rdv_busy_;
+}
+
+void Worker::OnRendezvousRead(const Completion& c) {
+  const uint32_t slot = static_cast<uint32_t>(c.wr_id & 0xff);
+  const uint32_t generation = static_cast<uint32_t>((c.wr_id & ~kReadTag) >> 8);
+  if (slot >= rdv_.size()) return;
+  RendezvousSlot& s = rdv_[slot];
+  if (!s.busy || s.generation != generation) return;  // a slot given back before its completion came
+  s.busy = false;
+  --rdv_busy_;
+  ConnState* cs = s.cs;
+  s.cs = nullptr;
+  if (cs == nullptr) return;  // the connection went meanwhile
+  cs->rendezvous_slot = -1;
+  if (cs->pending_count > 0 && !cs->in_ready) {  // its next messages waited for this one
+    cs->in_ready = true;
+    ready_.push_back(cs);
+  }
+  const RequestHeader& h = s.header;
+  if (c.status != WcStatus::kSuccess) {
+    // A window the client invalidated, or another rkey, range or QP: the
+    // READ fails and, as with every remote access error, the QP with it.
+    counters_.errors.fetch_add(1, std::memory_order_relaxed);
+    KVRDMA_LOG_DEBUG("worker %u: connection %u: rendezvous READ failed: %s", index_, cs->id, WcStatusName(c.status));
+    ReplyError(*cs, h.request_id, CompletionStatus(c));
+    RequestClose(*cs, ConnState::CloseReason::kQpFailed);
+    return;
+  }
+  // The worker's own copy, which no client can write. The store copies it
+  // into the log and checks the client's checksum against the entry
+  // checksum it computes over the log's copy (Backend::PutChecked): what is
+  // checked is what is stored, in one pass; a value the client changed
+  // during the READ is refused there (InvalidArgument, nothing published).
+  const std::span<const uint8_t> value{static_cast<const uint8_t*>(rdv_mr_->addr()) +
+                                           size_t{slot} * cfg_.max_value_bytes,
+                                       h.value_len};
+  Apply(*cs, h, s.key, value, /*is_delete=*/false, &s.checksum);
+}
+
+void Worker::ExpireRendezvous(int64_t now_ms) {
+  if (rdv_busy_ == 0) return;
+  for (RendezvousSlot& s : rdv_) {
+    if (!s.busy || now_ms - s.posted_ms <= int64_t{cfg_.assembly_timeout_ms}) continue;
+    if (s.cs == nullptr) {
+      // Its connection was removed and the READ's completion never came:
+      // the QP is destroyed by now (the manager frees a removed connection
+      // at once), so nothing writes the slot any more. A completion that
+      // still comes finds another generation.
+      s.busy = false;
+      --rdv_busy_;
+    } else if (!s.closing) {
+      // The client's side does not answer the READ: its connection closes,
+      // which flushes the READ (its completion gives the slot back).
+      s.closing = true;
+      counters_.errors.fetch_add(1, std::memory_order_relaxed);
+      KVRDMA_LOG_DEBUG("worker %u: connection %u: rendezvous READ still in flight after %u ms", index_, s.cs->id,
+                       cfg_.assembly_timeout_ms);
+      RequestClose(*s.cs, ConnState::CloseReason::kQpFailed);
+    }
+  }
+}
+
+void Worker::OrphanRendezvous(ConnState& cs) {
+  if (cs.rendezvous_slot < 0) return;
+  RendezvousSlot& s = rdv_[static_cast<size_t>(cs.rendezvous_slot)];
+  s.cs = nullptr;  // busy until its completion, or ExpireRendezvous, gives it back
+  s.posted_ms = SteadyMs();
+  cs.rendezvous_slot = -1;
+}
+
+}  // namespace kvrdma::server

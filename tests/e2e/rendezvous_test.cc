@@ -1,0 +1,237 @@
+// Rendezvous PUTs (issue 26, protocol 10.1): a PUT of at least
+// ClientOptions::rendezvous_bytes exposes its value READ-only through a
+// memory window bound on the client's connection, and the server pulls it
+// with one RDMA READ into memory of its own, checks the checksum over its
+// copy, and applies it as any PUT.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/e2e/e2e_util.h"
+#include "tests/e2e/rogue_client.h"
+
+namespace kvrdma::testing {
+namespace {
+
+// The clients here turn rendezvous PUTs on (ClientOptions::rendezvous_bytes, off by default).
+constexpr uint32_t kRendezvousBytes = 64 * 1024;
+
+class RendezvousTest : public E2eServerTest {
+ protected:
+  static std::string Value(size_t n, char seed) {
+    std::string v(n, '\0');
+    for (size_t i = 0; i < n; ++i) v[i] = static_cast<char>(seed + (i * 7 + i / 4096) % 23);
+    return v;
+  }
+};
+
+TEST_P(RendezvousTest, ValuesAroundTheThresholdAndUpToOneMiBRoundTrip) {
+  auto c = NewClient(kRendezvousBytes);
+  ASSERT_TRUE(c);
+  const size_t threshold = kRendezvousBytes;
+  uint64_t rendezvous = 0;
+  for (size_t n : {threshold - 1, threshold, threshold + 1, size_t{300000}, size_t{1} << 20}) {
+    const std::string key = "rv-" + std::to_string(n);
+    const std::string v = Value(n, static_cast<char>('a' + n % 3));
+    ASSERT_TRUE(c->Put(key, v).ok()) << n;
+    // Returned: the window over the value is invalidated (loopback counts them).
+    if (env_.fabric) {
+      EXPECT_EQ(env_.fabric->stats().runtime_windows_bound, 0u) << n;
+    }
+    rendezvous += n >= threshold;
+    EXPECT_EQ(c->stats().rendezvous_puts, rendezvous) << n;
+    std::string got;
+    ASSERT_TRUE(c->Get(key, &got).ok()) << n;
+    EXPECT_TRUE(got == v) << n;
+    // Overwritten by a rendezvous PUT again: the new value, a newer version.
+    const uint64_t first = c->last_version();
+    const std::string v2 = Value(n, 'K');
+    ASSERT_TRUE(c->Put(key, v2).ok()) << n;
+    EXPECT_GT(c->last_version(), first);
+    rendezvous += n >= threshold;
+    EXPECT_EQ(c->stats().rendezvous_puts, rendezvous) << n;
+    ASSERT_TRUE(c->Get(key, &got).ok());
+    EXPECT_TRUE(got == v2) << n;
+  }
+}
+
+TEST_P(RendezvousTest, ConditionsAndLocksHoldForRendezvousPuts) {
+  auto c = NewClient(kRendezvousBytes);
+  auto other = NewClient(kRendezvousBytes);
+  ASSERT_TRUE(c && other);
+  const std::string v = Value(100000, 'c');
+  ASSERT_TRUE(c->Put("cond", v, kIfAbsent).ok());
+  const uint64_t version = c->last_version();
+  Status st = c->Put("cond", Value(100000, 'd'), kIfAbsent);
+  EXPECT_TRUE(st.IsVersionMismatch()) << st.ToString();
+  EXPECT_EQ(c->last_version(), version);  // the current version comes back
+  ASSERT_TRUE(c->Put("cond", Value(100000, 'e'), version).ok());
+  std::string got;
+  ASSERT_TRUE(c->Get("cond", &got).ok());
+  EXPECT_TRUE(got == Value(100000, 'e'));
+  ASSERT_TRUE(other->Lock("cond", std::chrono::milliseconds(5000)).ok());
+  st = c->Put("cond", Value(100000, 'f'));
+  EXPECT_EQ(st.code(), Status::Code::kLocked) << st.ToString();
+  ASSERT_TRUE(other->Put("cond", Value(100000, 'g')).ok());  // the holder writes
+  ASSERT_TRUE(other->Unlock("cond").ok());
+  ASSERT_TRUE(c->Get("cond", &got).ok());
+  EXPECT_TRUE(got == Value(100000, 'g'));
+  EXPECT_EQ(c->stats().rendezvous_puts, 4u);
+}
+
+TEST_P(RendezvousTest, ConcurrentRendezvousPutsBesideGetsAllLand) {
+  constexpr int kWriters = 3, kReaders = 2, kPuts = 12;
+  auto seed = NewClient(kRendezvousBytes);
+  ASSERT_TRUE(seed);
+  for (int k = 0; k < 8; ++k) ASSERT_TRUE(seed->Put("small-" + std::to_string(k), std::string(100, 's')).ok());
+  std::atomic<int> errors{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kWriters + kReaders; ++t) {
+    auto cl = NewClient(kRendezvousBytes);
+    ASSERT_TRUE(cl);
+    threads.emplace_back([&, t, c = std::move(cl)]() mutable {
+      if (t < kWriters) {
+        for (int i = 0; i < kPuts; ++i) {
+          const std::string v = Value(65536 + size_t(i) * 10000, static_cast<char>('A' + t));
+          if (!c->Put("big-" + std::to_string(t), v).ok()) errors.fetch_add(1);
+        }
+        if (c->stats().rendezvous_puts != kPuts) errors.fetch_add(1);
+        return;
+      }
+      std::string v;
+      for (uint64_t i = 0; !stop.load(); ++i) {
+        if (!c->Get("small-" + std::to_string(i % 8), &v).ok() || v != std::string(100, 's')) errors.fetch_add(1);
+      }
+    });
+  }
+  for (int t = 0; t < kWriters; ++t) threads[size_t(t)].join();
+  stop.store(true);
+  for (int t = kWriters; t < kWriters + kReaders; ++t) threads[size_t(t)].join();
+  EXPECT_EQ(errors.load(), 0);
+  std::string got;
+  for (int t = 0; t < kWriters; ++t) {
+    ASSERT_TRUE(seed->Get("big-" + std::to_string(t), &got).ok());
+    EXPECT_TRUE(got == Value(65536 + size_t(kPuts - 1) * 10000, static_cast<char>('A' + t))) << t;
+  }
+}
+
+// Writes submitted behind rendezvous PUTs on one connection: the worker
+// serves the connection's next message only once the READ is done, so every
+// reply comes in request order and every write lands in order.
+TEST_P(RendezvousTest, WritesBehindARendezvousPutAreAnsweredInOrder) {
+  auto c = NewClient(kRendezvousBytes);
+  ASSERT_TRUE(c);
+  const std::string big1 = Value(300000, 'p'), big2 = Value(200000, 'q');
+  std::vector<Op> ops(6);
+  const std::string_view values[] = {big1, "small-1", "small-2", big2, "small-3", "small-4"};
+  const std::string keys[] = {"b1", "s1", "s2", "b1", "s3", "s1"};
+  for (size_t i = 0; i < ops.size(); ++i) {
+    ops[i].type = Op::Type::kPut;
+    ops[i].key = keys[i];
+    ops[i].value = values[i];
+  }
+  std::vector<Op*> ptrs;
+  for (Op& o : ops) ptrs.push_back(&o);
+  ASSERT_EQ(c->Submit(ptrs), ops.size());
+  std::vector<Op*> done(ops.size());
+  size_t got = 0;
+  for (int i = 0; i < 200 && got < ops.size(); ++i) got += c->Wait(std::span(done).subspan(got), 100);
+  ASSERT_EQ(got, ops.size());
+  uint64_t last = 0;
+  for (Op& o : ops) {
+    EXPECT_TRUE(o.status.ok()) << o.key << ": " << o.status.ToString();
+    EXPECT_GT(o.version, last) << o.key;  // applied in submission order
+    last = o.version;
+  }
+  std::string v;
+  ASSERT_TRUE(c->Get("b1", &v).ok());
+  EXPECT_TRUE(v == big2);
+  ASSERT_TRUE(c->Get("s1", &v).ok());
+  EXPECT_EQ(v, "small-4");
+  EXPECT_EQ(c->stats().rendezvous_puts, 2u);
+}
+
+// The loopback NIC copies the READ in 4 KiB chunks and the test changes the
+// client's value between two of them: the server's copy is torn, its
+// checksum is not the client's, the PUT is refused and the key keeps its
+// value; the same connection's next rendezvous PUT works.
+TEST_P(RendezvousTest, LoopbackAValueChangedDuringTheReadIsRefusedNeverStoredTorn) {
+  if (GetParam().kind != Kind::kLoopback) GTEST_SKIP() << "the fault hooks are the loopback transport's";
+  auto c = NewClient(kRendezvousBytes);
+  auto other = NewClient(kRendezvousBytes);
+  ASSERT_TRUE(c && other);
+  const std::string before = Value(200000, 'a');
+  ASSERT_TRUE(c->Put("torn", before).ok());
+  std::string v = Value(200000, 'b');
+  std::atomic<int> changed{0};
+  LoopbackFaults f;
+  f.read_chunk_bytes = 4096;
+  f.between_read_chunks = [&](const SendWr& w, size_t done) {
+    if (w.opcode == WrOpcode::kRead && w.local.length == v.size() && done == 65536 && changed.load() == 0) {
+      v[150000] ^= 0x55;  // not copied yet: the server's copy gets the new byte
+      changed.fetch_add(1);
+    }
+  };
+  env_.fabric->SetFaults(f);
+  Status st = c->Put("torn", v);
+  env_.fabric->SetFaults({});
+  EXPECT_EQ(env_.fabric->stats().runtime_windows_bound, 0u);  // invalidated after an error reply too
+  EXPECT_EQ(changed.load(), 1);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
+  std::string got;
+  ASSERT_TRUE(other->Get("torn", &got).ok());
+  EXPECT_TRUE(got == before);
+  ASSERT_TRUE(c->Put("torn", v).ok());  // unchanged now: stored
+  ASSERT_TRUE(other->Get("torn", &got).ok());
+  EXPECT_TRUE(got == v);
+}
+
+// A client that names a window the server cannot read (invalidated, another
+// key, another QP's: the NIC answers all alike) gets its connection closed;
+// the server and the other clients go on.
+TEST_P(RendezvousTest, AnUnreadableWindowClosesOnlyThatConnection) {
+  auto c = NewClient(kRendezvousBytes);
+  ASSERT_TRUE(c);
+  RogueClient rogue;
+  ASSERT_TRUE(rogue.Connect(env_, server_->port(), GetParam().put_mode == PutMode::kWriteImm ? PutPath::kWriteImm : PutPath::kSend).ok());
+  ASSERT_GE(rogue.desc().minor, kRendezvousMinor);
+  RequestHeader h;
+  h.flags = kFlagFirst | kFlagLast | kFlagRendezvous;
+  h.key_len = 3;
+  h.value_len = 65536;
+  h.frag_len = kRendezvousBytes;
+  h.request_id = 31;
+  std::vector<uint8_t> m(kRequestHeaderSize);
+  EncodeRequestHeader(h, m.data());
+  m.insert(m.end(), {'b', 'a', 'd'});
+  m.resize(m.size() + kRendezvousBytes);
+  EncodeRendezvous(RendezvousValue{0x10000, 0x12345678, 0}, m.data() + m.size() - kRendezvousBytes);
+  if (GetParam().put_mode == PutMode::kWriteImm) {
+    ASSERT_TRUE(rogue.WriteImm(m, 0).ok());
+  } else {
+    ASSERT_TRUE(rogue.Send(m).ok());
+  }
+  EXPECT_TRUE(rogue.WaitClosed(10000));
+  std::string got;
+  EXPECT_TRUE(c->Get("bad", &got).IsNotFound());
+  const std::string v = Value(70000, 'z');
+  ASSERT_TRUE(c->Put("good", v).ok());
+  ASSERT_TRUE(c->Get("good", &got).ok());
+  EXPECT_TRUE(got == v);
+}
+
+INSTANTIATE_TEST_SUITE_P(Loopback, RendezvousTest,
+                         ::testing::Values(E2eParam{Kind::kLoopback, PutMode::kSend},
+                                           E2eParam{Kind::kLoopback, PutMode::kWriteImm}),
+                         E2eName);
+INSTANTIATE_TEST_SUITE_P(Verbs, RendezvousTest,
+                         ::testing::Values(E2eParam{Kind::kVerbs, PutMode::kSend},
+                                           E2eParam{Kind::kVerbs, PutMode::kWriteImm}),
+                         E2eName);
+
+}  // namespace
+}  // namespace kvrdma::testing
