@@ -76,7 +76,7 @@ void Client::Impl::Start(Op* op, std::optional<Opcode> query) {
   }
   s.rendezvous = s.opcode == Opcode::kPut && rdv_mw_ != nullptr && opts_.rendezvous_bytes > 0 &&
                  value.size() >= opts_.rendezvous_bytes &&
-                 kRequestHeaderSize + op->key.size() + kRendezvousBytes <= desc_.message_bytes;
+                 kRequestHeaderSize + op->key.size() + kRendezvousFieldsBytes <= desc_.message_bytes;
   if (!keyless) cache_.Erase(HashKeyBytes(op->key, params_.seed));  // our own write: the old location is stale
   s.hdr.opcode = s.opcode;
   s.hdr.flags = conditional ? kFlagIfVersion : 0;  // SendNextMessage adds FIRST/LAST
@@ -550,7 +550,7 @@ bool Client::Impl::SendRendezvous(OpState& s) {
   RequestHeader h = s.hdr;
   h.flags = static_cast<uint8_t>((s.hdr.flags & kFlagIfVersion) | kFlagFirst | kFlagLast | kFlagRendezvous);
   h.frag_offset = 0;
-  h.frag_len = kRendezvousBytes;
+  h.frag_len = kRendezvousFieldsBytes;
   const uint32_t stage = static_cast<uint32_t>(seq_ % desc_.credits);
   const size_t off = stage_off_ + size_t{stage} * desc_.message_bytes;
   uint8_t* m = Mem(off);
@@ -563,7 +563,7 @@ bool Client::Impl::SendRendezvous(OpState& s) {
                                               {reinterpret_cast<const uint8_t*>(value.data()), value.size()},
                                               desc_.hash_seed)};
   EncodeRendezvous(rv, m + len);
-  len += kRendezvousBytes;
+  len += kRendezvousFieldsBytes;
   QueueMessage(stage, off, len);
   ++s.outstanding;
   PendingReply pr;

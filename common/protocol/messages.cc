@@ -53,7 +53,7 @@ Result<ParsedRequest> ParseOne(std::span<const uint8_t> msg, uint32_t max_key, u
       return Status::InvalidArgument("RENDEZVOUS on anything but a lone whole PUT");
     }
     if (h.value_len == 0) return Status::InvalidArgument("a rendezvous PUT of an empty value");
-    if (h.frag_offset != 0 || h.frag_len != kRendezvousBytes) {
+    if (h.frag_offset != 0 || h.frag_len != kRendezvousFieldsBytes) {
       return Status::InvalidArgument("a rendezvous PUT carries 24 descriptor bytes, no value bytes");
     }
   }
@@ -123,7 +123,7 @@ Result<ParsedRequest> ParseOne(std::span<const uint8_t> msg, uint32_t max_key, u
 }  // namespace
 
 void EncodeRendezvous(const RendezvousValue& v, uint8_t* out) noexcept {
-  wire::Writer w({out, kRendezvousBytes});
+  wire::Writer w({out, kRendezvousFieldsBytes});
   w.U64(v.addr);
   w.U32(v.rkey);
   w.U32(0);

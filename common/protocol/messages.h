@@ -104,7 +104,7 @@ inline constexpr uint8_t kFlagIfVersion = 4;
 inline constexpr uint8_t kFlagMore = 8;
 inline constexpr uint8_t kFlagRendezvous = 16;
 // The bytes after the key of a rendezvous PUT (frag_len of its header).
-inline constexpr size_t kRendezvousBytes = 24;
+inline constexpr size_t kRendezvousFieldsBytes = 24;
 inline constexpr uint8_t kReplyFragmentAck = 1;
 inline constexpr size_t kRequestHeaderSize = 40;
 inline constexpr size_t kReplyHeaderSize = 24;
@@ -147,7 +147,7 @@ struct ParsedRequest {
 };
 
 // A rendezvous PUT's header (value_len, frag_len set) and descriptor bytes
-// after the key: writes kRendezvousBytes at out.
+// after the key: writes kRendezvousFieldsBytes at out.
 void EncodeRendezvous(const RendezvousValue& v, uint8_t* out) noexcept;
 // The checksum of a rendezvous PUT: the entry checksum of (key, value) with
 // the server's hash seed (ServerDescriptor::hash_seed), which the store

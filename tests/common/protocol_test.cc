@@ -255,10 +255,10 @@ TEST(MessagesTest, MalformedRequestsGetClearErrors) {
 std::vector<uint8_t> RendezvousPut(RequestHeader h, std::string_view key, const RendezvousValue& v) {
   h.flags |= kFlagRendezvous;
   h.key_len = static_cast<uint16_t>(key.size());
-  h.frag_len = kRendezvousBytes;
+  h.frag_len = kRendezvousFieldsBytes;
   auto m = Request(h, key, "");
-  m.resize(m.size() + kRendezvousBytes);
-  EncodeRendezvous(v, m.data() + m.size() - kRendezvousBytes);
+  m.resize(m.size() + kRendezvousFieldsBytes);
+  EncodeRendezvous(v, m.data() + m.size() - kRendezvousFieldsBytes);
   return m;
 }
 
@@ -338,9 +338,9 @@ TEST(MessagesTest, MalformedRendezvousPutsAreRefused) {
     b.key_len = 1;
     b.frag_len = 30;
     EXPECT_EQ(code(Request(b, "k", std::string(30, 'v'))), Status::Code::kInvalidArgument);
-    b.frag_len = kRendezvousBytes;
+    b.frag_len = kRendezvousFieldsBytes;
     b.frag_offset = 8;
-    EXPECT_EQ(code(Request(b, "k", std::string(kRendezvousBytes, 'v'))), Status::Code::kInvalidArgument);
+    EXPECT_EQ(code(Request(b, "k", std::string(kRendezvousFieldsBytes, 'v'))), Status::Code::kInvalidArgument);
   }
   {  // the reserved word set
     auto m = RendezvousPut(h, "k", v);

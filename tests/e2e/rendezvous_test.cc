@@ -16,8 +16,9 @@
 namespace kvrdma::testing {
 namespace {
 
-// The clients here turn rendezvous PUTs on (ClientOptions::rendezvous_bytes, off by default).
-constexpr uint32_t kRendezvousBytes = 64 * 1024;
+// The clients here turn rendezvous PUTs on from this many bytes
+// (ClientOptions::rendezvous_bytes, off by default).
+constexpr uint32_t kThresholdBytes = 64 * 1024;
 
 class RendezvousTest : public E2eServerTest {
  protected:
@@ -29,9 +30,9 @@ class RendezvousTest : public E2eServerTest {
 };
 
 TEST_P(RendezvousTest, ValuesAroundTheThresholdAndUpToOneMiBRoundTrip) {
-  auto c = NewClient(kRendezvousBytes);
+  auto c = NewClient(kThresholdBytes);
   ASSERT_TRUE(c);
-  const size_t threshold = kRendezvousBytes;
+  const size_t threshold = kThresholdBytes;
   uint64_t rendezvous = 0;
   for (size_t n : {threshold - 1, threshold, threshold + 1, size_t{300000}, size_t{1} << 20}) {
     const std::string key = "rv-" + std::to_string(n);
@@ -59,8 +60,8 @@ TEST_P(RendezvousTest, ValuesAroundTheThresholdAndUpToOneMiBRoundTrip) {
 }
 
 TEST_P(RendezvousTest, ConditionsAndLocksHoldForRendezvousPuts) {
-  auto c = NewClient(kRendezvousBytes);
-  auto other = NewClient(kRendezvousBytes);
+  auto c = NewClient(kThresholdBytes);
+  auto other = NewClient(kThresholdBytes);
   ASSERT_TRUE(c && other);
   const std::string v = Value(100000, 'c');
   ASSERT_TRUE(c->Put("cond", v, kIfAbsent).ok());
@@ -84,14 +85,14 @@ TEST_P(RendezvousTest, ConditionsAndLocksHoldForRendezvousPuts) {
 
 TEST_P(RendezvousTest, ConcurrentRendezvousPutsBesideGetsAllLand) {
   constexpr int kWriters = 3, kReaders = 2, kPuts = 12;
-  auto seed = NewClient(kRendezvousBytes);
+  auto seed = NewClient(kThresholdBytes);
   ASSERT_TRUE(seed);
   for (int k = 0; k < 8; ++k) ASSERT_TRUE(seed->Put("small-" + std::to_string(k), std::string(100, 's')).ok());
   std::atomic<int> errors{0};
   std::atomic<bool> stop{false};
   std::vector<std::thread> threads;
   for (int t = 0; t < kWriters + kReaders; ++t) {
-    auto cl = NewClient(kRendezvousBytes);
+    auto cl = NewClient(kThresholdBytes);
     ASSERT_TRUE(cl);
     threads.emplace_back([&, t, c = std::move(cl)]() mutable {
       if (t < kWriters) {
@@ -123,7 +124,7 @@ TEST_P(RendezvousTest, ConcurrentRendezvousPutsBesideGetsAllLand) {
 // serves the connection's next message only once the READ is done, so every
 // reply comes in request order and every write lands in order.
 TEST_P(RendezvousTest, WritesBehindARendezvousPutAreAnsweredInOrder) {
-  auto c = NewClient(kRendezvousBytes);
+  auto c = NewClient(kThresholdBytes);
   ASSERT_TRUE(c);
   const std::string big1 = Value(300000, 'p'), big2 = Value(200000, 'q');
   std::vector<Op> ops(6);
@@ -161,8 +162,8 @@ TEST_P(RendezvousTest, WritesBehindARendezvousPutAreAnsweredInOrder) {
 // value; the same connection's next rendezvous PUT works.
 TEST_P(RendezvousTest, LoopbackAValueChangedDuringTheReadIsRefusedNeverStoredTorn) {
   if (GetParam().kind != Kind::kLoopback) GTEST_SKIP() << "the fault hooks are the loopback transport's";
-  auto c = NewClient(kRendezvousBytes);
-  auto other = NewClient(kRendezvousBytes);
+  auto c = NewClient(kThresholdBytes);
+  auto other = NewClient(kThresholdBytes);
   ASSERT_TRUE(c && other);
   const std::string before = Value(200000, 'a');
   ASSERT_TRUE(c->Put("torn", before).ok());
@@ -194,7 +195,7 @@ TEST_P(RendezvousTest, LoopbackAValueChangedDuringTheReadIsRefusedNeverStoredTor
 // key, another QP's: the NIC answers all alike) gets its connection closed;
 // the server and the other clients go on.
 TEST_P(RendezvousTest, AnUnreadableWindowClosesOnlyThatConnection) {
-  auto c = NewClient(kRendezvousBytes);
+  auto c = NewClient(kThresholdBytes);
   ASSERT_TRUE(c);
   RogueClient rogue;
   ASSERT_TRUE(rogue.Connect(env_, server_->port(), GetParam().put_mode == PutMode::kWriteImm ? PutPath::kWriteImm : PutPath::kSend).ok());
@@ -203,13 +204,13 @@ TEST_P(RendezvousTest, AnUnreadableWindowClosesOnlyThatConnection) {
   h.flags = kFlagFirst | kFlagLast | kFlagRendezvous;
   h.key_len = 3;
   h.value_len = 65536;
-  h.frag_len = kRendezvousBytes;
+  h.frag_len = kRendezvousFieldsBytes;
   h.request_id = 31;
   std::vector<uint8_t> m(kRequestHeaderSize);
   EncodeRequestHeader(h, m.data());
   m.insert(m.end(), {'b', 'a', 'd'});
-  m.resize(m.size() + kRendezvousBytes);
-  EncodeRendezvous(RendezvousValue{0x10000, 0x12345678, 0}, m.data() + m.size() - kRendezvousBytes);
+  m.resize(m.size() + kRendezvousFieldsBytes);
+  EncodeRendezvous(RendezvousValue{0x10000, 0x12345678, 0}, m.data() + m.size() - kRendezvousFieldsBytes);
   if (GetParam().put_mode == PutMode::kWriteImm) {
     ASSERT_TRUE(rogue.WriteImm(m, 0).ok());
   } else {
