@@ -146,6 +146,7 @@ size_t Store::EvictSegment(uint32_t head, uint32_t seg) {
     if (!r.found()) continue;
     if (cfg_.on_evict && !LengthsTombstone(h.lengths)) cfg_.on_evict(key);
     RemoveRef(head, r);
+    if (cfg_.on_evicted && !LengthsTombstone(h.lengths)) cfg_.on_evicted(key);
     if (!LengthsTombstone(h.lengths)) {
       head_stats_[head].evictions.fetch_add(1, std::memory_order_relaxed);
       ++evicted;

@@ -409,10 +409,10 @@ bool Store::EvictOldestCandidate(uint32_t head, const KeyHash& kh) {
     }
   }
   if (!oldest.found()) return false;
-  if (cfg_.on_evict && !LengthsTombstone(oldest.header.lengths)) {
-    cfg_.on_evict(EntryKey(RefLogOffset(oldest.ref), oldest.header));
-  }
+  const bool value = !LengthsTombstone(oldest.header.lengths);
+  if (cfg_.on_evict && value) cfg_.on_evict(EntryKey(RefLogOffset(oldest.ref), oldest.header));
   RemoveRef(head, oldest);
+  if (cfg_.on_evicted && value) cfg_.on_evicted(EntryKey(RefLogOffset(oldest.ref), oldest.header));
   head_stats_[head].evictions.fetch_add(1, std::memory_order_relaxed);
   return true;
 }

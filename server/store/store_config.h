@@ -85,6 +85,9 @@ struct StoreConfig {
   // (under the key's window lock, on the evicting thread), so that a
   // linearizability check can count the eviction as a DELETE. Empty: unused.
   std::function<void(std::string_view key)> on_evict;
+  // ... and right after it removed it (the key's word cleared, the lock
+  // still held): the eviction took effect between the two calls.
+  std::function<void(std::string_view key)> on_evicted;
   // Durable store (store mode only): the data dir holding the log's segment
   // files; empty: memory only, a restart loses everything. A dir that
   // already holds data is recovered by Open (and its hash seed replaces

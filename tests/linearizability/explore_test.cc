@@ -216,16 +216,23 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
   cfg.grace_period_ms = 2;
   // Evictions (cache mode) of hot keys enter the history as DELETEs.
   auto evicted = std::make_shared<std::pair<std::mutex, lin::History>>();
+  // The eviction's interval: from just before the key's word is cleared to
+  // just after (both under the key's window lock, on the evicting thread).
+  // It was [before, before + 100 us] until a Soft-RoCE run (CI, 9d605b9,
+  // seed 4) found a GET that started 218 us after `before` still reading
+  // the value: the evicting thread had not cleared the word yet.
+  static thread_local uint64_t evict_start_ns = 0;
   TestServer server(env, cfg, [&](StoreConfig& sc) {
-    sc.on_evict = [evicted](std::string_view key) {
+    sc.on_evict = [](std::string_view) { evict_start_ns = NowNs(); };
+    sc.on_evicted = [evicted](std::string_view key) {
       if (key.empty() || key[0] != 'h') return;
       lin::HistoryOp ho;
       ho.client = 999;
       ho.key = std::string(key.substr(0, 2));
       ho.type = lin::OpType::kDelete;
       ho.outcome = lin::Outcome::kOk;
-      ho.invoke_ns = NowNs();  // just before the key's word is cleared (under the key's locks)
-      ho.complete_ns = ho.invoke_ns + 100'000;  // the word is cleared microseconds later
+      ho.invoke_ns = evict_start_ns;
+      ho.complete_ns = NowNs();
       std::lock_guard<std::mutex> g(evicted->first);
       evicted->second.push_back(std::move(ho));
     };
