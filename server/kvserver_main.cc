@@ -67,7 +67,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1u, static_cast<unsigned>(kvrdma::kMaxKeyBytes)));
   app.add_option("--huge-pages", huge,
                  "Back index and log with huge pages: auto (MAP_HUGETLB, then transparent huge pages,\n"
-                 "then normal pages), on (MAP_HUGETLB or fail), off")
+                 "then normal pages), on (MAP_HUGETLB or fail), off. MAP_HUGETLB takes pages reserved\n"
+                 "beforehand (sysctl vm.nr_hugepages): with --data-dir they let a restart read a large\n"
+                 "log at the disk's speed (the log line at start says how many)")
       ->capture_default_str()->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_option("--credits", cfg.credits, "Requests in flight per connection")
       ->capture_default_str()->check(CLI::Range(1, 256));

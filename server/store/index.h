@@ -59,7 +59,7 @@ class Index {
   uint64_t words() const noexcept { return words_; }
   std::byte* data() const noexcept { return arena_.data(); }
   size_t bytes() const noexcept { return arena_.size(); }
-  const char* backing() const noexcept { return Arena::BackingName(arena_.backing()); }
+  Arena::Backing backing() const noexcept { return arena_.backing(); }
 
   // Word access. Load: relaxed (callers hold the lock, or scan optimistically
   // and re-check under the lock). StoreRef: REQUIRES the lock of a window

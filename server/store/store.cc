@@ -42,6 +42,19 @@ Result<std::unique_ptr<Store>> Store::Open(const StoreConfig& cfg) {
     if (!d.ok()) return d.status();
     durable = std::move(d).value();
   }
+  if (durable && cfg.huge_pages == HugePages::kAuto && (*log)->backing() != Arena::Backing::kHugeTlb) {
+    // Recovery reads the files into the log's fresh pages, and a fresh page
+    // costs its first touch: zeroing, and on a VM whose balloon reports free
+    // pages to the host (free page reporting), a fault on the host as well.
+    // Reserved huge pages are never handed back (DESIGN "Recovery").
+    auto huge_pages_of = [](uint64_t bytes) { return (bytes + kHugePageBytes - 1) / kHugePageBytes; };
+    const uint64_t pages = huge_pages_of((*log)->bytes()) + huge_pages_of((*index)->bytes());
+    KVRDMA_LOG_INFO("store: the log is on %s: a restart's recovery faults in each of its pages fresh, which can "
+                    "take longer than reading the files; to recover at the disk's speed, start with %llu huge "
+                    "pages of 2 MiB free for index and log (HugePages_Free in /proc/meminfo; reserve them with "
+                    "sysctl vm.nr_hugepages)",
+                    Arena::BackingName((*log)->backing()), static_cast<unsigned long long>(pages));
+  }
   std::unique_ptr<Store> s(new Store(c, std::move(index).value(), std::move(log).value()));
   if (durable) {
     s->durable_ = std::move(durable);

@@ -39,7 +39,7 @@ class ValueLog {
 
   std::byte* data() const noexcept { return arena_.data(); }
   uint64_t bytes() const noexcept { return arena_.size(); }
-  const char* backing() const noexcept { return Arena::BackingName(arena_.backing()); }
+  Arena::Backing backing() const noexcept { return arena_.backing(); }
   uint64_t segment_bytes() const noexcept { return segment_bytes_; }
   uint32_t segment_count() const noexcept { return segment_count_; }
   uint32_t SegmentOf(uint64_t off) const noexcept { return static_cast<uint32_t>(off / segment_bytes_); }

@@ -48,9 +48,13 @@ class FakeConnection final : public Connection {
   Status PostSend(std::span<const SendWr> wrs) override {
     for (const SendWr& w : wrs) {
       if (broken_) return Status::ConnectionLost("fake: broken");
-      if (posted_.size() >= max_send_wr_) {
+      if (posted_.size() + reads.size() >= max_send_wr_) {
         refused_full = true;
         return Status::NoResource("fake: send queue full");
+      }
+      if (w.opcode == WrOpcode::kRead) {  // a rendezvous READ: completed when the fuzzer says (PostedRead)
+        reads.push_back({w.wr_id, w.signaled, w.local.addr, w.local.length, w.remote_addr, w.rkey});
+        continue;
       }
       if (w.inline_data && w.local.length > max_inline_) return Status::InvalidArgument("fake: inline too long");
       const auto* p = reinterpret_cast<const uint8_t*>(w.local.addr);
@@ -92,8 +96,21 @@ class FakeConnection final : public Connection {
     for (const Posted& p : posted_) n += p.buffer != nullptr;
     return n;
   }
+  // Whether one more WR fits the send queue.
+  bool has_room() const { return posted_.size() + reads.size() < max_send_wr_; }
   std::vector<SentReply> replies;
   bool refused_full = false;  // a post found the send queue full
+  // READs posted and not completed, in order: the fuzzer completes them
+  // (writing the local bytes itself) and hands their completions to the worker.
+  struct PostedRead {
+    uint64_t wr_id;
+    bool signaled;
+    uint64_t local_addr;
+    uint32_t len;
+    uint64_t remote_addr;
+    uint32_t rkey;
+  };
+  std::deque<PostedRead> reads;
 
  private:
   struct Posted {

@@ -4,7 +4,11 @@
 // with one request malformed, lock words and tokens, STATS, ring-position and credit
 // violations (more messages in flight than credits: the connection closes),
 // ring rewrites while the store applies a request, connections
-// that never take their replies, disconnects, assembly timeouts). They drive
+// that never take their replies, disconnects, assembly timeouts, rendezvous
+// PUTs (protocol 10.1) whose READ the fuzzer completes later: with the
+// client's value, with the value changed during the READ, with the window
+// invalidated or never this connection's, or flushed by a close, while more
+// messages wait behind it). They drive
 // the real Worker (through a test peer, over fake transport objects, on the
 // fuzzer's thread: deterministic) and the real Store.
 //
@@ -20,7 +24,12 @@
 // reposted once; the assembly budget equals
 // what the model's assemblies hold; and the store holds exactly the model's
 // key-value pairs (an operation the worker applied but could not acknowledge
-// may or may not be there).
+// may or may not be there). A rendezvous PUT must post one READ of exactly
+// the window the request names into the worker's staging memory, answer
+// nothing until it completes, hold the connection's later messages until
+// then (answered afterwards, in order), and store the value only if the bytes
+// the READ brought are the ones the client's checksum covers; a failed READ
+// closes the connection and applies nothing behind it.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
@@ -51,7 +60,11 @@ class WorkerTestPeer {
   }
   static void Flush(Worker& w) { w.FlushReplies(); }
   static void ApplyControl(Worker& w) { w.ApplyControl(); }
-  static void ExpireAll(Worker& w) { w.ExpireAssemblies(SteadyMs() + w.cfg_.assembly_timeout_ms + 1); }
+  static void ExpireAll(Worker& w) {
+    const int64_t later = SteadyMs() + w.cfg_.assembly_timeout_ms + 1;
+    w.ExpireAssemblies(later);
+    w.ExpireRendezvous(later);
+  }
 };
 }  // namespace kvrdma::server
 
@@ -119,6 +132,11 @@ class RewritingBackend final : public server::Backend {
     Rewrite();
     return real->Delete(w, k, c, wait, ver);
   }
+  Status PutChecked(uint32_t w, std::span<const uint8_t> k, std::span<const uint8_t> v, uint64_t expected,
+                    const CommitCheck& c, bool wait, uint64_t* ver) override {
+    Rewrite();
+    return real->PutChecked(w, k, v, expected, c, wait, ver);
+  }
   server::StoreRegions regions() const override { return real->regions(); }
   void AppendStats(std::vector<std::pair<std::string_view, uint64_t>>* out) const override {
     real->AppendStats(out);
@@ -146,6 +164,22 @@ struct ModelAssembly {
   uint64_t charged = 0;  // bytes of the budget the server's assembly holds
 };
 
+// A rendezvous PUT as the server received it (its READ posted, or to be).
+struct PendingRead {
+  uint64_t id = 0, token = 0, if_version = 0, addr = 0, checksum = 0;
+  uint8_t cond = 0;
+  uint32_t rkey = 0, len = 0;
+  std::string key;
+};
+
+// A memory window a client bound over a value of its own (its address is
+// the map's key in Harness::windows_): the only bytes a READ can bring.
+struct Window {
+  uint32_t conn = 0;  // the connection whose QP it is bound to
+  uint32_t rkey = 0;
+  std::string value;
+};
+
 struct Conn {
   std::unique_ptr<ConnState> cs;
   FakeConnection* qp = nullptr;
@@ -165,6 +199,10 @@ struct Conn {
   // unless the connection broke.
   std::vector<std::vector<uint8_t>> answers;
   size_t checked_posts = 0;  // answers[0, checked_posts) were found posted
+  // A rendezvous PUT whose READ is in flight, and the messages received
+  // behind it (the worker holds them until the READ completes), in order.
+  std::optional<PendingRead> reading;
+  std::vector<Completion> held;
 };
 
 struct Expect {
@@ -178,6 +216,7 @@ struct Expect {
   // bytes the server saw), each predicted when its record is checked (the
   // model then knows what the ones before it did).
   std::vector<ParsedRequest> writes;
+  std::optional<PendingRead> read;  // a rendezvous PUT: a READ, no reply yet
 };
 
 class Harness {
@@ -205,6 +244,9 @@ class Harness {
     server::LockView lv{locks_.data(), &server_clock_, kLockWords, backend_->regions().hash_seed};
     worker_ = std::make_unique<server::Worker>(0, cfg_, *backend_, counters_, *budget_, pool, lv,
                                                std::make_unique<FakeCq>());
+    staging_.assign(size_t{server::Worker::kRendezvousSlots} * kMaxValue, 0);
+    staging_mr_ = std::make_unique<FakeRegion>(staging_.data(), staging_.size());
+    worker_->SetRendezvous(staging_mr_.get());
     for (uint32_t i = 0; i < kConns; ++i) Open(i);
   }
   ~Harness() {
@@ -220,7 +262,7 @@ class Harness {
       // flushes before it sleeps), and so does a client taking replies (it
       // can only take what was posted), a reconnect (the worker flushes
       // before Add/Remove) and the end of the input.)
-      switch (in_.ConsumeIntegralInRange<int>(0, 13)) {
+      switch (in_.ConsumeIntegralInRange<int>(0, 15)) {
         case 0: Deliver(c, WholeWrite(c, Opcode::kPut)); break;
         case 1: Deliver(c, WholeWrite(c, Opcode::kDelete)); break;
         case 2: Deliver(c, Query(c, in_.ConsumeBool() ? Opcode::kStats : Opcode::kClock)); break;
@@ -241,6 +283,8 @@ class Harness {
         case 11: backend_->armed = true; break;
         case 12: ExpireAssemblies(); break;
         case 13: Deliver(c, Writes(c)); break;
+        case 14: Deliver(c, RendezvousPut(c)); break;
+        case 15: CompleteRead(c); break;
       }
       CheckStore();
     }
@@ -277,9 +321,31 @@ class Harness {
     worker_->Add(c.cs.get());
   }
   void Reopen(Conn& c) {
+    const size_t reposted = srq_.reposted.size();
+    std::optional<FakeConnection::PostedRead> read;
+    if (c.reading) read = c.qp->reads.front();
     worker_->Remove(c.cs.get());
     WorkerTestPeer::ApplyControl(*worker_);
     CHECK(c.cs->released.load(), "a removed connection was not released");
+    // The messages held behind its READ are dropped, their buffers reposted.
+    CHECK(srq_.reposted.size() == reposted + c.held.size(), "%zu receive buffers reposted at a close, %zu held",
+          srq_.reposted.size() - reposted, c.held.size());
+    if (read) {
+      // Its READ's staging slot stays busy until the READ's completion
+      // (flushed, as the NIC delivers it once the QP is gone) comes, or
+      // forever here (until ExpireRendezvous gives it back).
+      if (in_.ConsumeBool()) {
+        Completion wc;
+        wc.wr_id = read->wr_id;
+        wc.opcode = WrOpcode::kRead;
+        wc.status = WcStatus::kFlushed;
+        wc.qp_num = c.cs->qp_num;
+        WorkerTestPeer::Dispatch(*worker_, wc);
+        --staging_busy_;
+      } else {
+        ++staging_orphans_;
+      }
+    }
     CheckPosted(c, /*flushed=*/true);  // the worker posts what it queued before it lets go
     DropAssembly(c);
     freed_qps_.push_back(c.cs->qp_num);
@@ -375,6 +441,55 @@ class Harness {
       default: break;                                                     // well formed
     }
     return m;
+  }
+  // A rendezvous PUT: the client binds a window over a value of its own and
+  // names it; now and then it lies (a checksum over another value, another
+  // rkey, another connection's window, a length past the window, a length
+  // the protocol refuses).
+  std::vector<uint8_t> RendezvousPut(Conn& c) {
+    const std::string& key = Key();
+    RequestHeader h;
+    h.opcode = Opcode::kPut;
+    h.key_len = static_cast<uint16_t>(key.size());
+    h.request_id = c.next_id++;
+    h.lock_token = Token(key);
+    Condition(key, &h);
+    h.flags = static_cast<uint8_t>(kFlagFirst | kFlagLast | kFlagRendezvous | (h.flags & kFlagIfVersion));
+    const uint32_t n = in_.ConsumeIntegralInRange<uint32_t>(1, kMaxValue);
+    std::string v = Value(n);
+    // Values differ in more than their letter: a READ that brings another
+    // value of the same letter and length must still fail the checksum.
+    for (size_t i = 0; i < v.size(); i += 61) v[i] = static_cast<char>(value_seed_ + i);
+    const uint32_t id = next_window_++;
+    RendezvousValue rv;
+    rv.addr = 0x7e0000000000ull + uint64_t{id} * 0x10000;
+    rv.rkey = 0x1000 + id;
+    rv.checksum = RendezvousChecksum({reinterpret_cast<const uint8_t*>(key.data()), key.size()},
+                                     {reinterpret_cast<const uint8_t*>(v.data()), v.size()},
+                                     backend_->regions().hash_seed);
+    windows_[rv.addr] = {static_cast<uint32_t>(&c - conns_), rv.rkey, v};
+    h.value_len = n;
+    switch (in_.ConsumeIntegralInRange<int>(0, 9)) {
+      case 0: rv.checksum ^= in_.ConsumeIntegralInRange<uint64_t>(1, ~uint64_t{0}); break;
+      case 1: rv.rkey ^= in_.ConsumeIntegralInRange<uint32_t>(1, 0xffff); break;
+      case 2:  // the newest window of another connection
+        for (auto it = windows_.rbegin(); it != windows_.rend(); ++it) {
+          if (it->second.conn != static_cast<uint32_t>(&c - conns_)) {
+            h.value_len = static_cast<uint32_t>(it->second.value.size());
+            rv.addr = it->first;
+            rv.rkey = it->second.rkey;
+            break;
+          }
+        }
+        break;
+      case 3: h.value_len = std::min(n + in_.ConsumeIntegralInRange<uint32_t>(1, 64), kMaxValue); break;
+      case 4: h.value_len = in_.PickValueInArray({0u, kMaxValue + 1}); break;
+      default: break;  // as the protocol says
+    }
+    h.frag_len = kRendezvousFieldsBytes;
+    std::string fields(kRendezvousFieldsBytes, '\0');
+    EncodeRendezvous(rv, reinterpret_cast<uint8_t*>(fields.data()));
+    return Encode(h, key, fields);
   }
   std::vector<uint8_t> Query(Conn& c, Opcode op) {
     RequestHeader h;
@@ -513,10 +628,16 @@ class Harness {
     auto str = [](std::span<const uint8_t> b) { return std::string(b.begin(), b.end()); };
     const bool first = h.flags & kFlagFirst, last = h.flags & kFlagLast;
     if (first && last) {
-      // A well-formed rendezvous PUT: this harness's worker has no staging
-      // slots (Worker::SetRendezvous is not called), so it refuses them.
+      // A well-formed rendezvous PUT: a READ into a free staging slot, the
+      // reply when it completes (CompleteRead); none free: NoResource.
       if (h.flags & kFlagRendezvous) {
-        e.code = Status::Code::kUnavailable;
+        if (staging_busy_ == server::Worker::kRendezvousSlots) {
+          e.code = Status::Code::kNoResource;
+          return e;
+        }
+        e.read = PendingRead{h.request_id, h.lock_token, h.if_version, p->rendezvous.addr, p->rendezvous.checksum,
+                             static_cast<uint8_t>(h.flags & kFlagIfVersion), p->rendezvous.rkey, h.value_len,
+                             str(p->key)};
         return e;
       }
       if (h.opcode == Opcode::kStats) return e;
@@ -603,30 +724,46 @@ class Harness {
     return true;
   }
 
+  // The bytes the worker will copy for `wc` (empty for a ring position or
+  // length it refuses).
+  std::vector<uint8_t> Seen(const Conn& c, const Completion& wc) const {
+    if (wc.opcode == WrOpcode::kRecv) {
+      return {recv_mem_.data() + wc.wr_id * kWordBytes, recv_mem_.data() + wc.wr_id * kWordBytes + wc.byte_len};
+    }
+    if ((wc.imm >> 24) < cfg_.credits && (wc.imm & 0xffffff) <= kWordBytes) {
+      const uint8_t* p = c.ring.data() + size_t{wc.imm >> 24} * kWordBytes;
+      return {p, p + (wc.imm & 0xffffff)};
+    }
+    return {};
+  }
+
   void Handle(Conn& c, const Completion& wc) {
     const bool was_broken = c.qp->broken();
-    std::vector<uint8_t> seen;
-    if (wc.opcode == WrOpcode::kRecv) {
-      seen.assign(recv_mem_.data() + wc.wr_id * kWordBytes, recv_mem_.data() + wc.wr_id * kWordBytes + wc.byte_len);
-    } else if ((wc.imm >> 24) < cfg_.credits && (wc.imm & 0xffffff) <= kWordBytes) {
-      const uint8_t* p = c.ring.data() + size_t{wc.imm >> 24} * kWordBytes;
-      seen.assign(p, p + (wc.imm & 0xffffff));
-    }
+    const std::vector<uint8_t> seen = Seen(c, wc);
     // The credit limit, from the documented rule (DESIGN "Flow control"): a
     // message that finds credits messages received and their replies not
     // posted closes the connection, unanswered and unapplied.
     const bool over_credits = !was_broken && c.received - c.qp->replies.size() >= cfg_.credits;
     if (!was_broken && !over_credits) ++c.received;
+    // Behind a rendezvous READ in flight: held, served when it completes.
+    const bool held = !was_broken && !over_credits && c.reading;
     Expect e;
-    if (!was_broken && !over_credits) e = Predict(c, wc, seen);
+    if (!was_broken && !over_credits && !held) e = Predict(c, wc, seen);
     const size_t replies = Answered(c);
     const size_t reposted = srq_.reposted.size();
+    const size_t reads = c.qp->reads.size();
     // Large replies holding a buffer: posted and not completed, or queued.
     size_t large_out = c.qp->large_outstanding();
     for (const SendWr& w : c.cs->replies.queued) large_out += !w.inline_data;
     WorkerTestPeer::Dispatch(*worker_, wc);
-    CHECK(srq_.reposted.size() == reposted + 1 && srq_.reposted.back() == wc.wr_id, "receive buffer not reposted");
     CHECK(c.cs->replies.queued.size() < server::kReplyBatch, "%zu replies queued", c.cs->replies.queued.size());
+    if (held) {
+      CHECK(srq_.reposted.size() == reposted, "a message behind a rendezvous READ was served before the READ ended");
+      CHECK(Answered(c) == replies, "a message behind a rendezvous READ was answered before the READ ended");
+      c.held.push_back(wc);
+      return;
+    }
+    CHECK(srq_.reposted.size() == reposted + 1 && srq_.reposted.back() == wc.wr_id, "receive buffer not reposted");
     if (was_broken) {  // a closed connection's messages are dropped
       CHECK(Answered(c) == replies, "a broken connection was answered");
       return;
@@ -637,6 +774,8 @@ class Harness {
       CHECK(Answered(c) == replies, "a message past the credits was answered");
       return;
     }
+    if (e.read && c.qp->reads.size() == reads + 1) return ReadPosted(c, *e.read, replies);
+    if (e.read) ReadRefused(c, &e);
     if (Answered(c) <= replies) {
       // No reply: only if the worker closed the connection for not taking
       // its replies. The request may or may not have been applied. (Fewer:
@@ -644,13 +783,48 @@ class Harness {
       CHECK(c.qp->broken(), "a request got no reply");
       CHECK(large_out >= server::ReplyBufferCount(cfg_.credits) || c.qp->refused_full,
             "connection closed with %zu large replies outstanding and room in its send queue", large_out);
-      if (e.effect) Uncertain(e.effect->first);
-      for (const ParsedRequest& w : e.writes) Uncertain(std::string(w.key.begin(), w.key.end()));
+      Unapplied(e);
       CheckBudget();
       return;
     }
     CHECK(Answered(c) == replies + 1, "%zu replies to one request", Answered(c) - replies);
-    c.answers.push_back(LastAnswer(c));
+    CheckAnswer(c, e, LastAnswer(c));
+    CheckBudget();
+  }
+  // A rendezvous PUT the worker took: one READ of exactly what the request
+  // names, into the worker's own staging memory, signaled, and no reply yet.
+  void ReadPosted(Conn& c, const PendingRead& p, size_t replies) {
+    CHECK(Answered(c) == replies, "a rendezvous PUT was answered before its READ completed");
+    const FakeConnection::PostedRead& r = c.qp->reads.back();
+    CHECK(r.remote_addr == p.addr && r.rkey == p.rkey && r.len == p.len,
+          "the READ (addr %llx rkey %x, %u bytes) is not the one the request names (%llx %x, %u)",
+          static_cast<unsigned long long>(r.remote_addr), r.rkey, r.len, static_cast<unsigned long long>(p.addr),
+          p.rkey, p.len);
+    const auto base = reinterpret_cast<uint64_t>(staging_.data());
+    CHECK(r.local_addr >= base && r.local_addr + r.len <= base + staging_.size(),
+          "a READ into memory that is not the worker's staging memory");
+    CHECK(r.signaled, "an unsignaled rendezvous READ (its end would never be seen)");
+    c.reading = p;
+    ++staging_busy_;
+    CheckBudget();
+  }
+  // A rendezvous PUT whose READ could not be posted: only a full send queue
+  // refuses it here (the fake's NoResource), and the worker answers that.
+  void ReadRefused(Conn& c, Expect* e) {
+    CHECK(c.qp->refused_full, "a rendezvous PUT posted no READ and its send queue had room");
+    e->read.reset();
+    e->code = Status::Code::kNoResource;
+  }
+  // A request that got no reply and is known not to have been applied, or
+  // may have been: the store may hold either value of its keys.
+  void Unapplied(const Expect& e) {
+    if (e.effect) Uncertain(e.effect->first);
+    for (const ParsedRequest& w : e.writes) Uncertain(std::string(w.key.begin(), w.key.end()));
+  }
+  // One answer, checked against what the model predicted, and the model
+  // then follows it.
+  void CheckAnswer(Conn& c, const Expect& e, std::vector<uint8_t> answer) {
+    c.answers.push_back(std::move(answer));
     CheckPosted(c, /*flushed=*/false);
     if (!e.writes.empty()) return CheckRecords(c, e.writes, c.answers.back());
     auto r = ParseReply(c.answers.back());
@@ -667,7 +841,114 @@ class Harness {
             static_cast<unsigned long long>(*e.clock));
     }
     CheckOutcome(e, r->header);
+  }
+  // The fuzzer as the NIC: c's rendezvous READ completes. The bytes are the
+  // window's value if the window is c's, has the request's rkey and covers
+  // the READ (else an access error, as a NIC answers); the input may instead
+  // change a byte of it (the client wrote its buffer during the READ) or fail
+  // the READ (the client invalidated its window); a closed connection's
+  // READ is flushed. Then the PUT's reply and the held messages' replies, in
+  // order.
+  void CompleteRead(Conn& c) {
+    if (!c.reading) return;
+    CHECK(!c.qp->reads.empty(), "a rendezvous READ in flight is not on its QP");
+    const FakeConnection::PostedRead r = c.qp->reads.front();
+    c.qp->reads.pop_front();
+    const PendingRead p = *c.reading;
+    c.reading.reset();
+    --staging_busy_;
+    Completion wc;
+    wc.wr_id = r.wr_id;
+    wc.opcode = WrOpcode::kRead;
+    wc.qp_num = c.cs->qp_num;
+    const auto w = windows_.find(r.remote_addr);
+    const bool reachable = w != windows_.end() && w->second.conn == static_cast<uint32_t>(&c - conns_) &&
+                           w->second.rkey == r.rkey && r.len <= w->second.value.size();
+    std::string bytes;
+    const int outcome = in_.ConsumeIntegralInRange<int>(0, 3);
+    if (c.qp->broken()) {
+      wc.status = WcStatus::kFlushed;
+    } else if (outcome == 3 || !reachable) {
+      wc.status = WcStatus::kRemoteAccessError;
+    } else {
+      bytes = w->second.value.substr(0, r.len);
+      if (outcome == 2) {
+        const size_t at = in_.ConsumeIntegralInRange<size_t>(0, bytes.size() - 1);
+        bytes[at] = static_cast<char>(bytes[at] ^ in_.ConsumeIntegralInRange<int>(1, 255));
+      }
+      std::memcpy(reinterpret_cast<void*>(r.local_addr), bytes.data(), bytes.size());
+      wc.byte_len = r.len;
+    }
+    // The held messages as the worker will copy them: nothing rewrites them
+    // during this dispatch.
+    std::vector<std::vector<uint8_t>> seen;
+    for (const Completion& h : c.held) seen.push_back(Seen(c, h));
+    if (!c.held.empty()) backend_->armed = false;
+    Expect e;
+    e.id = p.id;
+    const bool failed = wc.status != WcStatus::kSuccess;
+    if (failed) {
+      e.code = CompletionStatus(wc).code();
+    } else if (RendezvousChecksum({reinterpret_cast<const uint8_t*>(p.key.data()), p.key.size()},
+                                  {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()},
+                                  backend_->regions().hash_seed) != p.checksum) {
+      e.code = Status::Code::kInvalidArgument;  // the value changed during the READ, or the client lied
+    } else {
+      Write(e, c, p.key, bytes, p.token, p.cond, p.if_version);
+    }
+    const size_t reposted = srq_.reposted.size();
+    size_t next = Answered(c);
+    std::vector<Completion> held = std::move(c.held);
+    c.held.clear();
+    const size_t reads = c.qp->reads.size();
+    WorkerTestPeer::Dispatch(*worker_, wc);
+    if (failed) {
+      // The connection closes; its reply may be queued (never posted), and
+      // nothing behind it is served.
+      CHECK(c.qp->broken(), "a failed rendezvous READ left its connection open");
+      if (Answered(c) > next) CheckAnswer(c, e, LastAnswer(c));
+      CHECK(srq_.reposted.size() == reposted + held.size(), "%zu of %zu held messages' buffers reposted",
+            srq_.reposted.size() - reposted, held.size());
+      CheckBudget();
+      return;
+    }
+    size_t served = 0;
+    bool answered = TakeAnswer(c, e, &next);
+    for (size_t i = 0; answered && i < held.size(); ++i) {
+      Expect h = Predict(c, held[i], seen[i]);
+      ++served;
+      if (h.read && c.qp->reads.size() == reads + 1) {  // another rendezvous PUT: the rest wait behind it
+        ReadPosted(c, *h.read, next);
+        c.held.assign(held.begin() + static_cast<ptrdiff_t>(i) + 1, held.end());
+        break;
+      }
+      if (h.read) ReadRefused(c, &h);
+      answered = TakeAnswer(c, h, &next);
+    }
+    if (!answered) {
+      // Closed for not taking its replies: what was not served was dropped.
+      // (A post that failed drops the replies queued before it, so any
+      // write served here may be applied and unanswered.)
+      CHECK(srq_.reposted.size() == reposted + held.size(), "a closed connection's held messages not all reposted");
+      for (const std::string& k : keys_) Uncertain(k);
+    } else {
+      CHECK(srq_.reposted.size() == reposted + served, "%zu buffers reposted for %zu messages served",
+            srq_.reposted.size() - reposted, served);
+      CHECK(Answered(c) == next, "%zu answers after a rendezvous PUT's READ, %zu expected", Answered(c), next);
+    }
     CheckBudget();
+  }
+  // The answer at position *next to the request e predicts, if the
+  // connection gave one; false if it closed instead (for not taking its
+  // replies: the request may have been applied).
+  bool TakeAnswer(Conn& c, const Expect& e, size_t* next) {
+    if (Answered(c) <= *next) {
+      CHECK(c.qp->broken(), "a request behind a rendezvous READ got no reply");
+      Unapplied(e);
+      return false;
+    }
+    CheckAnswer(c, e, AnswerAt(c, (*next)++));
+    return true;
   }
   // The reply to a message of several writes: one record each, in order,
   // each as the model predicts it after the ones before it took effect.
@@ -694,7 +975,6 @@ class Harness {
       CHECK(rec[i].body.size() <= kMaxBatchErrorText, "record %zu: %zu bytes of text", i, rec[i].body.size());
       CheckOutcome(e, rec[i].header);
     }
-    CheckBudget();
   }
   // A reply (record) to a write: its version, and the model follows it.
   void CheckOutcome(const Expect& e, const ReplyHeader& h) {
@@ -720,6 +1000,13 @@ class Harness {
   static size_t Answered(const Conn& c) { return c.qp->replies.size() + c.cs->replies.queued.size(); }
   // The bytes of the newest reply: the last queued one (its scratch or large
   // buffer, as the post will copy or send it), else the last posted.
+  // The bytes of answer j (posted, else queued).
+  static std::vector<uint8_t> AnswerAt(const Conn& c, size_t j) {
+    if (j < c.qp->replies.size()) return c.qp->replies[j].bytes;
+    const SendWr& w = c.cs->replies.queued[j - c.qp->replies.size()];
+    const auto* p = reinterpret_cast<const uint8_t*>(w.local.addr);
+    return {p, p + w.local.length};
+  }
   static std::vector<uint8_t> LastAnswer(const Conn& c) {
     if (c.cs->replies.queued.empty()) return c.qp->replies.back().bytes;
     const SendWr& w = c.cs->replies.queued.back();
@@ -785,7 +1072,14 @@ class Harness {
   }
   void ExpireAssemblies() {
     WorkerTestPeer::ExpireAll(*worker_);
-    for (Conn& c : conns_) DropAssembly(c);
+    for (Conn& c : conns_) {
+      DropAssembly(c);
+      // A READ past the timeout closes its connection (its flushed
+      // completion, CompleteRead, gives its staging slot back).
+      CHECK(!c.reading || c.qp->broken(), "a rendezvous READ past the timeout left its connection open");
+    }
+    staging_busy_ -= staging_orphans_;  // a removed connection's slot comes back after the timeout
+    staging_orphans_ = 0;
     CheckBudget();
   }
   void CheckBudget() {
@@ -820,6 +1114,12 @@ class Harness {
   std::unique_ptr<FakeRegion> recv_mr_;
   FakeSrq srq_;
   std::unique_ptr<server::Worker> worker_;
+  std::vector<uint8_t> staging_;  // the worker's rendezvous staging slots
+  std::unique_ptr<FakeRegion> staging_mr_;
+  uint32_t staging_busy_ = 0;     // slots with a READ in flight (or orphaned)
+  uint32_t staging_orphans_ = 0;  // busy slots of removed connections
+  std::map<uint64_t, Window> windows_;  // every window a client bound, by address
+  uint32_t next_window_ = 0;
   Conn conns_[kConns];
   std::vector<std::string> keys_;  // this input's keys
   std::map<std::string, std::string> model_;
