@@ -195,6 +195,13 @@ class Client::Impl {
     uint64_t request_id;  // of the message's first request
     uint8_t count = 1;    // requests in the message (> 1: several writes, ops below)
     std::array<uint8_t, kMaxRequestsPerMessage> ops;  // their op states, in message order
+    // The reply to a message of one request.
+    static PendingReply One(uint32_t op, uint64_t request_id) {
+      PendingReply p;
+      p.op = op;
+      p.request_id = request_id;
+      return p;
+    }
   };
   static_assert(kMaxInFlight <= 256, "an op state index fits PendingReply::ops");
 
@@ -242,9 +249,12 @@ class Client::Impl {
   // one message, at most kMaxRequestsPerMessage) in one message. False
   // without a credit.
   bool SendWrites();
-  // Posts (with PumpMessages' batch) the message of `len` bytes in staging
-  // buffer `stage` at `off`.
-  void QueueMessage(uint32_t stage, size_t off, size_t len);
+  // The staging buffer the next message is written into: one per credit,
+  // in turn (reused only after its message's reply).
+  uint8_t* NextStage();
+  // Posts (with PumpMessages' batch) the next message, `len` bytes written
+  // into NextStage(), and waits for its reply (pr).
+  void QueueMessage(size_t len, const PendingReply& pr);
   // The reply to a message of several writes: one record per request.
   void OnRecords(std::span<const uint8_t> reply, const PendingReply& pr);
   // Completions.

@@ -375,9 +375,7 @@ bool Client::Impl::Packable(const OpState& s) const {
 
 bool Client::Impl::SendWrites() {
   if (msgs_in_flight_ >= desc_.credits) return false;
-  const uint32_t stage = static_cast<uint32_t>(seq_ % desc_.credits);
-  const size_t off = stage_off_ + size_t{stage} * desc_.message_bytes;
-  uint8_t* m = Mem(off);
+  uint8_t* m = NextStage();
   PendingReply pr;
   pr.count = 0;
   size_t len = 0, prev = 0;
@@ -410,12 +408,18 @@ bool Client::Impl::SendWrites() {
     s.step = Step::kReplies;
     senders_.pop_front();
   }
-  QueueMessage(stage, off, len);
-  replies_.push_back(pr);
+  QueueMessage(len, pr);
   return true;
 }
 
-void Client::Impl::QueueMessage(uint32_t stage, size_t off, size_t len) {
+uint8_t* Client::Impl::NextStage() {
+  return Mem(stage_off_ + size_t{static_cast<uint32_t>(seq_ % desc_.credits)} * desc_.message_bytes);
+}
+
+void Client::Impl::QueueMessage(size_t len, const PendingReply& pr) {
+  const auto stage = static_cast<uint32_t>(seq_ % desc_.credits);
+  const size_t off = stage_off_ + size_t{stage} * desc_.message_bytes;
+  replies_.push_back(pr);
   SendWr& w = msg_batch_.emplace_back();  // within the capacity reserved at connect: credits
   w.wr_id = MakeWrId(WrKind::kMessage, seq_);
   w.local = mr_->Slice(off, static_cast<uint32_t>(len));
@@ -453,9 +457,7 @@ bool Client::Impl::SendNextMessage(OpState& s) {
   h.flags = static_cast<uint8_t>((s.hdr.flags & kFlagIfVersion) | (s.first ? kFlagFirst : 0) | (last ? kFlagLast : 0));
   h.frag_offset = static_cast<uint32_t>(s.sent);
   h.frag_len = static_cast<uint32_t>(chunk);
-  uint32_t stage = static_cast<uint32_t>(seq_ % desc_.credits);
-  size_t off = stage_off_ + size_t{stage} * desc_.message_bytes;
-  uint8_t* m = Mem(off);
+  uint8_t* m = NextStage();
   EncodeRequestHeader(h, m);
   size_t len = kRequestHeaderSize;
   if (s.first && !key.empty()) {
@@ -464,12 +466,8 @@ bool Client::Impl::SendNextMessage(OpState& s) {
   }
   if (chunk != 0) std::memcpy(m + len, value.data() + s.sent, chunk);
   len += chunk;
-  QueueMessage(stage, off, len);
+  QueueMessage(len, PendingReply::One(idx, h.request_id));
   ++s.outstanding;
-  PendingReply pr;
-  pr.op = idx;
-  pr.request_id = h.request_id;
-  replies_.push_back(pr);
   s.sent += chunk;
   s.first = false;
   if (last) {
@@ -551,9 +549,7 @@ bool Client::Impl::SendRendezvous(OpState& s) {
   h.flags = static_cast<uint8_t>((s.hdr.flags & kFlagIfVersion) | kFlagFirst | kFlagLast | kFlagRendezvous);
   h.frag_offset = 0;
   h.frag_len = kRendezvousFieldsBytes;
-  const uint32_t stage = static_cast<uint32_t>(seq_ % desc_.credits);
-  const size_t off = stage_off_ + size_t{stage} * desc_.message_bytes;
-  uint8_t* m = Mem(off);
+  uint8_t* m = NextStage();
   EncodeRequestHeader(h, m);
   size_t len = kRequestHeaderSize;
   std::memcpy(m + len, s.op->key.data(), s.op->key.size());
@@ -564,12 +560,8 @@ bool Client::Impl::SendRendezvous(OpState& s) {
                                               desc_.hash_seed)};
   EncodeRendezvous(rv, m + len);
   len += kRendezvousFieldsBytes;
-  QueueMessage(stage, off, len);
+  QueueMessage(len, PendingReply::One(idx, h.request_id));
   ++s.outstanding;
-  PendingReply pr;
-  pr.op = idx;
-  pr.request_id = h.request_id;
-  replies_.push_back(pr);
   s.sent = value.size();
   s.first = false;
   s.step = Step::kReplies;

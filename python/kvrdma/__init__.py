@@ -120,7 +120,9 @@ class Client(_Common, _kvrdma._Client):
 
     Connects at once (Unavailable, RemoteAccess, Protocol, Timeout on
     failure). Methods: get(key) -> bytes | None; get_into(key, buffer) ->
-    length | None (into your writable buffer, no bytes object made);
+    length | None (into your writable buffer, no bytes object made;
+    register_memory(buffer) first and values of 4 KiB and more are READ
+    straight into it, no copy at all; unregister_memory(buffer) ends it);
     put(key, value) -> version;
     delete(key) -> bool (False if it was absent); get_many(keys) ->
     list[bytes | None] and put_many(mapping or pairs), pipelined (one

@@ -120,6 +120,22 @@ class Binding {
     if (!st.ok()) Raise(st);
     return py::int_(n);
   }
+  // The buffer stays exported (BufferArg) while registered: its object can
+  // neither resize nor free it, so the registered pages stay the buffer's.
+  void RegisterMemory(py::handle buffer) {
+    auto b = std::make_unique<BufferArg>(buffer);
+    Status st = Call([&](C& c) { return c.RegisterMemory(b->span()); });
+    if (!st.ok()) Raise(st);
+    registered_.push_back(std::move(b));
+  }
+  void UnregisterMemory(py::handle buffer) {
+    BufferArg b(buffer);
+    Status st = Call([&](C& c) { return c.UnregisterMemory(b.span()); });
+    if (!st.ok()) Raise(st);
+    std::erase_if(registered_, [&](const std::unique_ptr<BufferArg>& r) {
+      return r->span().data() == b.span().data() && r->span().size() == b.span().size();
+    });
+  }
   uint64_t Put(py::handle key, py::handle value, py::handle if_version) {
     KeyArg k(key);
     ValueArg v(value);
@@ -209,10 +225,13 @@ class Binding {
     if (!st.ok()) Raise(st);
   }
   void Close() {
-    py::gil_scoped_release nogil;
-    std::lock_guard<std::mutex> g(mu_);
-    c_.reset();  // disconnects
-    closed_.store(true);
+    {
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> g(mu_);
+      c_.reset();  // disconnects, and ends the registrations
+      closed_.store(true);
+    }
+    registered_.clear();  // with the GIL: releases the buffers
   }
   // Without the mutex: a call in progress on another thread does not block it.
   bool closed() const { return closed_.load(); }
@@ -251,6 +270,9 @@ class Binding {
   static uint64_t LastVersion(ShardedClient& c, std::string_view key) { return c.server(c.ServerFor(key)).last_version(); }
 
   std::mutex mu_;
+  // Buffers registered with register_memory, held exported; declared before
+  // c_ so that the client (and its registrations) ends first.
+  std::vector<std::unique_ptr<BufferArg>> registered_;
   std::unique_ptr<C> c_;  // guarded by mu_
   std::atomic<bool> closed_{false};
 };
@@ -286,6 +308,14 @@ void DefineCommon(Cls& cls) {
            "numpy array, ...) and returns its length, or None if the key is absent. No bytes object\n"
            "is made: the value is copied once, from the READ's buffer into yours. TooLarge (naming\n"
            "the value's length) if it does not fit; the buffer's contents are then unspecified.")
+      .def("register_memory", &B::RegisterMemory, py::arg("buffer"),
+           "Registers a writable buffer (bytearray, memoryview, mmap, numpy array, ...) with the RDMA\n"
+           "device, for local access only (the server cannot reach it): get_into a buffer inside it then\n"
+           "READs values of 4 KiB and more straight into it, without the client's copy. The buffer\n"
+           "stays exported until unregister_memory or close (a bytearray cannot be resized meanwhile).\n"
+           "Pins its pages (ulimit -l). InvalidArgument if it overlaps memory registered already.")
+      .def("unregister_memory", &B::UnregisterMemory, py::arg("buffer"),
+           "Ends the registration made with exactly this buffer (NotFound if none).")
       .def("put", &B::Put, py::arg("key"), py::arg("value"), py::kw_only(), py::arg("if_version") = py::none(),
            "Stores value (bytes-like) under key; returns the write's version (it grows with each write of the key).\n"
            "if_version=V: only if the key's current version is V (0: only if it has no value), checked by the\n"

@@ -41,6 +41,32 @@ def test_get_into_a_buffer(kv, size):
         kv.get_into(f"into:{size}", b"read-only bytes")
 
 
+def test_get_into_registered_memory_reads_straight_into_it(kv):
+    size = 65536
+    value = os.urandom(size)
+    kv.put("registered", value)
+    buf = bytearray(2 * size)
+    kv.register_memory(buf)
+    before = kv.client_stats()["direct_reads"]
+    view = memoryview(buf)[7:]  # inside the registration, at an odd offset
+    assert kv.get_into("registered", view) == size
+    assert bytes(buf[7:7 + size]) == value
+    assert kv.client_stats()["direct_reads"] > before
+    view.release()
+    with pytest.raises(BufferError):
+        buf.extend(b"x")  # held exported while registered: it cannot move
+    with pytest.raises(kvrdma.InvalidArgument):
+        kv.register_memory(memoryview(buf)[10:20])  # overlaps the registration
+    with pytest.raises(TypeError):
+        kv.register_memory(b"read-only bytes")
+    kv.unregister_memory(buf)
+    buf.extend(b"x")  # released
+    with pytest.raises(kvrdma.NotFound):
+        kv.unregister_memory(buf)
+    assert kv.get_into("registered", buf) == size  # the ordinary way again
+    assert bytes(buf[:size]) == value
+
+
 def test_absent_delete_and_key_types(kv):
     assert kv.get("never-written") is None
     kv.put(b"\x00\xffbin", bytearray(b"ba"))
