@@ -420,6 +420,19 @@ class RuntimeWindowTest : public TransportTest {
     return RunOne(*p.server, w).status;
   }
   bool Landed(size_t off, size_t len) { return std::memcmp(remote_.data(), src_.data() + off, len) == 0; }
+  // A window over [4096, 8192); a READ of [off, off + len) through it is
+  // refused and lands nothing.
+  void ExpectReadThroughWindowRefused(size_t off, uint32_t len) {
+    Pair& p = ConnectWithWindows();
+    ASSERT_TRUE(p.client && p.server);
+    ASSERT_EQ(Bind(p, 4096, 4096), WcStatus::kSuccess);
+    EXPECT_EQ(ServerRead(p, off, len, mw_->rkey()), WcStatus::kRemoteAccessError);
+    EXPECT_FALSE(Landed(off, len));
+  }
+  static constexpr const char* kRxeChecksTheRegionOnly =
+      "rxe (Linux 6.1) checks a READ through a window against the window's region only (measured: READs 64 bytes "
+      "before and past the window, inside the region, succeeded); kvrdma binds its windows over regions of exactly "
+      "the window's bytes (RegionWideWindow...)";
 
   std::vector<uint8_t> src_;
   std::unique_ptr<MemoryRegion> src_mr_;
@@ -474,30 +487,14 @@ TEST_P(RuntimeWindowTest, RegionWideWindowReachesNothingPastItsRegion) {
 }
 
 TEST_P(RuntimeWindowTest, ReadOutsideTheWindowIsRemoteAccess) {
-  if (GetParam() == Kind::kVerbs) {
-    GTEST_SKIP() << "rxe (Linux 6.1) checks a READ through a window against the window's region only (measured: "
-                    "READs 64 bytes before and past the window, inside the region, succeeded); kvrdma binds its "
-                    "windows over regions of exactly the window's bytes (RegionWideWindow...)";
-  }
-  Pair& p = ConnectWithWindows();
-  ASSERT_TRUE(p.client && p.server);
-  ASSERT_EQ(Bind(p, 4096, 4096), WcStatus::kSuccess);
+  if (GetParam() == Kind::kVerbs) GTEST_SKIP() << kRxeChecksTheRegionOnly;
   // The last 64 bytes of the window and 64 beyond it.
-  EXPECT_EQ(ServerRead(p, 8192 - 64, 128, mw_->rkey()), WcStatus::kRemoteAccessError);
-  EXPECT_FALSE(Landed(8192 - 64, 128));
+  ExpectReadThroughWindowRefused(8192 - 64, 128);
 }
 
 TEST_P(RuntimeWindowTest, ReadBeforeTheWindowIsRemoteAccess) {
-  if (GetParam() == Kind::kVerbs) {
-    GTEST_SKIP() << "rxe (Linux 6.1) checks a READ through a window against the window's region only (measured: "
-                    "READs 64 bytes before and past the window, inside the region, succeeded); kvrdma binds its "
-                    "windows over regions of exactly the window's bytes (RegionWideWindow...)";
-  }
-  Pair& p = ConnectWithWindows();
-  ASSERT_TRUE(p.client && p.server);
-  ASSERT_EQ(Bind(p, 4096, 4096), WcStatus::kSuccess);
-  EXPECT_EQ(ServerRead(p, 4096 - 64, 64, mw_->rkey()), WcStatus::kRemoteAccessError);
-  EXPECT_FALSE(Landed(4096 - 64, 64));
+  if (GetParam() == Kind::kVerbs) GTEST_SKIP() << kRxeChecksTheRegionOnly;
+  ExpectReadThroughWindowRefused(4096 - 64, 64);
 }
 
 TEST_P(RuntimeWindowTest, WriteThroughAReadOnlyWindowIsRemoteAccessAndChangesNothing) {
