@@ -411,7 +411,11 @@ void RunDisplacement(uint64_t target_reads) {
 }
 
 TEST(StoreStress, Full) { RunStress(EnvOr("KVRDMA_STRESS_READS", 10'000'000), 50); }
-TEST(StoreStress, Short) { RunStress(EnvOr("KVRDMA_STRESS_READS", 300'000), 3); }
+// Short runs under ThreadSanitizer only (CI's tsan label), for races: one
+// tear is enough to know the injector and the readers' checksum path ran
+// concurrently (Full counts 50). Waiting for 3 took up to 58 s of the CI's
+// 20 minutes when the two cores were shared; tears are rare under TSan.
+TEST(StoreStress, Short) { RunStress(EnvOr("KVRDMA_STRESS_READS", 300'000), 1); }
 TEST(StoreStress, FullDurable) { RunStress(EnvOr("KVRDMA_STRESS_READS", 2'000'000), 10, /*durable=*/true); }
 // The durable form is here for the flusher and the marks beside the cleaner
 // and the readers (ThreadSanitizer), not for tears (Short's): its slower
