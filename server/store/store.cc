@@ -112,7 +112,7 @@ Status Store::Recover() {
       {
         Index::WindowGuard guard = index_->LockWindow(kh.home);
         uint64_t empty;
-        const Found cur = FindKey(kh, key, &empty);
+        const Found cur = FindKeyAlone(kh, key, &empty);
         if (cur.found() && EntryVersion(RefLogOffset(cur.ref)) >= version) {
           superseded.push_back(off);  // older (or the cleaner's other copy of the same write)
           return;
@@ -350,6 +350,27 @@ Store::Found Store::FindKey(const KeyHash& kh, std::string_view key, uint64_t* f
     const uint64_t s = index_->LoadRef(w);
     if (s == kEmptyRef && first_empty != nullptr && *first_empty == Found::kNone) *first_empty = w;
     if (s == kEmptyRef || RefFingerprint(s) != kh.fingerprint) continue;
+    const EntryHeader h = ReadHeader(RefLogOffset(s));
+    if (EntryKey(RefLogOffset(s), h) == key) return Found{w, s, h};
+  }
+  return {};
+}
+
+Store::Found Store::FindKeyAlone(const KeyHash& kh, std::string_view key, uint64_t* first_empty) const {
+  const std::span<const std::byte> window(index_->data() + kh.home * kWordBytes,
+                                          index_->window_words() * kWordBytes);
+  WindowProbe probe;
+  if (!ProbeWindow(window, kh, index_params(), &probe).ok()) return FindKey(kh, key, first_empty);
+  *first_empty = Found::kNone;
+  for (uint64_t w = kh.home; w < kh.home + index_->window_words(); ++w) {
+    if (index_->LoadRef(w) == kEmptyRef) {
+      *first_empty = w;
+      break;
+    }
+  }
+  for (int i = NextCandidate(probe, 0); i >= 0; i = NextCandidate(probe, i + 1)) {
+    const uint64_t w = kh.home + static_cast<uint64_t>(i);
+    const uint64_t s = index_->LoadRef(w);
     const EntryHeader h = ReadHeader(RefLogOffset(s));
     if (EntryKey(RefLogOffset(s), h) == key) return Found{w, s, h};
   }

@@ -167,6 +167,11 @@ class Store {
   // `first_empty` (if given): the first word of the window whose ref is
   // empty, or Found::kNone (the same scan: a write needs both).
   Found FindKey(const KeyHash& kh, std::string_view key, uint64_t* first_empty = nullptr) const;
+  // FindKey for recovery, where no other thread writes the index (the
+  // workers and the cleaner start after it): the window's words are read
+  // plainly through ProbeWindow's vector filter (the clients' read path),
+  // and only the words with the key's fingerprint are looked at one by one.
+  Found FindKeyAlone(const KeyHash& kh, std::string_view key, uint64_t* first_empty) const;
   // REQUIRES: kh's window lock. The ref pointing at log offset `off`.
   Found FindLocation(const KeyHash& kh, uint64_t off) const;
   // REQUIRES: kh's window lock. A tombstone ref in kh's window (any key).
