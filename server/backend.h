@@ -11,7 +11,6 @@
 #include <utility>
 #include <vector>
 
-#include "common/protocol/messages.h"
 #include "common/status.h"
 #include "server/store/commit_check.h"
 
@@ -44,18 +43,11 @@ class Backend {
                         bool wait_for_space, uint64_t* version) = 0;
   // Put, refused (InvalidArgument, nothing written) unless the entry's
   // checksum (RendezvousChecksum(key, value, hash seed)) is `expected`: a
-  // rendezvous PUT's value as the client computed it. The store checks the
-  // checksum it computes anyway; this default, for backends that wrap
-  // another, computes it over `value` (the caller's own memory) first.
+  // rendezvous PUT's value as the client computed it. The store checks it
+  // against the entry checksum it computes over its own log copy (one pass);
+  // a backend that wraps another forwards to it.
   virtual Status PutChecked(uint32_t worker, std::span<const uint8_t> key, std::span<const uint8_t> value,
-                            uint64_t expected, const CommitCheck& check, bool wait_for_space, uint64_t* version) {
-    if (RendezvousChecksum(key, value, regions().hash_seed) != expected) {
-      *version = 0;
-      return Status::InvalidArgument("checksum mismatch: the value is not the one the checksum was computed over; "
-                                     "nothing written");
-    }
-    return Put(worker, key, value, check, wait_for_space, version);
-  }
+                            uint64_t expected, const CommitCheck& check, bool wait_for_space, uint64_t* version) = 0;
   // Durable store: makes worker `worker`'s writes so far durable
   // (Store::Commit); a worker calls it before it answers them. Memory only:
   // durable() is false and nothing needs calling.

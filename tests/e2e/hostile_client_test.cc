@@ -35,6 +35,12 @@ class HookedBackend final : public server::Backend {
     if (std::string_view(reinterpret_cast<const char*>(key.data()), key.size()) == "gate") return Status::OK();
     return real_->Put(worker, key, value, check, wait_for_space, version);
   }
+  Status PutChecked(uint32_t worker, std::span<const uint8_t> key, std::span<const uint8_t> value, uint64_t expected,
+                    const CommitCheck& check, bool wait_for_space, uint64_t* version) override {
+    RunHook(key);
+    SlowDown(key);
+    return real_->PutChecked(worker, key, value, expected, check, wait_for_space, version);
+  }
   Status Delete(uint32_t worker, std::span<const uint8_t> key, const CommitCheck& check, bool wait_for_space,
                 uint64_t* version) override {
     RunHook(key);
