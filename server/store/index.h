@@ -63,7 +63,8 @@ class Index {
 
   // Word access. Load: relaxed (callers hold the lock, or scan optimistically
   // and re-check under the lock). StoreRef: REQUIRES the lock of a window
-  // containing word `w`; keeps the word's tag; release, so that everything
+  // containing word `w` (or that no other thread uses the index: recovery,
+  // Store::Recover); keeps the word's tag; release, so that everything
   // written before (the entry bytes) is visible before the ref is.
   uint64_t LoadWord(uint64_t w) const noexcept {
     return std::atomic_ref<uint64_t>(words_base_[w]).load(std::memory_order_relaxed);
@@ -74,15 +75,15 @@ class Index {
     a.store(WordWith(ref, WordTag(a.load(std::memory_order_relaxed))), std::memory_order_release);
   }
 
-  // A hint: the window of `home` (its words and its lock) will be used soon
-  // (recovery fetches a few keys ahead while it installs one). Read
-  // prefetches: x86-64-v2 has no PREFETCHW, and GCC drops write ones.
-  // Always inlined: GCC 12 finds a function that only prefetches "const"
-  // and drops the calls (and the prefetches with them).
-  [[gnu::always_inline]] void PrefetchWindow(uint64_t home) const noexcept {
-    constexpr uint64_t kWordsPerLine = 64 / kWordBytes;
-    for (uint64_t i = 0; i < window_words_; i += kWordsPerLine) __builtin_prefetch(words_base_ + home + i);
-    __builtin_prefetch(words_base_ + home + window_words_ - 1);
+  // A hint: the first two lines of the window of `home` and its lock will
+  // be used soon (recovery fetches them a few keys ahead while it installs
+  // one: a key not yet in the index takes the first empty word, near its
+  // home). Read prefetches: x86-64-v2 has no PREFETCHW, and GCC drops write
+  // ones. Always inlined: GCC 12 finds a function that only prefetches
+  // "const" and drops the calls (and the prefetches with them).
+  [[gnu::always_inline]] void PrefetchHome(uint64_t home) const noexcept {
+    __builtin_prefetch(words_base_ + home);
+    __builtin_prefetch(words_base_ + home + 64 / kWordBytes);
     __builtin_prefetch(&stripes_[StripeOf(home)]);
   }
 

@@ -1,6 +1,7 @@
 #include "server/store/store.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstddef>
 #include <cstring>
@@ -99,6 +100,22 @@ Status Store::Recover() {
   Status failed;
   HeadStats& hs = head_stats_[cleaner_head_];
   const uint64_t homes = index_->home_count();
+  // The keys installed so far, one bit of each key's hash (8 bits per index
+  // word, at most 2^31 bits: an eighth of the index's bytes at most, on
+  // huge pages where there are, freed when recovery returns). A key whose
+  // bit is clear is not in the index: its install takes the first empty
+  // word from its home and skips the scan of its window (16 cache lines:
+  // most of an install's time when the keys are new). A set bit (the key,
+  // or another key with the same bit) scans the window.
+  const uint64_t seen_bits = std::bit_ceil(std::min<uint64_t>(index_->words() * 8, uint64_t{1} << 31));
+  const int seen_shift = 64 - std::countr_zero(seen_bits);
+  auto seen_arena = Arena::Create(std::max<uint64_t>(8, seen_bits / 8), cfg_.huge_pages, "recovery's key filter");
+  if (!seen_arena.ok()) return seen_arena.status();
+  uint64_t* const seen = reinterpret_cast<uint64_t*>(seen_arena->data());
+  auto seen_bit = [seen_shift](uint64_t hash) { return (hash * 0x9E3779B97F4A7C15ull) >> seen_shift; };
+  // Counted here, added to the counters once: the install is the bound of
+  // a small-value recovery, and each relaxed add is a locked instruction.
+  int64_t items = 0, tombstones = 0, file_live = 0;  // file_live: the current file's segment's
   auto install_one = [&](const DurableLog::Write& w) {
     const uint64_t off = w.entry_off, version = w.version;
     ++recovered_writes_;
@@ -108,11 +125,19 @@ Status Store::Recover() {
     const bool tomb = LengthsTombstone(h.lengths);
     const KeyHash kh = KeyHashOf(w.key_hash, homes);  // MakeKeyHash(key, cfg_.seed, homes): the dir's seed is ours
     const uint64_t ref = PackRef(kh.fingerprint, SizeClassFor(LengthsEntryBytes(h.lengths)), off);
+    // No window lock: no other thread uses the index until the recovery
+    // returns (the cleaner and the workers start after it), and the install
+    // is the bound of a small-value recovery (MakeRoom locks as it hops).
+    const uint64_t bit = seen_bit(kh.hash);
     for (int attempt = 0; attempt < 4 * kInsertAttempts; ++attempt) {
       {
-        Index::WindowGuard guard = index_->LockWindow(kh.home);
-        uint64_t empty;
-        const Found cur = FindKeyAlone(kh, key, &empty);
+        uint64_t empty = Found::kNone;
+        Found cur;
+        if ((seen[bit / 64] >> (bit % 64) & 1) != 0) {
+          cur = FindKeyAlone(kh, key, &empty);
+        } else {
+          empty = FirstEmptyWord(kh.home);
+        }
         if (cur.found() && EntryVersion(RefLogOffset(cur.ref)) >= version) {
           superseded.push_back(off);  // older (or the cleaner's other copy of the same write)
           return;
@@ -123,15 +148,16 @@ Status Store::Recover() {
             superseded.push_back(RefLogOffset(cur.ref));
             log_->AddLive(RefLogOffset(cur.ref),
                           -static_cast<int64_t>(kLeaderBytes + LengthsEntryBytes(cur.header.lengths)));
-            (LengthsTombstone(cur.header.lengths) ? hs.tombstones : hs.items).fetch_sub(1, std::memory_order_relaxed);
+            --(LengthsTombstone(cur.header.lengths) ? tombstones : items);
           }
           index_->StoreRef(word, ref);
+          seen[bit / 64] |= uint64_t{1} << (bit % 64);
           // Published now (its NOT-CURRENT bit may be set in its file: it
           // was written before its publication); set again below if a newer
           // write of its key comes later.
           Publish(off);
-          log_->AddLive(off, static_cast<int64_t>(kLeaderBytes + LengthsEntryBytes(h.lengths)));
-          (tomb ? hs.tombstones : hs.items).fetch_add(1, std::memory_order_relaxed);
+          file_live += static_cast<int64_t>(kLeaderBytes + LengthsEntryBytes(h.lengths));
+          ++(tomb ? tombstones : items);
           return;
         }
       }
@@ -148,10 +174,17 @@ Status Store::Recover() {
     constexpr size_t kPrefetchAhead = 8;
     for (size_t i = 0; i < writes.size() && failed.ok(); ++i) {
       if (i + kPrefetchAhead < writes.size()) {
-        index_->PrefetchWindow(KeyHashOf(writes[i + kPrefetchAhead].key_hash, homes).home);
+        const uint64_t ahead = writes[i + kPrefetchAhead].key_hash;
+        const uint64_t bit = seen_bit(ahead);
+        __builtin_prefetch(&seen[bit / 64]);
+        index_->PrefetchHome(KeyHashOf(ahead, homes).home);
       }
       install_one(writes[i]);
     }
+    // Every write of a file is in its segment (a superseded one of an older
+    // file gave its bytes back above, to its own).
+    if (!writes.empty()) log_->AddLive(writes.front().entry_off, file_live);
+    file_live = 0;
   };
   auto report = [](const std::string& m, bool damage) {
     if (damage) {
@@ -164,6 +197,8 @@ Status Store::Recover() {
   auto segs = durable_->Load(install, report, &times);
   if (!segs.ok()) return segs.status();
   KVRDMA_RETURN_IF_ERROR(failed);
+  hs.items.fetch_add(items, std::memory_order_relaxed);
+  hs.tombstones.fetch_add(tombstones, std::memory_order_relaxed);
   for (const DurableLog::Segment& g : *segs) {
     KVRDMA_RETURN_IF_ERROR(log_->Restore(g.slot, g.open_seq, g.used));
     recovered_bytes_ += g.used;
@@ -375,6 +410,13 @@ Store::Found Store::FindKeyAlone(const KeyHash& kh, std::string_view key, uint64
     if (EntryKey(RefLogOffset(s), h) == key) return Found{w, s, h};
   }
   return {};
+}
+
+uint64_t Store::FirstEmptyWord(uint64_t home) const {
+  for (uint64_t w = home; w < home + index_->window_words(); ++w) {
+    if (index_->LoadRef(w) == kEmptyRef) return w;
+  }
+  return Found::kNone;
 }
 
 Store::Found Store::FindLocation(const KeyHash& kh, uint64_t off) const {

@@ -172,6 +172,10 @@ class Store {
   // plainly through ProbeWindow's vector filter (the clients' read path),
   // and only the words with the key's fingerprint are looked at one by one.
   Found FindKeyAlone(const KeyHash& kh, std::string_view key, uint64_t* first_empty) const;
+  // REQUIRES: the window's lock, or that no other thread uses the index
+  // (recovery). The first word of the window at `home` whose ref is empty,
+  // or Found::kNone.
+  uint64_t FirstEmptyWord(uint64_t home) const;
   // REQUIRES: kh's window lock. The ref pointing at log offset `off`.
   Found FindLocation(const KeyHash& kh, uint64_t off) const;
   // REQUIRES: kh's window lock. A tombstone ref in kh's window (any key).
