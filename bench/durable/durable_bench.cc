@@ -127,7 +127,7 @@ double WarmMemory(uint64_t bytes) {
 
 int Recovery(const std::string& root, const std::string& gibs, size_t value_bytes, bool cold, int runs, bool warm) {
   std::printf("%8s %10s %10s %10s %8s %8s %8s   %s\n", "GiB", "keys", "cat s", "recover s", "ratio", "GB/s", "fault s",
-              "reading thread: read s (cpu) | other: check + install s (cpu) + wait s");
+              "reading thread: read s (cpu) | either: check s | other: install s (cpu) + wait s");
   std::stringstream ss(gibs);
   for (std::string g; std::getline(ss, g, ',');) {
     const double gib = std::stod(g);
@@ -181,7 +181,7 @@ int Recovery(const std::string& root, const std::string& gibs, size_t value_byte
       rec_s = std::min(rec_s, el);
     }
     auto sec = [](uint64_t ns) { return static_cast<double>(ns) * 1e-9; };
-    std::printf("%8.2f %10llu %10.3f %10.3f %8.2f %8.2f %8.3f   %.3f (%.3f) | %.3f + %.3f (%.3f) + %.3f\n", gib,
+    std::printf("%8.2f %10llu %10.3f %10.3f %8.2f %8.2f %8.3f   %.3f (%.3f) | %.3f | %.3f (%.3f) + %.3f\n", gib,
                 static_cast<unsigned long long>(keys), cat_s, rec_s, rec_s / cat_s, gib * 1.073741824 / rec_s, fault_s,
                 sec(times.read_ns), sec(times.reader_cpu_ns), sec(times.check_ns), sec(times.install_ns),
                 sec(times.install_cpu_ns), sec(times.wait_ns));

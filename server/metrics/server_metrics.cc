@@ -172,20 +172,20 @@ void RenderDisk(Exposition& e, const StoreStats& st, double seg) {
         static_cast<double>(st.recovered_keys));
   Gauge(e, "kvrdma_recovery_bytes", "Bytes of valid writes read at start", static_cast<double>(st.recovered_bytes));
   // Where the recovery's time went (DurableLog::LoadTimes): the reading
-  // thread reads the files while the starting thread checks and installs
-  // the ones already read, so the phases overlap.
+  // thread reads the files while the starting thread installs the ones
+  // already read; either walks a file (check), so the phases overlap.
   const DurableLog::LoadTimes& t = st.recovery_times;
   e.Family("kvrdma_recovery_phase_seconds", "gauge",
            "Wall time of each phase of the recovery at start: read (the reading thread reading the files), check "
-           "(walking them and checking every entry), install (into the index), wait (the installing thread waiting "
-           "for reads); read overlaps the others");
+           "(walking them and checking every entry, on either thread), install (into the index), wait (the installing "
+           "thread waiting for reads); the threads' phases overlap");
   e.Sample("kvrdma_recovery_phase_seconds", {{"phase", "read"}}, static_cast<double>(t.read_ns) * 1e-9);
   e.Sample("kvrdma_recovery_phase_seconds", {{"phase", "check"}}, static_cast<double>(t.check_ns) * 1e-9);
   e.Sample("kvrdma_recovery_phase_seconds", {{"phase", "install"}}, static_cast<double>(t.install_ns) * 1e-9);
   e.Sample("kvrdma_recovery_phase_seconds", {{"phase", "wait"}}, static_cast<double>(t.wait_ns) * 1e-9);
   e.Family("kvrdma_recovery_cpu_seconds", "gauge",
-           "CPU time (user and system) of the recovery's threads at start: reader (reading the files) and installer "
-           "(checking and installing them)");
+           "CPU time (user and system) of the recovery's threads at start: reader (reading the files, and checking them "
+           "when it is ahead) and installer (installing them, and checking the ones the reader did not)");
   e.Sample("kvrdma_recovery_cpu_seconds", {{"thread", "reader"}}, static_cast<double>(t.reader_cpu_ns) * 1e-9);
   e.Sample("kvrdma_recovery_cpu_seconds", {{"thread", "installer"}}, static_cast<double>(t.install_cpu_ns) * 1e-9);
 }

@@ -286,17 +286,46 @@ Result<std::vector<DurableLog::Segment>> DurableLog::Load(const InstallVisitor& 
     uint64_t seq = 0;
     uint32_t slot = 0;
     bool whole = true;   // false: a file whose creation a crash interrupted (removed)
+    bool walked = false; // its entries checked and its writes listed (by either thread)
+    uint64_t used = 0;   // walked: bytes of valid writes (the torn tail cut)
+    std::vector<Write> writes;  // walked: its valid writes, in file order
     std::vector<std::pair<std::string, bool>> reports;  // ReadSegmentFile's, for `report`
   };
   std::mutex mu;
   std::condition_variable ready_cv, room_cv;
   std::vector<ReadFile> queue;  // files read, not yet taken (at most kLoadAhead)
   bool reader_done = false, stop = false;
-  std::atomic<uint64_t> read_ns{0}, reader_cpu_ns{0};
+  std::atomic<uint64_t> read_ns{0}, check_ns{0}, reader_cpu_ns{0};
+
+  // Walks a file read: checks every entry and hashes each write's key while
+  // its bytes are in the cache. On either thread (below).
+  auto walk = [&](ReadFile& c, const Report& rep) {
+    const uint64_t t0 = NowNs();
+    const uint64_t base = uint64_t{c.slot} * seg_bytes;
+    c.writes.clear();
+    auto used = WalkSegment(
+        cfg_.log_base + base, seg_bytes, base, hash_seed_, PathOf(c.seq),
+        [&](uint64_t off, uint64_t version, uint32_t lengths) {
+          const std::string_view key(reinterpret_cast<const char*>(cfg_.log_base + off + kEntryKeyOffset),
+                                     LengthsKey(lengths));
+          c.writes.push_back(Write{off, version, HashKeyBytes(key, hash_seed_)});
+        },
+        rep);
+    check_ns.fetch_add(NowNs() - t0, std::memory_order_relaxed);
+    c.walked = true;
+    if (used.ok()) {
+      c.used = *used;
+    } else {
+      c.status = used.status();
+    }
+  };
 
   // The reading thread: reads each file into its slot of the log (the disk
   // reads the next files meanwhile: posix_fadvise WILLNEED) and checks its
-  // header, while the calling thread walks and installs the files before it.
+  // header, while the calling thread installs the files before it. It walks
+  // the file too when the calling thread has files enough to go on with
+  // (the reads are ahead: small values, where installing is the bound);
+  // otherwise the calling thread walks it (large values: it would wait).
   std::thread reader([&] {
     pthread_setname_np(pthread_self(), "kv-recovery");
 
@@ -334,6 +363,12 @@ Result<std::vector<DurableLog::Segment>> DurableLog::Load(const InstallVisitor& 
           c.whole = false;
         } else {
           ++slot;
+          bool ahead;
+          {
+            std::lock_guard<std::mutex> l(mu);
+            ahead = queue.size() >= kLoadAhead / 2;
+          }
+          if (ahead) walk(c, keep);
         }
       }
       const bool failed = !c.status.ok();
@@ -366,12 +401,11 @@ Result<std::vector<DurableLog::Segment>> DurableLog::Load(const InstallVisitor& 
   } join{reader, mu, stop, room_cv};
 
   std::vector<Segment> out;
-  uint64_t check_ns = 0, install_ns = 0, install_cpu_ns = 0, wait_ns = 0;
-  std::vector<Write> writes;  // the current file's
+  uint64_t install_ns = 0, install_cpu_ns = 0, wait_ns = 0;
   auto finish = [&] {
     if (times == nullptr) return;
     times->read_ns = read_ns.load(std::memory_order_relaxed);
-    times->check_ns = check_ns;
+    times->check_ns = check_ns.load(std::memory_order_relaxed);
     times->reader_cpu_ns = reader_cpu_ns.load(std::memory_order_relaxed);
     times->install_ns = install_ns;
     times->install_cpu_ns = install_cpu_ns;
@@ -399,27 +433,14 @@ Result<std::vector<DurableLog::Segment>> DurableLog::Load(const InstallVisitor& 
       KVRDMA_RETURN_IF_ERROR(cfg_.fs->Remove(path));
       continue;
     }
-    // Walk it, checking every entry, and hash each write's key while its
-    // bytes are in the cache; then install its writes.
-    const uint64_t t0 = NowNs(), c0 = ThreadCpuNs();
-    const uint64_t base = uint64_t{c.slot} * seg_bytes;
-    std::byte* mem = cfg_.log_base + base;
-    writes.clear();
-    auto used = WalkSegment(
-        mem, seg_bytes, base, hash_seed_, path,
-        [&](uint64_t off, uint64_t version, uint32_t lengths) {
-          const std::string_view key(reinterpret_cast<const char*>(cfg_.log_base + off + kEntryKeyOffset),
-                                     LengthsKey(lengths));
-          writes.push_back(Write{off, version, HashKeyBytes(key, hash_seed_)});
-        },
-        report);
-    const uint64_t t1 = NowNs();
-    check_ns += t1 - t0;
-    if (!used.ok()) {
+    const uint64_t c0 = ThreadCpuNs();
+    if (!c.walked) walk(c, report);
+    if (!c.status.ok()) {
       finish();
-      return used.status();
+      return c.status;
     }
-    install(c.slot, writes);
+    const uint64_t t1 = NowNs();
+    install(c.slot, c.writes);
     install_ns += NowNs() - t1;
     install_cpu_ns += ThreadCpuNs() - c0;
     auto f = cfg_.fs->Open(path, OpenMode::kReadWrite);  // for its marks
@@ -431,7 +452,7 @@ Result<std::vector<DurableLog::Segment>> DurableLog::Load(const InstallVisitor& 
       slots_[c.slot].persisted.store(seg_bytes, std::memory_order_release);  // all of it is in the file
     }
     segments_on_disk_.fetch_add(1, std::memory_order_relaxed);
-    out.push_back(Segment{c.slot, c.seq, *used});
+    out.push_back(Segment{c.slot, c.seq, c.used});
   }
   finish();
   return out;

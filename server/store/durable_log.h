@@ -112,8 +112,10 @@ class DurableLog {
   //
   // Two threads: a reading thread reads the files into their slots (up to
   // kLoadAhead files ahead) and checks their headers, while the calling
-  // thread walks the ones already read, checks every entry, and installs
-  // them. `install` and `report` run on the calling thread only, file
+  // thread installs the ones already read. Each file is walked (every entry
+  // checked, the keys hashed) by the reading thread when the calling thread
+  // has kLoadAhead / 2 files or more waiting (the reads are ahead), else by
+  // the calling thread before it installs it. `install` and `report` run on the calling thread only, file
   // after file, as a one-thread walk would call them (a file's reports
   // before its writes). A file that fails stops the load: the files before
   // it have been installed, none after it.
@@ -129,10 +131,11 @@ class DurableLog {
   };
   // Where recovery's time went (ns). read: the reading thread's wall time
   // reading files into the log; reader_cpu its CPU time (user and system:
-  // the kernel zeroes the fresh pages the reads fill, and copies into them).
-  // On the calling thread: check, walking the files and checking every
-  // entry; install, installing their writes; install_cpu, its CPU time in
-  // both; wait, waiting for the reading thread. CPU times say what each
+  // the kernel zeroes the fresh pages the reads fill, and copies into them;
+  // and the walks it takes). check: walking the files and checking every
+  // entry, on both threads. On the calling thread: install, installing the
+  // writes; install_cpu, its CPU time in that and its walks; wait, waiting
+  // for the reading thread. CPU times say what each
   // part costs whatever else the machine runs.
   struct LoadTimes {
     uint64_t read_ns = 0, check_ns = 0, reader_cpu_ns = 0, install_ns = 0, install_cpu_ns = 0, wait_ns = 0;

@@ -215,7 +215,7 @@ Status Store::Recover() {
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
   recovery_times_ = times;
   KVRDMA_LOG_INFO("store: recovered %llu keys from %llu writes in %llu segment files (%llu bytes) of %s in %llu ms "
-                  "(reading thread: read %.0f ms; this thread: check %.0f ms, install %.0f ms, waiting for reads "
+                  "(reading thread: read %.0f ms; either thread: check %.0f ms; this thread: install %.0f ms, waiting for reads "
                   "%.0f ms); writes resume at version %llu",
                   static_cast<unsigned long long>(recovered_keys_), static_cast<unsigned long long>(recovered_writes_),
                   static_cast<unsigned long long>(recovered_segments_),
