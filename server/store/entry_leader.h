@@ -32,8 +32,7 @@ inline constexpr uint64_t kMaxWriteVersion = (uint64_t{1} << 56) - 1;
 static_assert(kLeaderBytes % kEntryAlign == 0, "a leader keeps the entry after it aligned");
 
 namespace detail {
-// CRC-8 (polynomial 0x07) of each byte value: the check byte one lookup per
-// byte (recovery checks every leader of the log).
+// CRC-8 (polynomial 0x07) of each byte value.
 constexpr auto kCrc8Table = [] {
   struct Table {
     uint8_t v[256];
@@ -45,15 +44,42 @@ constexpr auto kCrc8Table = [] {
   }
   return t;
 }();
+// The check byte one table lookup per byte, each depending on the last.
+constexpr uint8_t LeaderCheckBytewise(uint64_t version) noexcept {
+  uint8_t crc = 0;
+  for (int i = 0; i < 7; ++i) crc = kCrc8Table.v[crc ^ static_cast<uint8_t>(version >> (8 * i))];
+  return static_cast<uint8_t>(crc ^ 0x5a);
+}
+// The same CRC is linear (a zero start, no final xor inside), so it is the
+// xor of each byte's own share: byte i followed by 6 - i zero bytes, i.e.
+// the table applied 7 - i times. Seven independent lookups instead of a
+// chain of seven: recovery checks every leader of the log.
+constexpr auto kCrc8ByteShares = [] {
+  struct Tables {
+    uint8_t v[7][256];
+  } t{};
+  for (int x = 0; x < 256; ++x) {
+    uint8_t c = static_cast<uint8_t>(x);
+    for (int i = 6; i >= 0; --i) {
+      c = kCrc8Table.v[c];
+      t.v[i][x] = c;
+    }
+  }
+  return t;
+}();
 }  // namespace detail
 
 constexpr uint8_t LeaderCheck(uint64_t version) noexcept {
-  uint8_t crc = 0;
-  for (int i = 0; i < 7; ++i) crc = detail::kCrc8Table.v[crc ^ static_cast<uint8_t>(version >> (8 * i))];
-  return static_cast<uint8_t>(crc ^ 0x5a);
+  uint8_t crc = 0x5a;
+  for (int i = 0; i < 7; ++i) crc ^= detail::kCrc8ByteShares.v[i][static_cast<uint8_t>(version >> (8 * i))];
+  return crc;
 }
-// The table-driven CRC is the bitwise one (x^8 + x^2 + x + 1).
+// The table-driven CRC is the bitwise one (x^8 + x^2 + x + 1), and the
+// shares give the chained lookups' byte (tests/store: on random versions).
 static_assert(detail::kCrc8Table.v[1] == 0x07 && detail::kCrc8Table.v[0x80] == 0x89);
+static_assert(LeaderCheck(0) == detail::LeaderCheckBytewise(0) && LeaderCheck(1) == detail::LeaderCheckBytewise(1) &&
+              LeaderCheck(0x00ffffffffffffffull) == detail::LeaderCheckBytewise(0x00ffffffffffffffull) &&
+              LeaderCheck(0x0012345678abcdefull) == detail::LeaderCheckBytewise(0x0012345678abcdefull));
 
 constexpr uint64_t PackLeader(uint64_t version) noexcept {
   return (version & kMaxWriteVersion) | (uint64_t{LeaderCheck(version & kMaxWriteVersion)} << 56);

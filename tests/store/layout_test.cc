@@ -12,6 +12,7 @@
 #include "common/format/hash.h"
 #include "common/format/entry_ref.h"
 #include "common/format/window.h"
+#include "server/store/entry_leader.h"
 
 namespace kvrdma {
 namespace {
@@ -155,6 +156,19 @@ TEST(Layout, EntryChecksumIsLibxxhashsXxh3AtEverySizeAndAlignment) {
       }
     }
   }
+}
+
+// The leader's check byte from its per-byte shares is the chained CRC-8 the
+// files were written with, on every version tried.
+TEST(Layout, LeaderCheckIsTheChainedCrc8) {
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < 1000000; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;  // xorshift64
+    const uint64_t version = x & kMaxWriteVersion;
+    ASSERT_EQ(LeaderCheck(version), detail::LeaderCheckBytewise(version)) << version;
+    ASSERT_TRUE(LeaderValid(PackLeader(version)));
+  }
+  for (uint64_t v = 0; v < 70000; ++v) ASSERT_EQ(LeaderCheck(v), detail::LeaderCheckBytewise(v)) << v;
 }
 
 TEST(Hash, HomeFingerprintAndTagNibbleUseDisjointBits) {
