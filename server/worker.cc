@@ -158,7 +158,7 @@ void Worker::Run() {
     // round serves every connection with a message waiting, one each: a
     // message waits for at most one message of each other connection per
     // round, however many the others have queued (DESIGN.md, "Fair service").
-    const int n = Drain();
+    const int n = Drain(now_ms);
     const bool serve = HasReady();
     if (serve) ServeRound();
     // A durable store answers a write only after a Commit (--fsync always:
@@ -185,19 +185,21 @@ void Worker::Run() {
     if (now < busy_until) continue;
     // The last poll found the CQ empty: until the wait returns, everything
     // that arrived has been handled (caught_up_ms() reads now); afterwards,
-    // everything that arrived before the wait began.
-    const int64_t slept_ms = SteadyMs();
+    // everything that arrived before this iteration's clock read (before
+    // that poll: a bound on the safe side, and no clock read of its own).
     sleeping_.store(true, std::memory_order_release);
     (void)cq_->Wait(assembly_budget_.used() > 0 || rdv_busy_ > 0 ? kExpiryCheckMs : -1);
-    caught_up_ms_.store(slept_ms, std::memory_order_relaxed);
+    caught_up_ms_.store(now_ms, std::memory_order_relaxed);
     sleeping_.store(false, std::memory_order_release);
   }
 }
 
-int Worker::Drain() {
+int Worker::Drain(int64_t now_ms) {
   int total = 0;
   for (int polls = 0; polls < 32; ++polls) {
-    const int64_t start_ms = SteadyMs();
+    // Read before the poll: the first poll's is the caller's (read just
+    // before), a later one's its own (the poll before it found a full batch).
+    const int64_t start_ms = polls == 0 ? now_ms : SteadyMs();
     const int n = cq_->Poll(wc_);
     if (n < 0) {
       KVRDMA_LOG_ERROR("worker %u: polling the completion queue failed", index_);

@@ -142,8 +142,8 @@ class Worker {
   void Run();
   // Polls until the CQ is empty (or 32 polls of completions): replies sent
   // are handled at once, messages queued on their connection. Returns the
-  // completions seen.
-  int Drain();
+  // completions seen. `now_ms`: SteadyMs() read just before the call.
+  int Drain(int64_t now_ms);
   void Dispatch(const Completion& c);
   void OnReceive(const Completion& c);
   // One round: every connection on the ready list handles its oldest
