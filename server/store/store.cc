@@ -109,7 +109,11 @@ Status Store::Recover() {
   // or another key with the same bit) scans the window.
   const uint64_t seen_bits = std::bit_ceil(std::min<uint64_t>(index_->words() * 8, uint64_t{1} << 31));
   const int seen_shift = 64 - std::countr_zero(seen_bits);
-  auto seen_arena = Arena::Create(std::max<uint64_t>(8, seen_bits / 8), cfg_.huge_pages, "recovery's key filter");
+  // Huge pages when the pool has them, never required (--huge-pages on asks
+  // them for index and log, which the operator sized the pool for).
+  auto seen_arena = Arena::Create(std::max<uint64_t>(8, seen_bits / 8),
+                                  cfg_.huge_pages == HugePages::kOff ? HugePages::kOff : HugePages::kAuto,
+                                  "recovery's key filter");
   if (!seen_arena.ok()) return seen_arena.status();
   uint64_t* const seen = reinterpret_cast<uint64_t*>(seen_arena->data());
   auto seen_bit = [seen_shift](uint64_t hash) { return (hash * 0x9E3779B97F4A7C15ull) >> seen_shift; };
