@@ -412,20 +412,22 @@ bool Client::Impl::SendWrites() {
   return true;
 }
 
-uint8_t* Client::Impl::NextStage() {
-  return Mem(stage_off_ + size_t{static_cast<uint32_t>(seq_ % desc_.credits)} * desc_.message_bytes);
-}
+uint32_t Client::Impl::NextStageIndex() const { return static_cast<uint32_t>(seq_ % desc_.credits); }
+
+size_t Client::Impl::StageOff(uint32_t stage) const { return stage_off_ + size_t{stage} * desc_.message_bytes; }
+
+uint8_t* Client::Impl::NextStage() { return Mem(StageOff(NextStageIndex())); }
 
 void Client::Impl::QueueMessage(size_t len, const PendingReply& pr) {
-  const auto stage = static_cast<uint32_t>(seq_ % desc_.credits);
-  const size_t off = stage_off_ + size_t{stage} * desc_.message_bytes;
+  const uint32_t stage = NextStageIndex();
+  const size_t off = StageOff(stage);
   replies_.push_back(pr);
   SendWr& w = msg_batch_.emplace_back();  // within the capacity reserved at connect: credits
   w.wr_id = MakeWrId(WrKind::kMessage, seq_);
   w.local = mr_->Slice(off, static_cast<uint32_t>(len));
   // A staging buffer is reused only after the reply to its message, which
   // implies the server read it: completions only free send-queue room.
-  w.signaled = seq_ % desc_.credits == desc_.credits - 1u;
+  w.signaled = stage == desc_.credits - 1u;
   if (opts_.put_mode == PutMode::kWriteImm) {
     w.opcode = WrOpcode::kWriteImm;
     w.remote_addr = desc_.ring.addr + size_t{stage} * desc_.message_bytes;
