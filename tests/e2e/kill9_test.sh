@@ -50,6 +50,11 @@ fail() {
     [ -e "$f" ] || continue
     case "$f" in "$DIR/server.$cycle".*) echo "--- $(basename "$f") (tail)"; tail -n 30 "$f" ;; esac
   done
+  # A kvserver this script did not kill that died of SIGKILL: the kernel's
+  # out-of-memory killer is the usual cause here (each killed kvserver's
+  # registered memory stays pinned until rxe reaps it, minutes later).
+  dmesg 2>/dev/null | grep -i -E "out of memory|oom-kill|invoked oom" | tail -n 5 | sed 's/^/kernel: /'
+  grep -E "^(MemTotal|MemAvailable|Unevictable):" /proc/meminfo 2>/dev/null | sed 's/^/meminfo: /'
   if [ -n "${KVRDMA_KILL9_KEEP:-}" ]; then
     mkdir -p "$KVRDMA_KILL9_KEEP" && cp -a "$DIR"/. "$KVRDMA_KILL9_KEEP"/ && echo "kept $DIR in $KVRDMA_KILL9_KEEP"
   fi
