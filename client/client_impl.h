@@ -252,8 +252,9 @@ class Client::Impl {
   // The staging buffer the next message is written into: one per credit,
   // in turn (reused only after its message's reply).
   uint8_t* NextStage();
-  uint32_t NextStageIndex() const;       // the next message's staging buffer and ring slot
-  size_t StageOff(uint32_t stage) const;  // that buffer's offset in mem_
+  // The next message's staging buffer and ring slot, and a buffer's offset in mem_.
+  uint32_t NextStageIndex() const { return static_cast<uint32_t>(seq_ % desc_.credits); }
+  size_t StageOff(uint32_t stage) const { return stage_off_ + size_t{stage} * desc_.message_bytes; }
   // Posts (with PumpMessages' batch) the next message, `len` bytes written
   // into NextStage(), and waits for its reply (pr).
   void QueueMessage(size_t len, const PendingReply& pr);

@@ -412,10 +412,6 @@ bool Client::Impl::SendWrites() {
   return true;
 }
 
-uint32_t Client::Impl::NextStageIndex() const { return static_cast<uint32_t>(seq_ % desc_.credits); }
-
-size_t Client::Impl::StageOff(uint32_t stage) const { return stage_off_ + size_t{stage} * desc_.message_bytes; }
-
 uint8_t* Client::Impl::NextStage() { return Mem(StageOff(NextStageIndex())); }
 
 void Client::Impl::QueueMessage(size_t len, const PendingReply& pr) {
