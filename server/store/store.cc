@@ -134,36 +134,34 @@ Status Store::Recover() {
     // is the bound of a small-value recovery (MakeRoom locks as it hops).
     const uint64_t bit = seen_bit(kh.hash);
     for (int attempt = 0; attempt < 4 * kInsertAttempts; ++attempt) {
-      {
-        uint64_t empty = Found::kNone;
-        Found cur;
-        if ((seen[bit / 64] >> (bit % 64) & 1) != 0) {
-          cur = FindKeyAlone(kh, key, &empty);
-        } else {
-          empty = FirstEmptyWord(kh.home);
+      uint64_t empty = Found::kNone;
+      Found cur;
+      if ((seen[bit / 64] >> (bit % 64) & 1) != 0) {
+        cur = FindKeyAlone(kh, key, &empty);
+      } else {
+        empty = FirstEmptyWord(kh.home);
+      }
+      if (cur.found() && EntryVersion(RefLogOffset(cur.ref)) >= version) {
+        superseded.push_back(off);  // older (or the cleaner's other copy of the same write)
+        return;
+      }
+      const uint64_t word = cur.found() ? cur.word : empty;
+      if (word != Found::kNone) {
+        if (cur.found()) {
+          superseded.push_back(RefLogOffset(cur.ref));
+          log_->AddLive(RefLogOffset(cur.ref),
+                        -static_cast<int64_t>(kLeaderBytes + LengthsEntryBytes(cur.header.lengths)));
+          --(LengthsTombstone(cur.header.lengths) ? tombstones : items);
         }
-        if (cur.found() && EntryVersion(RefLogOffset(cur.ref)) >= version) {
-          superseded.push_back(off);  // older (or the cleaner's other copy of the same write)
-          return;
-        }
-        const uint64_t word = cur.found() ? cur.word : empty;
-        if (word != Found::kNone) {
-          if (cur.found()) {
-            superseded.push_back(RefLogOffset(cur.ref));
-            log_->AddLive(RefLogOffset(cur.ref),
-                          -static_cast<int64_t>(kLeaderBytes + LengthsEntryBytes(cur.header.lengths)));
-            --(LengthsTombstone(cur.header.lengths) ? tombstones : items);
-          }
-          index_->StoreRef(word, ref);
-          seen[bit / 64] |= uint64_t{1} << (bit % 64);
-          // Published now (its NOT-CURRENT bit may be set in its file: it
-          // was written before its publication); set again below if a newer
-          // write of its key comes later.
-          Publish(off);
-          file_live += static_cast<int64_t>(kLeaderBytes + LengthsEntryBytes(h.lengths));
-          ++(tomb ? tombstones : items);
-          return;
-        }
+        index_->StoreRef(word, ref);
+        seen[bit / 64] |= uint64_t{1} << (bit % 64);
+        // Published now (its NOT-CURRENT bit may be set in its file: it
+        // was written before its publication); set again below if a newer
+        // write of its key comes later.
+        Publish(off);
+        file_live += static_cast<int64_t>(kLeaderBytes + LengthsEntryBytes(h.lengths));
+        ++(tomb ? tombstones : items);
+        return;
       }
       Status room = index_->MakeRoom(kh, [this](uint64_t r) { return HashOfRef(r); });
       if (!room.ok() && room.code() != Status::Code::kRetry) break;
@@ -400,13 +398,7 @@ Store::Found Store::FindKeyAlone(const KeyHash& kh, std::string_view key, uint64
                                           index_->window_words() * kWordBytes);
   WindowProbe probe;
   if (!ProbeWindow(window, kh, index_params(), &probe).ok()) return FindKey(kh, key, first_empty);
-  *first_empty = Found::kNone;
-  for (uint64_t w = kh.home; w < kh.home + index_->window_words(); ++w) {
-    if (index_->LoadRef(w) == kEmptyRef) {
-      *first_empty = w;
-      break;
-    }
-  }
+  *first_empty = FirstEmptyWord(kh.home);
   for (int i = NextCandidate(probe, 0); i >= 0; i = NextCandidate(probe, i + 1)) {
     const uint64_t w = kh.home + static_cast<uint64_t>(i);
     const uint64_t s = index_->LoadRef(w);
