@@ -48,6 +48,25 @@ class Backend {
   // a backend that wraps another forwards to it.
   virtual Status PutChecked(uint32_t worker, std::span<const uint8_t> key, std::span<const uint8_t> value,
                             uint64_t expected, const CommitCheck& check, bool wait_for_space, uint64_t* version) = 0;
+  // A rendezvous PUT whose value the worker READs straight into its place
+  // in the log (Store::BeginPut): takes_values_in_place() true, then
+  // BeginPut (the place, or a refusal), the READ into PlacedValue(place)'s
+  // value_len bytes, then FinishPut (as PutChecked, over the log's copy)
+  // once the READ completed, or AbandonPut if it failed. Each BeginPut is
+  // ended by exactly one of the two. false (the default): the worker READs
+  // into staging of its own and calls PutChecked.
+  virtual bool takes_values_in_place() const { return false; }
+  virtual Result<uint64_t> BeginPut(uint32_t /*worker*/, std::span<const uint8_t> /*key*/, uint32_t /*value_len*/,
+                                    bool /*wait_for_space*/) {
+    return Status::Internal("this backend takes no values in place");
+  }
+  virtual uint8_t* PlacedValue(uint64_t /*place*/) const { return nullptr; }
+  virtual Status FinishPut(uint32_t /*worker*/, uint64_t /*place*/, std::span<const uint8_t> /*key*/,
+                           uint32_t /*value_len*/, uint64_t /*expected*/, const CommitCheck& /*check*/,
+                           uint64_t* /*version*/) {
+    return Status::Internal("this backend takes no values in place");
+  }
+  virtual void AbandonPut(uint64_t /*place*/) {}
   // Durable store: makes worker `worker`'s writes so far durable
   // (Store::Commit); a worker calls it before it answers them. Memory only:
   // durable() is false and nothing needs calling.

@@ -70,7 +70,10 @@ Status Server::Start() {
   auto imr = reg(r.index_base, r.index_bytes, kAccessRemoteRead, "index");
   if (!imr.ok()) return imr.status();
   index_mr_ = std::move(imr).value();
-  auto lmr = reg(r.log_base, r.log_bytes, kAccessRemoteRead, "value log");
+  // Local write too when rendezvous READs land in the log (their local
+  // side): no remote access but READ, so no client writes it.
+  const bool in_place = backend_.takes_values_in_place();
+  auto lmr = reg(r.log_base, r.log_bytes, kAccessRemoteRead | (in_place ? kAccessLocalWrite : 0u), "value log");
   if (!lmr.ok()) return lmr.status();
   log_mr_ = std::move(lmr).value();
 
@@ -105,13 +108,17 @@ Status Server::Start() {
     LockView lv = lock_view();
     workers_.push_back(std::make_unique<Worker>(w, cfg_, backend_, counters_, *assembly_budget_, pool, lv,
                                                 std::move(cq).value()));
-    const size_t staging = size_t{Worker::kRendezvousSlots} * cfg_.max_value_bytes;
-    rendezvous_mem_.push_back(AlignedAlloc(staging));
-    if (!rendezvous_mem_.back()) return Status::NoResource("out of memory for rendezvous staging");
-    auto smr = reg(rendezvous_mem_.back().get(), staging, kAccessLocalWrite, "rendezvous staging");
-    if (!smr.ok()) return smr.status();
-    rendezvous_mr_.push_back(std::move(smr).value());
-    workers_.back()->SetRendezvous(rendezvous_mr_.back().get());
+    if (in_place) {
+      workers_.back()->SetRendezvous(nullptr, log_mr_.get());
+    } else {
+      const size_t staging = size_t{Worker::kRendezvousSlots} * cfg_.max_value_bytes;
+      rendezvous_mem_.push_back(AlignedAlloc(staging));
+      if (!rendezvous_mem_.back()) return Status::NoResource("out of memory for rendezvous staging");
+      auto smr = reg(rendezvous_mem_.back().get(), staging, kAccessLocalWrite, "rendezvous staging");
+      if (!smr.ok()) return smr.status();
+      rendezvous_mr_.push_back(std::move(smr).value());
+      workers_.back()->SetRendezvous(rendezvous_mr_.back().get(), nullptr);
+    }
     workers_.back()->Start();
   }
 

@@ -96,7 +96,8 @@ class Server {
   std::unique_ptr<MemoryRegion> recv_mr_;
   std::unique_ptr<SharedReceiveQueue> srq_;
   std::unique_ptr<AssemblyBudget> assembly_budget_;
-  // Per worker: its rendezvous staging slots (Worker::SetRendezvous), the
+  // Per worker, when the backend takes no values in place (a durable
+  // store): its rendezvous staging slots (Worker::SetRendezvous), the
   // server's own memory, local write only.
   std::vector<std::unique_ptr<uint8_t, FreeDeleter>> rendezvous_mem_;
   std::vector<std::unique_ptr<MemoryRegion>> rendezvous_mr_;

@@ -37,7 +37,23 @@ class StoreBackend final : public Backend {
     *version = *r;
     return Status::OK();
   }
-  bool durable() const override { return store_->Stats().durable; }
+  bool takes_values_in_place() const override { return !store_->durable(); }
+  Result<uint64_t> BeginPut(uint32_t worker, std::span<const uint8_t> key, uint32_t value_len,
+                            bool wait_for_space) override {
+    return store_->BeginPut(worker, View(key), value_len, wait_for_space);
+  }
+  uint8_t* PlacedValue(uint64_t place) const override {
+    return reinterpret_cast<uint8_t*>(store_->PlacedValue(place));
+  }
+  Status FinishPut(uint32_t worker, uint64_t place, std::span<const uint8_t> key, uint32_t value_len,
+                   uint64_t expected, const CommitCheck& check, uint64_t* version) override {
+    auto r = store_->FinishPut(worker, place, View(key), value_len, expected, check);
+    if (!r.ok()) return r.status();
+    *version = *r;
+    return Status::OK();
+  }
+  void AbandonPut(uint64_t place) override { store_->AbandonPut(place); }
+  bool durable() const override { return store_->durable(); }
   Status Commit(uint32_t worker) override { return store_->Commit(worker); }
   StoreRegions regions() const override {
     IndexParams p = store_->index_params();

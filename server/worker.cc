@@ -50,7 +50,15 @@ Worker::Worker(uint32_t index, const ServerConfig& cfg, Backend& backend, Server
   awaiting_.reserve(64);
 }
 
-Worker::~Worker() { Stop(); }
+Worker::~Worker() {
+  Stop();
+  // The connections' QPs are gone by now (Server::Shutdown destroys them
+  // first): no READ writes a place any more, and the store gets each back.
+  for (RendezvousSlot& s : rdv_) {
+    if (s.busy && log_mr_ != nullptr) backend_.AbandonPut(s.place);
+    s.busy = false;
+  }
+}
 
 void Worker::Start() {
   running_.store(true);

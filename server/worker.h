@@ -114,7 +114,7 @@ class Worker {
   // server's own memory) holds kRendezvousSlots buffers of max_value_bytes
   // each, the READs' destinations. Without it a rendezvous PUT is refused
   // with Unavailable. Before Start; `mr` outlives the worker's connections.
-  void SetRendezvous(MemoryRegion* mr);
+  void SetRendezvous(MemoryRegion* staging, MemoryRegion* log);
   static constexpr uint32_t kRendezvousSlots = 4;  // READs in flight per worker (one per connection)
   // Steady-clock ms before which every completion of this worker's CQ has
   // been handled (the start of its last poll that emptied the CQ, or now
@@ -184,16 +184,23 @@ class Worker {
   void ExpireRendezvous(int64_t now_ms);
   // Remove: the connection's READ (if any) no longer names it.
   void OrphanRendezvous(ConnState& cs);
+  // A rendezvous PUT's value, READ: its place in the log (Backend::BeginPut)
+  // or kStaged (in a slot), and the client's checksum of the entry.
+  struct RendezvousValue {
+    static constexpr uint64_t kStaged = ~uint64_t{0};
+    uint64_t place;
+    uint64_t checksum;
+  };
   // Applies a PUT (value) or DELETE (no value) with the lock check at the
-  // store's commit point, and answers it.
-  // expected_checksum: a rendezvous PUT's (Backend::PutChecked).
+  // store's commit point, and answers it. rdv: a rendezvous PUT's
+  // (Backend::FinishPut in place, else Backend::PutChecked).
   void Apply(ConnState& cs, const RequestHeader& h, std::span<const uint8_t> key,
-             std::span<const uint8_t> value, bool is_delete, const uint64_t* expected_checksum = nullptr);
+             std::span<const uint8_t> value, bool is_delete, const RendezvousValue* rdv = nullptr);
   // Apply's store call and counters, without the reply; *version: the
   // write's version, or a VersionMismatch's current one (else 0).
   Status ApplyWrite(ConnState& cs, const RequestHeader& h, std::span<const uint8_t> key,
                     std::span<const uint8_t> value, bool is_delete, uint64_t* version,
-                    const uint64_t* expected_checksum = nullptr);
+                    const RendezvousValue* rdv = nullptr);
 
   // --- worker_replies.cc: replies ---
   // Queue the reply on cs; FlushReplies posts what the batch queued.
@@ -256,8 +263,10 @@ class Worker {
     RequestHeader header;      // the PUT's (request id, token, condition, value length)
     std::vector<uint8_t> key;  // the worker's copy of the key
     uint64_t checksum = 0;     // the client's RendezvousChecksum
+    uint64_t place = 0;        // in place: the entry's (Backend::BeginPut), while busy
   };
-  MemoryRegion* rdv_mr_ = nullptr;
+  MemoryRegion* rdv_mr_ = nullptr;  // staging (a durable store), else null
+  MemoryRegion* log_mr_ = nullptr;  // in place: the log, registered for local write, else null
   std::vector<RendezvousSlot> rdv_;
   uint32_t rdv_busy_ = 0;  // slots busy
   std::atomic<int64_t> caught_up_ms_{0};

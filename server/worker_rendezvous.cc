@@ -1,25 +1,37 @@
 // Rendezvous PUTs (protocol 10.1, common/protocol/messages.h): the client
 // names a memory window it bound READ-only over its value on its own QP; the
-// worker READs the value through the request's own connection into a
-// staging slot of its own, never blocking on it, and applies the PUT when the
-// READ completes:
+// worker READs the value through the request's own connection, never
+// blocking on it, and applies the PUT when the READ completes. Where the
+// READ lands:
 //
-//   HandleRendezvous   a free slot (else NoResource), the READ posted
-//                      (signaled), the connection's next messages held back
-//   OnRendezvousRead   the checksum over the worker's copy against the
+//   in place   (a memory-only store: Backend::takes_values_in_place) the
+//              value's own place in the log: BeginPut reserves the entry
+//              and writes all of it but the value; no copy follows
+//   staging    (a durable store) a slot of the worker's own; the store
+//              copies it into the log
+//
+//   HandleRendezvous   a free slot (else NoResource), the place (in place),
+//                      the READ posted (signaled), the connection's next
+//                      messages held back
+//   OnRendezvousRead   the checksum over the server's copy against the
 //                      client's (a value changed during the READ: refused,
-//                      nothing written), then Apply: the same lock check,
+//                      nothing published), with the same lock check,
 //                      condition, store write, durability and reply as any
-//                      whole PUT
+//                      whole PUT (Apply); a READ that failed abandons its
+//                      place
 //   ExpireRendezvous   a READ past assembly_timeout_ms closes its
 //                      connection (its flushed completion gives the slot
 //                      back); a removed connection's slot comes back after
 //                      that long even if its completion never does
 //
-// The slot is the worker's memory (local write only, no rkey): no client can
-// write it, and the client's window only reaches the client's own memory.
-// Bounds: one READ per connection (its later messages wait, and the credits
-// bound those), kRendezvousSlots per worker.
+// Either destination is the server's memory, registered for local write
+// only: no client can write it (the log's rkey grants remote READ only), and
+// the client's window only reaches the client's own memory. A READ writes
+// nothing but the value's bytes (its local length is value_len). A place
+// stays pinned (the cleaner does not claim its segment) until its READ is
+// over: completed, or its QP destroyed (the slot's expiry). Bounds: one
+// READ per connection (its later messages wait, and the credits bound
+// those), kRendezvousSlots per worker.
 #include <string>
 
 #include "common/log.h"
@@ -27,9 +39,10 @@
 
 namespace kvrdma::server {
 
-void Worker::SetRendezvous(MemoryRegion* mr) {
-  rdv_mr_ = mr;
-  rdv_.assign(mr != nullptr ? kRendezvousSlots : 0, RendezvousSlot{});
+void Worker::SetRendezvous(MemoryRegion* staging, MemoryRegion* log) {
+  rdv_mr_ = staging;
+  log_mr_ = backend_.takes_values_in_place() ? log : nullptr;
+  rdv_.assign(rdv_mr_ != nullptr || log_mr_ != nullptr ? kRendezvousSlots : 0, RendezvousSlot{});
   for (RendezvousSlot& s : rdv_) s.key.reserve(cfg_.max_key_bytes);
 }
 
@@ -46,16 +59,31 @@ void Worker::HandleRendezvous(ConnState& cs, const ParsedRequest& r) {
                       Status::NoResource("every rendezvous READ of this worker is in flight: retry later"));
   }
   RendezvousSlot& s = rdv_[slot];
-  ++s.generation;
   SendWr w;
+  if (log_mr_ != nullptr) {
+    // The entry's place in the log, all of it written but the value; a
+    // full log waits for room only if no other connection has a message
+    // waiting (as ApplyWrite).
+    auto place = backend_.BeginPut(index_, r.key, h.value_len, /*wait_for_space=*/!HasReady());
+    if (!place.ok()) {
+      counters_.errors.fetch_add(1, std::memory_order_relaxed);
+      return ReplyError(cs, h.request_id, place.status());
+    }
+    s.place = *place;
+    const uint8_t* value = backend_.PlacedValue(s.place);
+    w.local = log_mr_->Slice(static_cast<size_t>(value - static_cast<const uint8_t*>(log_mr_->addr())), h.value_len);
+  } else {
+    // ParseRequest bounded value_len by max_value_bytes: the READ stays inside its slot.
+    w.local = rdv_mr_->Slice(size_t{slot} * cfg_.max_value_bytes, h.value_len);
+  }
+  ++s.generation;
   w.wr_id = kReadTag | (uint64_t{s.generation} << 8) | slot;
   w.opcode = WrOpcode::kRead;
   w.signaled = true;
-  // ParseRequest bounded value_len by max_value_bytes: the READ stays inside its slot.
-  w.local = rdv_mr_->Slice(size_t{slot} * cfg_.max_value_bytes, h.value_len);
   w.remote_addr = r.rendezvous.addr;
   w.rkey = r.rendezvous.rkey;
   if (Status st = cs.qp->PostSend({&w, 1}); !st.ok()) {
+    if (log_mr_ != nullptr) backend_.AbandonPut(s.place);  // nothing was posted
     counters_.errors.fetch_add(1, std::memory_order_relaxed);
     return ReplyError(cs, h.request_id, st);
   }
@@ -80,7 +108,11 @@ void Worker::OnRendezvousRead(const Completion& c) {
   --rdv_busy_;
   ConnState* cs = s.cs;
   s.cs = nullptr;
-  if (cs == nullptr) return;  // the connection went meanwhile
+  const bool in_place = log_mr_ != nullptr;
+  if (cs == nullptr || c.status != WcStatus::kSuccess) {
+    if (in_place) backend_.AbandonPut(s.place);  // the READ is over: nothing writes the place any more
+    if (cs == nullptr) return;                   // the connection went meanwhile
+  }
   cs->rendezvous_slot = -1;
   if (cs->pending_count > 0 && !cs->in_ready) {  // its next messages waited for this one
     cs->in_ready = true;
@@ -96,15 +128,22 @@ void Worker::OnRendezvousRead(const Completion& c) {
     RequestClose(*cs, ConnState::CloseReason::kQpFailed);
     return;
   }
-  // The worker's own copy, which no client can write. The store copies it
-  // into the log and checks the client's checksum against the entry
-  // checksum it computes over the log's copy (Backend::PutChecked): what is
-  // checked is what is stored, in one pass; a value the client changed
-  // during the READ is refused there (InvalidArgument, nothing published).
-  const std::span<const uint8_t> value{static_cast<const uint8_t*>(rdv_mr_->addr()) +
-                                           size_t{slot} * cfg_.max_value_bytes,
-                                       h.value_len};
-  Apply(*cs, h, s.key, value, /*is_delete=*/false, &s.checksum);
+  // The server's own copy, which no client can write: in its place in the
+  // log, or in the slot (the store copies it into the log). The store
+  // checks the client's checksum against the entry checksum it computes
+  // over the log's copy (Backend::FinishPut, PutChecked): what is checked is
+  // what is stored, in one pass; a value the client changed during the READ
+  // is refused there (InvalidArgument, nothing published).
+  if (in_place) {
+    const RendezvousValue placed{s.place, s.checksum};
+    Apply(*cs, h, s.key, {backend_.PlacedValue(s.place), h.value_len}, /*is_delete=*/false, &placed);
+  } else {
+    const RendezvousValue staged{RendezvousValue::kStaged, s.checksum};
+    const std::span<const uint8_t> value{static_cast<const uint8_t*>(rdv_mr_->addr()) +
+                                             size_t{slot} * cfg_.max_value_bytes,
+                                         h.value_len};
+    Apply(*cs, h, s.key, value, /*is_delete=*/false, &staged);
+  }
 }
 
 void Worker::ExpireRendezvous(int64_t now_ms) {
@@ -114,8 +153,9 @@ void Worker::ExpireRendezvous(int64_t now_ms) {
     if (s.cs == nullptr) {
       // Its connection was removed and the READ's completion never came:
       // the QP is destroyed by now (the manager frees a removed connection
-      // at once), so nothing writes the slot any more. A completion that
-      // still comes finds another generation.
+      // at once), so nothing writes the slot or the place any more. A
+      // completion that still comes finds another generation.
+      if (log_mr_ != nullptr) backend_.AbandonPut(s.place);
       s.busy = false;
       --rdv_busy_;
     } else if (!s.closing) {

@@ -136,7 +136,7 @@ void Worker::HandleFragment(ConnState& cs, const ParsedRequest& r) {
 
 Status Worker::ApplyWrite(ConnState& cs, const RequestHeader& h, std::span<const uint8_t> key,
                           std::span<const uint8_t> value, bool is_delete, uint64_t* version,
-                          const uint64_t* expected_checksum) {
+                          const RendezvousValue* rdv) {
   uint64_t current = 0;
   const CommitFence fence{&locks_, h.lock_token, cs.id, (h.flags & kFlagIfVersion) != 0, h.if_version, &current};
   const CommitCheck check{&CommitFence::Check, &fence};
@@ -145,10 +145,12 @@ Status Worker::ApplyWrite(ConnState& cs, const RequestHeader& h, std::span<const
   // waiting for this worker; else answer ServerFull now and keep serving
   // (DESIGN.md, "Fair service").
   const bool wait_for_space = !HasReady();
-  Status st = is_delete                       ? backend_.Delete(index_, key, check, wait_for_space, version)
-               : expected_checksum != nullptr ? backend_.PutChecked(index_, key, value, *expected_checksum, check,
-                                                                    wait_for_space, version)
-                                              : backend_.Put(index_, key, value, check, wait_for_space, version);
+  Status st = is_delete        ? backend_.Delete(index_, key, check, wait_for_space, version)
+               : rdv == nullptr ? backend_.Put(index_, key, value, check, wait_for_space, version)
+               : rdv->place != RendezvousValue::kStaged
+                   ? backend_.FinishPut(index_, rdv->place, key, static_cast<uint32_t>(value.size()), rdv->checksum,
+                                        check, version)
+                   : backend_.PutChecked(index_, key, value, rdv->checksum, check, wait_for_space, version);
   if (st.ok()) {
     (is_delete ? counters_.deletes : counters_.puts).fetch_add(1, std::memory_order_relaxed);
     return st;
@@ -161,10 +163,10 @@ Status Worker::ApplyWrite(ConnState& cs, const RequestHeader& h, std::span<const
 }
 
 void Worker::Apply(ConnState& cs, const RequestHeader& h, std::span<const uint8_t> key,
-                   std::span<const uint8_t> value, bool is_delete, const uint64_t* expected_checksum) {
+                   std::span<const uint8_t> value, bool is_delete, const RendezvousValue* rdv) {
   ReplyHeader rh;
   rh.request_id = h.request_id;
-  Status st = ApplyWrite(cs, h, key, value, is_delete, &rh.version, expected_checksum);
+  Status st = ApplyWrite(cs, h, key, value, is_delete, &rh.version, rdv);
   if (!st.ok()) return ReplyError(cs, h.request_id, st, rh.version);
   // A durable store answers only once the write is durable: the reply
   // waits in the queue for the worker's next Commit (CommitWrites).

@@ -340,21 +340,35 @@ uint64_t Store::EntryVersion(uint64_t off) const noexcept { return LeaderVersion
 
 void Store::WriteEntry(uint64_t off, std::string_view key, std::string_view value, bool tombstone,
                        uint64_t version) noexcept {
+  WriteEntryFrame(off, key, static_cast<uint32_t>(value.size()), tombstone, version);
+  if (!value.empty()) RacyStore(log_->data() + off + kEntryKeyOffset + key.size(), value.data(), value.size());
+  ChecksumEntry(off);
+}
+
+void Store::WriteEntryFrame(uint64_t off, std::string_view key, uint32_t value_len, bool tombstone,
+                            uint64_t version) noexcept {
   StoreLeader(off, PackLeader(version));
   std::byte* p = log_->data() + off;
-  const uint32_t lengths = PackLengths(key.size(), value.size(), tombstone);
+  const uint32_t lengths = PackLengths(key.size(), value_len, tombstone);
   RacyStore(p + LengthsAt(off), &lengths, sizeof(lengths));
   RacyStore(p + kEntryKeyOffset, key.data(), key.size());
-  if (!value.empty()) RacyStore(p + kEntryKeyOffset + key.size(), value.data(), value.size());
-  const size_t used = kEntryKeyOffset + key.size() + value.size();
+  const size_t used = kEntryKeyOffset + key.size() + value_len;
   static constexpr uint32_t kZero = 0;
-  RacyStore(p + used, &kZero, EntryBytes(key.size(), value.size()) - used);  // 0..3 bytes
-  // Checksum over what we just wrote (our own stores: no race), then the
-  // guard with the not-current bit SET: the entry is unpublished. Only
-  // Publish, after the caller's ref store, clears it (DESIGN.md, "The
-  // not-current bit"); an entry that is never published (a tombstone of an
-  // absent key, a ServerFull leftover) never validates as current.
-  const uint64_t guard = EntryChecksum(lengths, p + kEntryKeyOffset, key.size() + value.size(), cfg_.seed);
+  RacyStore(p + used, &kZero, EntryBytes(key.size(), value_len) - used);  // 0..3 bytes
+}
+
+void Store::ChecksumEntry(uint64_t off) noexcept {
+  // Checksum over the entry as it is in the log (our own stores, or a READ
+  // that has completed: no race), then the guard with the not-current bit
+  // SET: the entry is unpublished. Only Publish, after the caller's ref
+  // store, clears it (DESIGN.md, "The not-current bit"); an entry that is
+  // never published (a tombstone of an absent key, a ServerFull leftover)
+  // never validates as current.
+  const std::byte* p = log_->data() + off;
+  uint32_t lengths;
+  std::memcpy(&lengths, p + LengthsAt(off), sizeof(lengths));
+  const uint64_t guard = EntryChecksum(lengths, p + kEntryKeyOffset,
+                                       size_t{LengthsKey(lengths)} + LengthsValue(lengths), cfg_.seed);
   GuardWord(off).store(guard | kGuardNotCurrentBit, std::memory_order_relaxed);
 }
 
@@ -492,9 +506,7 @@ bool Store::EvictOldestCandidate(uint32_t head, const KeyHash& kh) {
 Result<uint64_t> Store::Write(uint32_t head, std::string_view key, std::string_view value, bool tombstone,
                              const CommitCheck& check, bool wait_for_space, const uint64_t* expected_checksum) {
   const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->home_count());
-  const uint64_t bytes = LogBytes(key.size(), value.size());  // leader + entry
-  const uint64_t size_class = SizeClassFor(EntryBytes(key.size(), value.size()));
-  auto reserved = ReserveSpace(head, bytes, wait_for_space);
+  auto reserved = ReserveSpace(head, LogBytes(key.size(), value.size()), wait_for_space);
   if (!reserved.ok()) return reserved.status();
   const uint64_t off = *reserved + kLeaderBytes;  // the entry, after its leader
   // A checksum to meet: the entry is written (unpublished, version 0) and
@@ -508,6 +520,14 @@ Result<uint64_t> Store::Write(uint32_t head, std::string_view key, std::string_v
                                      "over; nothing written");
     }
   }
+  return IndexWrite(head, kh, off, key, value, tombstone, check, prewritten);
+}
+
+Result<uint64_t> Store::IndexWrite(uint32_t head, const KeyHash& kh, uint64_t off, std::string_view key,
+                                  std::string_view value, bool tombstone, const CommitCheck& check,
+                                  bool prewritten) {
+  const uint64_t bytes = LogBytes(key.size(), value.size());  // leader + entry
+  const uint64_t size_class = SizeClassFor(EntryBytes(key.size(), value.size()));
   HeadStats& st = head_stats_[head];
   index_->ExpireTags(Index::Clock::now());
   for (int attempt = 0;; ++attempt) {
@@ -576,6 +596,49 @@ Result<uint64_t> Store::Write(uint32_t head, std::string_view key, std::string_v
     (tombstone ? st.tombstones : st.items).fetch_add(1, std::memory_order_relaxed);
     return version;
   }
+}
+
+Result<uint64_t> Store::BeginPut(uint32_t worker, std::string_view key, uint32_t value_len, bool wait_for_space) {
+  if (worker >= cfg_.workers) return Status::InvalidArgument("bad worker id");
+  KVRDMA_RETURN_IF_ERROR(CheckKey(key));
+  if (value_len > cfg_.max_value_bytes) return Status::TooLarge("value longer than max_value_bytes");
+  if (durable_) return Status::Internal("a durable store takes no values in place");
+  auto reserved = ReserveSpace(worker, LogBytes(key.size(), value_len), wait_for_space);
+  if (!reserved.ok()) return reserved.status();
+  const uint64_t off = *reserved + kLeaderBytes;
+  // Pinned while the segment is still this head's open one: no cleaner or
+  // evictor can have claimed it, and none claims it until the unpin.
+  log_->Pin(off);
+  WriteEntryFrame(off, key, value_len, /*tombstone=*/false, 0);
+  return off;
+}
+
+std::byte* Store::PlacedValue(uint64_t place) const noexcept {
+  uint32_t lengths;
+  std::memcpy(&lengths, log_->data() + place + LengthsAt(place), sizeof(lengths));
+  return log_->data() + place + kEntryKeyOffset + LengthsKey(lengths);
+}
+
+Result<uint64_t> Store::FinishPut(uint32_t worker, uint64_t place, std::string_view key, uint32_t value_len,
+                                  uint64_t expected_checksum, const CommitCheck& check) {
+  struct Unpin {
+    ValueLog& log;
+    uint64_t off;
+    ~Unpin() { log.Unpin(off); }
+  } unpin{*log_, place};
+  ChecksumEntry(place);
+  if ((GuardWord(place).load(std::memory_order_relaxed) & kGuardChecksumMask) != expected_checksum) {
+    return Status::InvalidArgument("checksum mismatch: the value is not the one the checksum was computed "
+                                   "over; nothing written");
+  }
+  const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->home_count());
+  const std::string_view value{reinterpret_cast<const char*>(PlacedValue(place)), value_len};
+  return IndexWrite(worker, kh, place, key, value, /*tombstone=*/false, check, /*prewritten=*/true);
+}
+
+void Store::AbandonPut(uint64_t place) noexcept {
+  ChecksumEntry(place);
+  log_->Unpin(place);
 }
 
 Status Store::Get(std::string_view key, std::string* value, uint64_t* version) {

@@ -86,6 +86,28 @@ class Store {
   Result<uint64_t> Put(uint32_t worker, std::string_view key, std::string_view value,
                        const CommitCheck& check = {}, bool wait_for_space = true,
                        const uint64_t* expected_checksum = nullptr);
+  // A PUT whose value arrives in place (a rendezvous READ straight into the
+  // log, DESIGN "Rendezvous PUTs"), in two steps on worker `worker`:
+  //   BeginPut   reserves the entry (as Put: no wait unless wait_for_space),
+  //              writes its leader (version 0), lengths and key, and pins
+  //              its segment (no cleaner or evictor claims it) until
+  //              FinishPut or AbandonPut. Returns the entry's place: the
+  //              value's `value_len` bytes go to PlacedValue(place).
+  //   FinishPut  checksums the log's copy (the entry stays dead, with a valid
+  //              checksum, if it is not `expected_checksum`: InvalidArgument)
+  //              and then does what Put does at the commit point; returns the
+  //              version, or the refusal. The segment is unpinned.
+  //   AbandonPut the value never came (the READ failed): the entry stays
+  //              dead with a valid checksum; the segment is unpinned.
+  // Memory-only stores (a durable store's head writes its segment in order:
+  // Internal). REQUIRES: nothing writes the value's bytes once
+  // FinishPut or AbandonPut has begun.
+  Result<uint64_t> BeginPut(uint32_t worker, std::string_view key, uint32_t value_len, bool wait_for_space);
+  std::byte* PlacedValue(uint64_t place) const noexcept;
+  Result<uint64_t> FinishPut(uint32_t worker, uint64_t place, std::string_view key, uint32_t value_len,
+                             uint64_t expected_checksum, const CommitCheck& check = {});
+  void AbandonPut(uint64_t place) noexcept;
+  bool durable() const noexcept { return durable_ != nullptr; }
   // Replaces the value with a tombstone; returns the write's version (as Put).
   // NotFound if the key has no value; or what `check` returns.
   Result<uint64_t> Delete(uint32_t worker, std::string_view key, const CommitCheck& check = {},
@@ -146,6 +168,11 @@ class Store {
   Status CheckKey(std::string_view key) const;
   Result<uint64_t> Write(uint32_t head, std::string_view key, std::string_view value, bool tombstone,
                          const CommitCheck& check, bool wait_for_space, const uint64_t* expected_checksum = nullptr);
+  // The index half of a write whose entry is reserved at `off` (written
+  // and checksummed already if `prewritten`, else written here from
+  // `value`): the commit point, then publish and supersede.
+  Result<uint64_t> IndexWrite(uint32_t head, const KeyHash& kh, uint64_t off, std::string_view key,
+                              std::string_view value, bool tombstone, const CommitCheck& check, bool prewritten);
   Result<uint64_t> ReserveSpace(uint32_t head, uint64_t bytes, bool wait_for_space);
   // Writes the leader (with `version`, 0 for a write that is refused) and the
   // entry into reserved log space (`off`: the entry's offset, after its
@@ -153,6 +180,12 @@ class Store {
   // Publish.
   void WriteEntry(uint64_t off, std::string_view key, std::string_view value, bool tombstone,
                   uint64_t version) noexcept;
+  // WriteEntry in two steps: everything but the value's bytes and the guard
+  // (leader, lengths, key, padding: WriteEntryFrame), then the checksum over
+  // the entry as it is in the log and the guard, not current (ChecksumEntry).
+  void WriteEntryFrame(uint64_t off, std::string_view key, uint32_t value_len, bool tombstone,
+                       uint64_t version) noexcept;
+  void ChecksumEntry(uint64_t off) noexcept;
   // The version in the leader of the entry at `off` (0: not a write, or dead).
   uint64_t EntryVersion(uint64_t off) const noexcept;
   // The leader of the entry at `off` (entry_leader.h).

@@ -105,12 +105,19 @@ Status ValueLog::Restore(uint32_t seg, uint64_t open_seq, uint64_t used) {
   return Status::OK();
 }
 
+bool ValueLog::Claimable(uint32_t seg) const noexcept {
+  // The acquire on pins pairs with Unpin's release: the claimer sees the
+  // value that arrived and its entry's checksum.
+  return segs_[seg].state.load(std::memory_order_acquire) == SegmentState::kSealed &&
+         segs_[seg].pins.load(std::memory_order_acquire) == 0;
+}
+
 int64_t ValueLog::ClaimEmptiest(double max_ratio) {
   std::lock_guard<std::mutex> lock(mu_);
   int64_t best = -1;
   double best_ratio = max_ratio;
   for (uint32_t s = 0; s < segment_count_; ++s) {
-    if (segs_[s].state.load(std::memory_order_acquire) != SegmentState::kSealed) continue;
+    if (!Claimable(s)) continue;
     const uint64_t used = segs_[s].used.load(std::memory_order_relaxed);
     const double ratio = used == 0 ? 0.0
                                    : static_cast<double>(segs_[s].live_bytes.load(std::memory_order_relaxed)) /
@@ -129,7 +136,7 @@ int64_t ValueLog::ClaimOldest() {
   int64_t best = -1;
   uint64_t best_seq = UINT64_MAX;
   for (uint32_t s = 0; s < segment_count_; ++s) {
-    if (segs_[s].state.load(std::memory_order_acquire) != SegmentState::kSealed) continue;
+    if (!Claimable(s)) continue;
     const uint64_t seq = segs_[s].open_seq.load(std::memory_order_relaxed);
     if (seq < best_seq) {
       best_seq = seq;

@@ -47,8 +47,9 @@ class ValueLog {
   // Reserves `bytes` (a multiple of 8, <= segment_bytes) at head `head`'s
   // open segment, opening a new one when it is full. REQUIRES: head is used
   // by one thread at a time; the previous reservation of this head has been
-  // written (its segment may be sealed here). NoResource if no segment is
-  // free; `may_use_reserve` lets the cleaner take the last few.
+  // written (its segment may be sealed here), or its segment is pinned (a
+  // value still arriving, memory only). NoResource if no segment is free;
+  // `may_use_reserve` lets the cleaner take the last few.
   Result<uint64_t> Reserve(uint32_t head, uint64_t bytes, bool may_use_reserve);
 
   // Durable store: segment files follow the heads (durable_log.h). Set
@@ -66,6 +67,13 @@ class ValueLog {
   void AddLive(uint64_t off, int64_t delta) noexcept {
     segs_[SegmentOf(off)].live_bytes.fetch_add(delta, std::memory_order_relaxed);
   }
+
+  // A value still arriving in the segment holding `off` (Store::BeginPut):
+  // while pinned, Claim* pass the segment by. REQUIRES (Pin): the segment is
+  // its head's open one, so no claim can be under way; a sealed segment's
+  // pins only ever fall.
+  void Pin(uint64_t off) noexcept { segs_[SegmentOf(off)].pins.fetch_add(1, std::memory_order_relaxed); }
+  void Unpin(uint64_t off) noexcept { segs_[SegmentOf(off)].pins.fetch_sub(1, std::memory_order_release); }
 
   // Claims a sealed segment for the cleaner or an evictor (kSealed -> kBusy).
   // Cleaning: the sealed segment with the lowest live ratio if below
@@ -101,6 +109,7 @@ class ValueLog {
     std::atomic<SegmentState> state{SegmentState::kFree};
     std::atomic<uint64_t> open_seq{0};    // order of opening (smaller = older)
     std::atomic<uint64_t> generation{0};  // incremented each time it is opened
+    std::atomic<uint32_t> pins{0};        // values still arriving (Pin)
     Clock::time_point retired_at{};       // guarded by mu_
   };
   struct alignas(64) Head {
@@ -110,6 +119,7 @@ class ValueLog {
 
   ValueLog(Arena arena, const StoreConfig& cfg, uint32_t heads);
   void PromoteExpiredLocked(Clock::time_point now);  // REQUIRES: mu_ held
+  bool Claimable(uint32_t seg) const noexcept;       // sealed and not pinned
   // A free segment taken into use (opened, or restored by recovery), with
   // `used` bytes and a new generation. REQUIRES: mu_ held.
   void StartUse(uint32_t seg, uint64_t open_seq, uint64_t used, SegmentState state);

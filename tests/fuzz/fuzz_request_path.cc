@@ -25,7 +25,8 @@
 // what the model's assemblies hold; and the store holds exactly the model's
 // key-value pairs (an operation the worker applied but could not acknowledge
 // may or may not be there). A rendezvous PUT must post one READ of exactly
-// the window the request names into the worker's staging memory, answer
+// the window the request names into the worker's staging memory or (the
+// input picks) into the value's place in the log, right behind its key, answer
 // nothing until it completes, hold the connection's later messages until
 // then (answered afterwards, in order), and store the value only if the bytes
 // the READ brought are the ones the client's checksum covers; a failed READ
@@ -137,6 +138,17 @@ class RewritingBackend final : public server::Backend {
     Rewrite();
     return real->PutChecked(w, k, v, expected, c, wait, ver);
   }
+  bool takes_values_in_place() const override { return real->takes_values_in_place(); }
+  Result<uint64_t> BeginPut(uint32_t w, std::span<const uint8_t> k, uint32_t len, bool wait) override {
+    return real->BeginPut(w, k, len, wait);
+  }
+  uint8_t* PlacedValue(uint64_t place) const override { return real->PlacedValue(place); }
+  Status FinishPut(uint32_t w, uint64_t place, std::span<const uint8_t> k, uint32_t len, uint64_t expected,
+                   const CommitCheck& c, uint64_t* ver) override {
+    Rewrite();
+    return real->FinishPut(w, place, k, len, expected, c, ver);
+  }
+  void AbandonPut(uint64_t place) override { real->AbandonPut(place); }
   server::StoreRegions regions() const override { return real->regions(); }
   void AppendStats(std::vector<std::pair<std::string_view, uint64_t>>* out) const override {
     real->AppendStats(out);
@@ -244,9 +256,18 @@ class Harness {
     server::LockView lv{locks_.data(), &server_clock_, kLockWords, backend_->regions().hash_seed};
     worker_ = std::make_unique<server::Worker>(0, cfg_, *backend_, counters_, *budget_, pool, lv,
                                                std::make_unique<FakeCq>());
-    staging_.assign(size_t{server::Worker::kRendezvousSlots} * kMaxValue, 0);
-    staging_mr_ = std::make_unique<FakeRegion>(staging_.data(), staging_.size());
-    worker_->SetRendezvous(staging_mr_.get());
+    // Where rendezvous READs land: the value's place in the log (a
+    // memory-only store's way) or the worker's staging (a durable store's).
+    in_place_ = in_.ConsumeBool();
+    if (in_place_) {
+      const server::StoreRegions r = backend_->regions();
+      log_mr_ = std::make_unique<FakeRegion>(r.log_base, r.log_bytes);
+      worker_->SetRendezvous(nullptr, log_mr_.get());
+    } else {
+      staging_.assign(size_t{server::Worker::kRendezvousSlots} * kMaxValue, 0);
+      staging_mr_ = std::make_unique<FakeRegion>(staging_.data(), staging_.size());
+      worker_->SetRendezvous(staging_mr_.get(), nullptr);
+    }
     for (uint32_t i = 0; i < kConns; ++i) Open(i);
   }
   ~Harness() {
@@ -800,9 +821,19 @@ class Harness {
           "the READ (addr %llx rkey %x, %u bytes) is not the one the request names (%llx %x, %u)",
           static_cast<unsigned long long>(r.remote_addr), r.rkey, r.len, static_cast<unsigned long long>(p.addr),
           p.rkey, p.len);
-    const auto base = reinterpret_cast<uint64_t>(staging_.data());
-    CHECK(r.local_addr >= base && r.local_addr + r.len <= base + staging_.size(),
-          "a READ into memory that is not the worker's staging memory");
+    if (in_place_) {
+      // Into the log, right behind the entry's key: the value's own place.
+      const server::StoreRegions g = backend_->regions();
+      const auto base = reinterpret_cast<uint64_t>(g.log_base);
+      CHECK(r.local_addr >= base + p.key.size() && r.local_addr + r.len <= base + g.log_bytes,
+            "a READ into memory that is not the log");
+      CHECK(std::memcmp(reinterpret_cast<const void*>(r.local_addr - p.key.size()), p.key.data(), p.key.size()) == 0,
+            "a READ into the log that is not behind its entry's key");
+    } else {
+      const auto base = reinterpret_cast<uint64_t>(staging_.data());
+      CHECK(r.local_addr >= base && r.local_addr + r.len <= base + staging_.size(),
+            "a READ into memory that is not the worker's staging memory");
+    }
     CHECK(r.signaled, "an unsignaled rendezvous READ (its end would never be seen)");
     c.reading = p;
     ++staging_busy_;
@@ -1114,6 +1145,8 @@ class Harness {
   std::unique_ptr<FakeRegion> recv_mr_;
   FakeSrq srq_;
   std::unique_ptr<server::Worker> worker_;
+  bool in_place_ = false;         // READs land in the log (else in staging_)
+  std::unique_ptr<FakeRegion> log_mr_;
   std::vector<uint8_t> staging_;  // the worker's rendezvous staging slots
   std::unique_ptr<FakeRegion> staging_mr_;
   uint32_t staging_busy_ = 0;     // slots with a READ in flight (or orphaned)
