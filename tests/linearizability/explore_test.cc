@@ -20,7 +20,10 @@
 // client, run the cleaner, wait out the grace period, or (half the seeds)
 // break a connection (its operations in flight end unknown; the client
 // reconnects and drops its cache). PUTs answered ServerFull changed nothing
-// and are left out of the history.
+// and are left out of the history. Every third seed sends every PUT as a
+// rendezvous PUT (the server READs the value into its place in the log:
+// put-back 26.pin, a cleaner that claims the segment meanwhile, is found
+// here too).
 //
 // It found the bug of issue 13 finding 1 (no bug since issue 25: no GET
 // relies on the NOT-CURRENT bit now): with entries born current again (the fix reverted in Store::WriteEntry), and no
@@ -44,6 +47,8 @@
 // KVRDMA_EXPLORE_STEPS (steps per seed, 1500), KVRDMA_EXPLORE_SHAPE (0..4:
 // force one shape), KVRDMA_EXPLORE_FORGE (1: forged values; the default is
 // the build's KVRDMA_EXPLORE_FORGE_DEFAULT, 1),
+// KVRDMA_EXPLORE_RENDEZVOUS (1: every seed's PUTs are rendezvous PUTs, 0:
+// none; default every third seed),
 // KVRDMA_EXPLORE_THREADS (schedules run at once: default 4 over loopback,
 // 1 over verbs), KVRDMA_EXPLORE_VERBOSE=1 (a line per seed).
 #include <gtest/gtest.h>
@@ -179,12 +184,13 @@ struct Pending {
 
 struct ExploreStats {
   uint64_t ops = 0, server_full = 0, unknown = 0, cache_hits = 0, cache_stale = 0, cleaner_passes = 0,
-           reconnects = 0, segments_cleaned = 0, evictions = 0, index_moves = 0, miss_rounds = 0, forged_puts = 0;
+           reconnects = 0, segments_cleaned = 0, evictions = 0, index_moves = 0, miss_rounds = 0, forged_puts = 0,
+           rendezvous_puts = 0;
   ExploreStats& operator+=(const ExploreStats& o) {
     ops += o.ops, server_full += o.server_full, unknown += o.unknown, cache_hits += o.cache_hits;
     cache_stale += o.cache_stale, cleaner_passes += o.cleaner_passes, reconnects += o.reconnects;
     segments_cleaned += o.segments_cleaned, evictions += o.evictions, index_moves += o.index_moves;
-    miss_rounds += o.miss_rounds, forged_puts += o.forged_puts;
+    miss_rounds += o.miss_rounds, forged_puts += o.forged_puts, rendezvous_puts += o.rendezvous_puts;
     return *this;
   }
 };
@@ -269,6 +275,10 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
   // images of hot keys (KVRDMA_EXPLORE_FORGE=1; 0: none).
   const bool forge = EnvOr("KVRDMA_EXPLORE_FORGE", KVRDMA_EXPLORE_FORGE_DEFAULT) != 0;
   const uint64_t hash_seed = store.index_params().seed;  // what every client learns
+  // Rendezvous PUTs (every third seed): every PUT's value is READ by the
+  // server straight into its place in the log, whose segment the worker's
+  // head may seal and the cleaner must leave alone until the READ is over.
+  const bool rendezvous = EnvOr("KVRDMA_EXPLORE_RENDEZVOUS", seed % 3 == 0 ? 1 : 0) != 0;
 
   std::unique_ptr<Client> clients[kClients];
   for (auto& c : clients) {
@@ -280,6 +290,7 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
     // (they end unknown): 300 ms, not 5 s, keeps such a seed short.
     o.op_timeout_ms = 300;
     o.location_cache_entries = 64;
+    o.rendezvous_bytes = rendezvous ? 1 : 0;
     auto r = ClientFactory::ConnectWith(env.client, o);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     if (!r.ok()) return {};
@@ -401,6 +412,7 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
     // Window rounds beyond the first of GETs that found nothing: a tag that
     // matched, or a round over the round limit.
     st->miss_rounds += clients[c]->stats().get_miss_rounds - clients[c]->stats().get_misses;
+    st->rendezvous_puts += clients[c]->stats().rendezvous_puts;
   }
   const StoreStats ss = store.Stats();
   if (EnvOr("KVRDMA_EXPLORE_VERBOSE", 0) != 0) {
@@ -491,7 +503,7 @@ void Explore(Kind kind, uint64_t first, uint64_t count, uint64_t steps, unsigned
   std::printf("[explore] %s: %llu seeds from %llu on %u threads, %llu histories checked (%llu ops of hot keys, %llu ops in all), "
               "0 violations, %.1f s; cache hits %llu, stale cached locations %llu, ServerFull %llu, unknown %llu, "
               "cleaner passes %llu, segments cleaned %llu, evictions %llu, broken connections %llu, index moves %llu, "
-              "extra miss rounds %llu, forged values %llu\n",
+              "extra miss rounds %llu, forged values %llu, rendezvous PUTs %llu\n",
               kind == Kind::kLoopback ? "loopback" : "verbs", static_cast<unsigned long long>(count),
               static_cast<unsigned long long>(first), threads, static_cast<unsigned long long>(histories.load()),
               static_cast<unsigned long long>(history_ops.load()), static_cast<unsigned long long>(st.ops), secs,
@@ -500,13 +512,14 @@ void Explore(Kind kind, uint64_t first, uint64_t count, uint64_t steps, unsigned
               static_cast<unsigned long long>(st.cleaner_passes), static_cast<unsigned long long>(st.segments_cleaned),
               static_cast<unsigned long long>(st.evictions), static_cast<unsigned long long>(st.reconnects),
               static_cast<unsigned long long>(st.index_moves), static_cast<unsigned long long>(st.miss_rounds),
-              static_cast<unsigned long long>(st.forged_puts));
+              static_cast<unsigned long long>(st.forged_puts), static_cast<unsigned long long>(st.rendezvous_puts));
   // The schedules must have exercised what they claim to.
   EXPECT_GT(st.cache_hits, 0u);
   EXPECT_GT(st.cache_stale, 0u);
   EXPECT_GT(st.server_full, 0u);
   EXPECT_GT(st.segments_cleaned, 0u);
   EXPECT_GT(st.index_moves, 0u);
+  if (count >= 3 && EnvOr("KVRDMA_EXPLORE_RENDEZVOUS", 1) != 0) EXPECT_GT(st.rendezvous_puts, 0u);
 }
 
 void ExploreFromEnv(Kind kind, uint64_t default_seeds) {
