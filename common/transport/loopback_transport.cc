@@ -820,6 +820,7 @@ bool Fabric::Execute(LoopConn* c, std::unique_lock<std::mutex>& l) {
   const LoopDevice* them = peer != nullptr ? &peer->device() : nullptr;
   bool needs_recv = w.opcode == WrOpcode::kSend || w.opcode == WrOpcode::kWriteImm;
   if (peer != nullptr && needs_recv && peer->recv_queue().empty()) return false;  // RNR: wait
+  if (faults_.hold_wr && !c->broken() && faults_.hold_wr(w)) return false;       // a slow responder: later
   c->sq.pop_front();
 
   WcStatus st = WcStatus::kSuccess;

@@ -42,6 +42,11 @@ struct LoopbackFaults {
   bool read_descending = false;
   // Added latency per executed WR.
   std::chrono::microseconds wr_delay{0};
+  // Asked before a WR runs, with the fabric's lock held (it must not call
+  // the fabric): true holds the WR at the head of its QP's send queue for
+  // now, as a slow responder would (the QP's later WRs wait behind it, other
+  // QPs go on); it is asked again a moment later.
+  std::function<bool(const SendWr&)> hold_wr;
   // PostSend calls (counted fabric-wide from when the faults are set) whose
   // 1-based index equals this fail with IOError, posting nothing. 0 = never.
   uint64_t fail_post_number = 0;

@@ -653,6 +653,33 @@ Status Store::Get(std::string_view key, std::string* value, uint64_t* version) {
   return Status::OK();
 }
 
+Status Store::CheckIndex() const {
+  for (uint64_t w = 0; w < index_->words(); ++w) {
+    const uint64_t ref = index_->LoadRef(w);
+    if (ref == kEmptyRef) continue;
+    const uint64_t off = RefLogOffset(ref);
+    auto bad = [&](const char* why) {
+      return Status::Corruption("index word " + std::to_string(w) + " (log offset " + std::to_string(off) + "): " + why);
+    };
+    if (off < kLeaderBytes || off + kEntryHeaderBytes > log_->bytes()) return bad("outside the log");
+    const SegmentState st = log_->State(off);
+    if (st == SegmentState::kFree || st == SegmentState::kRetired) return bad("in a free or retired segment");
+    const EntryHeader h = ReadHeader(off);
+    const uint64_t segment_end = (uint64_t{log_->SegmentOf(off)} + 1) * log_->segment_bytes();
+    if (LengthsKey(h.lengths) == 0 || off + LengthsEntryBytes(h.lengths) > segment_end) return bad("malformed entry");
+    const std::byte* p = log_->data() + off + kEntryKeyOffset;
+    const uint64_t sum =
+        EntryChecksum(h.lengths, p, size_t{LengthsKey(h.lengths)} + LengthsValue(h.lengths), cfg_.seed);
+    if ((h.guard & kGuardChecksumMask) != sum) return bad("checksum mismatch");
+    if ((h.guard & kGuardNotCurrentBit) != 0) return bad("entry not current");
+    const KeyHash kh = MakeKeyHash(EntryKey(off, h), cfg_.seed, index_->home_count());
+    if (w < kh.home || w >= kh.home + index_->window_words() || RefFingerprint(ref) != kh.fingerprint) {
+      return bad("not in its key's window");
+    }
+  }
+  return Status::OK();
+}
+
 StoreStats Store::Stats() const {
   StoreStats s;
   int64_t items = 0, tombs = 0;

@@ -129,6 +129,12 @@ class Store {
   // Returns the number of segments retired. REQUIRES: one caller at a time.
   size_t RunCleanerOnce();
 
+  // Tests: every ref in the index names a current entry of its key's window
+  // (lengths, checksum, hash) inside a segment in use (open, sealed or being
+  // cleaned: never free or retired). Corruption naming the first word that
+  // does not. REQUIRES: no write, cleaner pass or recovery under way.
+  Status CheckIndex() const;
+
   StoreStats Stats() const;
   const StoreConfig& config() const noexcept { return cfg_; }
   IndexParams index_params() const noexcept {

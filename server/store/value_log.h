@@ -94,6 +94,10 @@ class ValueLog {
     int64_t live_bytes = 0;
   };
   Counts Count() const;
+  // The state of the segment holding `off` (tests: Store::CheckIndex).
+  SegmentState State(uint64_t off) const noexcept {
+    return segs_[SegmentOf(off)].state.load(std::memory_order_acquire);
+  }
   // Times the segment holding `off` has been reused (tests, the injector).
   uint64_t Generation(uint64_t off) const noexcept {
     return segs_[SegmentOf(off)].generation.load(std::memory_order_acquire);
