@@ -340,13 +340,13 @@ uint64_t Store::EntryVersion(uint64_t off) const noexcept { return LeaderVersion
 
 void Store::WriteEntry(uint64_t off, std::string_view key, std::string_view value, bool tombstone,
                        uint64_t version) noexcept {
-  WriteEntryFrame(off, key, static_cast<uint32_t>(value.size()), tombstone, version);
+  const uint32_t lengths = WriteEntryFrame(off, key, static_cast<uint32_t>(value.size()), tombstone, version);
   if (!value.empty()) RacyStore(log_->data() + off + kEntryKeyOffset + key.size(), value.data(), value.size());
-  ChecksumEntry(off);
+  ChecksumEntry(off, lengths);
 }
 
-void Store::WriteEntryFrame(uint64_t off, std::string_view key, uint32_t value_len, bool tombstone,
-                            uint64_t version) noexcept {
+inline uint32_t Store::WriteEntryFrame(uint64_t off, std::string_view key, uint32_t value_len, bool tombstone,
+                                       uint64_t version) noexcept {
   StoreLeader(off, PackLeader(version));
   std::byte* p = log_->data() + off;
   const uint32_t lengths = PackLengths(key.size(), value_len, tombstone);
@@ -355,9 +355,10 @@ void Store::WriteEntryFrame(uint64_t off, std::string_view key, uint32_t value_l
   const size_t used = kEntryKeyOffset + key.size() + value_len;
   static constexpr uint32_t kZero = 0;
   RacyStore(p + used, &kZero, EntryBytes(key.size(), value_len) - used);  // 0..3 bytes
+  return lengths;
 }
 
-void Store::ChecksumEntry(uint64_t off) noexcept {
+inline void Store::ChecksumEntry(uint64_t off, uint32_t lengths) noexcept {
   // Checksum over the entry as it is in the log (our own stores, or a READ
   // that has completed: no race), then the guard with the not-current bit
   // SET: the entry is unpublished. Only Publish, after the caller's ref
@@ -365,8 +366,6 @@ void Store::ChecksumEntry(uint64_t off) noexcept {
   // never published (a tombstone of an absent key, a ServerFull leftover)
   // never validates as current.
   const std::byte* p = log_->data() + off;
-  uint32_t lengths;
-  std::memcpy(&lengths, p + LengthsAt(off), sizeof(lengths));
   const uint64_t guard = EntryChecksum(lengths, p + kEntryKeyOffset,
                                        size_t{LengthsKey(lengths)} + LengthsValue(lengths), cfg_.seed);
   GuardWord(off).store(guard | kGuardNotCurrentBit, std::memory_order_relaxed);
@@ -523,9 +522,9 @@ Result<uint64_t> Store::Write(uint32_t head, std::string_view key, std::string_v
   return IndexWrite(head, kh, off, key, value, tombstone, check, prewritten);
 }
 
-Result<uint64_t> Store::IndexWrite(uint32_t head, const KeyHash& kh, uint64_t off, std::string_view key,
-                                  std::string_view value, bool tombstone, const CommitCheck& check,
-                                  bool prewritten) {
+inline Result<uint64_t> Store::IndexWrite(uint32_t head, const KeyHash& kh, uint64_t off,
+                                         std::string_view key, std::string_view value, bool tombstone,
+                                         const CommitCheck& check, bool prewritten) {
   const uint64_t bytes = LogBytes(key.size(), value.size());  // leader + entry
   const uint64_t size_class = SizeClassFor(EntryBytes(key.size(), value.size()));
   HeadStats& st = head_stats_[head];
@@ -626,7 +625,7 @@ Result<uint64_t> Store::FinishPut(uint32_t worker, uint64_t place, std::string_v
     uint64_t off;
     ~Unpin() { log.Unpin(off); }
   } unpin{*log_, place};
-  ChecksumEntry(place);
+  ChecksumEntry(place, ReadHeader(place).lengths);
   if ((GuardWord(place).load(std::memory_order_relaxed) & kGuardChecksumMask) != expected_checksum) {
     return Status::InvalidArgument("checksum mismatch: the value is not the one the checksum was computed "
                                    "over; nothing written");
@@ -637,7 +636,7 @@ Result<uint64_t> Store::FinishPut(uint32_t worker, uint64_t place, std::string_v
 }
 
 void Store::AbandonPut(uint64_t place) noexcept {
-  ChecksumEntry(place);
+  ChecksumEntry(place, ReadHeader(place).lengths);
   log_->Unpin(place);
 }
 

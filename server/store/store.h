@@ -177,8 +177,10 @@ class Store {
   // The index half of a write whose entry is reserved at `off` (written
   // and checksummed already if `prewritten`, else written here from
   // `value`): the commit point, then publish and supersede.
-  Result<uint64_t> IndexWrite(uint32_t head, const KeyHash& kh, uint64_t off, std::string_view key,
-                              std::string_view value, bool tombstone, const CommitCheck& check, bool prewritten);
+  // Inline into Write (a small PUT's path) and FinishPut.
+  [[gnu::always_inline]] Result<uint64_t> IndexWrite(uint32_t head, const KeyHash& kh, uint64_t off,
+                                                     std::string_view key, std::string_view value, bool tombstone,
+                                                     const CommitCheck& check, bool prewritten);
   Result<uint64_t> ReserveSpace(uint32_t head, uint64_t bytes, bool wait_for_space);
   // Writes the leader (with `version`, 0 for a write that is refused) and the
   // entry into reserved log space (`off`: the entry's offset, after its
@@ -189,9 +191,11 @@ class Store {
   // WriteEntry in two steps: everything but the value's bytes and the guard
   // (leader, lengths, key, padding: WriteEntryFrame), then the checksum over
   // the entry as it is in the log and the guard, not current (ChecksumEntry).
-  void WriteEntryFrame(uint64_t off, std::string_view key, uint32_t value_len, bool tombstone,
-                       uint64_t version) noexcept;
-  void ChecksumEntry(uint64_t off) noexcept;
+  // Both inline into WriteEntry (a small PUT's path). WriteEntryFrame
+  // returns the entry's lengths word; ChecksumEntry takes it.
+  [[gnu::always_inline]] uint32_t WriteEntryFrame(uint64_t off, std::string_view key, uint32_t value_len,
+                                                  bool tombstone, uint64_t version) noexcept;
+  [[gnu::always_inline]] void ChecksumEntry(uint64_t off, uint32_t lengths) noexcept;
   // The version in the leader of the entry at `off` (0: not a write, or dead).
   uint64_t EntryVersion(uint64_t off) const noexcept;
   // The leader of the entry at `off` (entry_leader.h).
