@@ -61,88 +61,81 @@ TEST(Store, PutGetUpdateDelete) {
   EXPECT_EQ(st.index_bytes_used, 16u);
 }
 
-// A write with a checksum to meet (a rendezvous PUT's): published only if
-// the entry checksum over the log's copy is that one; refused, nothing
-// changes and the next write's version follows the last published one.
+// A write with a checksum to meet (a rendezvous PUT's), both ways its value
+// comes: copied from staging (Put with the checksum) and arrived in place
+// (BeginPut, the bytes, FinishPut). Published only if the entry checksum over
+// the log's copy is that one; refused, nothing changes and the next write's
+// version follows the last published one.
 TEST(Store, APutWithAChecksumIsPublishedOnlyIfItsEntryChecksumIsThatOne) {
-  auto s = OpenOrDie(SmallConfig());
-  ASSERT_TRUE(s);
-  const uint64_t seed = s->config().seed;
-  const std::string value(5000, 'v');
-  auto sum = [&](std::string_view k, std::string_view v) {
-    return EntryChecksumOf(k, std::as_bytes(std::span(v.data(), v.size())), seed);
-  };
-  uint64_t good = sum("k", value);
-  auto r = s->Put(0, "k", value, {}, true, &good);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(*r, 1u);
-  std::string v;
-  ASSERT_TRUE(ReadNative(*s, "k", &v).ok());
-  EXPECT_TRUE(v == value);
-  const std::string w(5000, 'w');
-  // Another value's checksum, another key's, one bit off.
-  for (uint64_t bad : {good, sum("other", w), sum("k", w) ^ 1}) {
-    r = s->Put(0, "k", w, {}, true, &bad);
-    EXPECT_EQ(r.status().code(), Status::Code::kInvalidArgument);
+  for (const bool in_place : {false, true}) {
+    SCOPED_TRACE(in_place ? "in place" : "from staging");
+    auto s = OpenOrDie(SmallConfig());
+    ASSERT_TRUE(s);
+    auto sum = [seed = s->config().seed](std::string_view k, std::string_view v) {
+      return EntryChecksumOf(k, std::as_bytes(std::span(v.data(), v.size())), seed);
+    };
+    auto put = [&](uint32_t worker, std::string_view key, std::string_view bytes,
+                   uint64_t checksum) -> Result<uint64_t> {
+      if (!in_place) return s->Put(worker, key, bytes, {}, true, &checksum);
+      auto place = s->BeginPut(worker, key, static_cast<uint32_t>(bytes.size()), true);
+      if (!place.ok()) return place.status();
+      std::memcpy(s->PlacedValue(*place), bytes.data(), bytes.size());
+      return s->FinishPut(worker, *place, key, static_cast<uint32_t>(bytes.size()), checksum);
+    };
+    const std::string value(5000, 'v');
+    auto r = put(0, "k", value, sum("k", value));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(*r, 1u);
+    std::string v;
+    ASSERT_TRUE(ReadNative(*s, "k", &v).ok());
+    EXPECT_TRUE(v == value);
+    // Another value's checksum, another key's, one bit off.
+    const std::string w(5000, 'w');
+    for (uint64_t bad : {sum("k", value), sum("other", w), sum("k", w) ^ 1}) {
+      r = put(0, "k", w, bad);
+      EXPECT_EQ(r.status().code(), Status::Code::kInvalidArgument);
+    }
+    ASSERT_TRUE(ReadNative(*s, "k", &v).ok());
+    EXPECT_TRUE(v == value);
+    r = put(1, "k", "new", sum("k", "new"));
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(*r, 2u);  // the refused writes took no version
+    ASSERT_TRUE(ReadNative(*s, "k", &v).ok());
+    EXPECT_EQ(v, "new");
   }
-  ASSERT_TRUE(ReadNative(*s, "k", &v).ok());
-  EXPECT_TRUE(v == value);
-  uint64_t other = sum("k", "new");
-  r = s->Put(1, "k", "new", {}, true, &other);
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ(*r, 2u);  // the refused writes took no version
-  ASSERT_TRUE(ReadNative(*s, "k", &v).ok());
-  EXPECT_EQ(v, "new");
 }
 
-// A value that arrives in place (a rendezvous READ straight into the log):
-// published only if the checksum over the log's copy is the client's;
-// refused or abandoned, nothing changes and no version is taken.
-TEST(Store, AValuePutInPlaceIsPublishedOnlyIfItsChecksumMatches) {
+// In place: a value that never came (AbandonPut) changes nothing and takes
+// no version; an empty value arrives as nothing; the cleaner walks segments
+// holding refused and abandoned entries.
+TEST(Store, AValuePutInPlaceThatNeverCameChangesNothing) {
   auto s = OpenOrDie(SmallConfig());
   ASSERT_TRUE(s);
   const uint64_t seed = s->config().seed;
-  auto sum = [&](std::string_view k, std::string_view v) {
-    return EntryChecksumOf(k, std::as_bytes(std::span(v.data(), v.size())), seed);
-  };
-  auto put_in_place = [&](uint32_t worker, std::string_view key, std::string_view arrives, uint64_t checksum) {
-    auto place = s->BeginPut(worker, key, static_cast<uint32_t>(arrives.size()), true);
-    EXPECT_TRUE(place.ok()) << place.status().ToString();
-    if (!place.ok()) return Result<uint64_t>(place.status());
-    std::memcpy(s->PlacedValue(*place), arrives.data(), arrives.size());
-    return s->FinishPut(worker, *place, key, static_cast<uint32_t>(arrives.size()), checksum);
-  };
-  const std::string value(5000, 'v');
-  auto r = put_in_place(0, "k", value, sum("k", value));
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(*r, 1u);
-  std::string v;
-  ASSERT_TRUE(ReadNative(*s, "k", &v).ok());
-  EXPECT_TRUE(v == value);
-  // The bytes that arrived are not the ones the checksum covers: refused.
-  const std::string w(5000, 'w');
-  for (uint64_t bad : {sum("k", value), sum("other", w), sum("k", w) ^ 1}) {
-    r = put_in_place(1, "k", w, bad);
-    EXPECT_EQ(r.status().code(), Status::Code::kInvalidArgument);
-  }
-  // The value never came.
+  ASSERT_TRUE(s->Put(0, "k", "old").ok());
   auto place = s->BeginPut(0, "k", 300, true);
   ASSERT_TRUE(place.ok());
   s->AbandonPut(*place);
+  std::string v;
   ASSERT_TRUE(ReadNative(*s, "k", &v).ok());
-  EXPECT_TRUE(v == value);
-  r = put_in_place(1, "k", "", sum("k", ""));  // an empty value arrives as nothing
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ(*r, 2u);  // the refused and abandoned ones took no version
+  EXPECT_EQ(v, "old");
+  place = s->BeginPut(1, "k", 0, true);
+  ASSERT_TRUE(place.ok());
+  auto r = s->FinishPut(1, *place, "k", 0, EntryChecksumOf("k", {}, seed));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, 2u);  // the abandoned one took no version
   ASSERT_TRUE(ReadNative(*s, "k", &v).ok());
   EXPECT_EQ(v, "");
+  place = s->BeginPut(0, "k", 100, true);  // refused: another checksum
+  ASSERT_TRUE(place.ok());
+  EXPECT_EQ(s->FinishPut(0, *place, "k", 100, 1).status().code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(s->BeginPut(2, "k", 1, true).status().code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(s->BeginPut(0, "k", (16 << 10) + 1, true).status().code(), Status::Code::kTooLarge);
-  // The cleaner walks segments with refused and abandoned entries in them.
   for (int i = 0; i < 40; ++i) ASSERT_TRUE(s->Put(0, "filler", std::string(4000, 'f')).ok());
   EXPECT_GT(s->RunCleanerOnce(), 0u);
   ASSERT_TRUE(ReadNative(*s, "k", &v).ok());
   EXPECT_EQ(v, "");
+  EXPECT_TRUE(s->CheckIndex().ok());
 }
 
 // While a value is arriving in a segment, no cleaner claims it, even once
