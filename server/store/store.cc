@@ -365,10 +365,18 @@ inline void Store::ChecksumEntry(uint64_t off, uint32_t lengths) noexcept {
   // store, clears it (DESIGN.md, "The not-current bit"); an entry that is
   // never published (a tombstone of an absent key, a ServerFull leftover)
   // never validates as current.
-  const std::byte* p = log_->data() + off;
-  const uint64_t guard = EntryChecksum(lengths, p + kEntryKeyOffset,
-                                       size_t{LengthsKey(lengths)} + LengthsValue(lengths), cfg_.seed);
-  GuardWord(off).store(guard | kGuardNotCurrentBit, std::memory_order_relaxed);
+  GuardWord(off).store(ChecksumOf(off, lengths) | kGuardNotCurrentBit, std::memory_order_relaxed);
+}
+
+inline uint64_t Store::ChecksumOf(uint64_t off, uint32_t lengths) const noexcept {
+  return EntryChecksum(lengths, log_->data() + off + kEntryKeyOffset,
+                       size_t{LengthsKey(lengths)} + LengthsValue(lengths), cfg_.seed);
+}
+
+Status Store::MeetsChecksum(uint64_t off, uint64_t expected) const {
+  if ((GuardWord(off).load(std::memory_order_relaxed) & kGuardChecksumMask) == expected) return Status::OK();
+  return Status::InvalidArgument("checksum mismatch: the value is not the one the checksum was computed over; "
+                                 "nothing written");
 }
 
 std::atomic_ref<uint64_t> Store::GuardWord(uint64_t off) const noexcept {
@@ -514,10 +522,7 @@ Result<uint64_t> Store::Write(uint32_t head, std::string_view key, std::string_v
   const bool prewritten = expected_checksum != nullptr;
   if (prewritten) {
     WriteEntry(off, key, value, tombstone, 0);
-    if ((GuardWord(off).load(std::memory_order_relaxed) & kGuardChecksumMask) != *expected_checksum) {
-      return Status::InvalidArgument("checksum mismatch: the value is not the one the checksum was computed "
-                                     "over; nothing written");
-    }
+    KVRDMA_RETURN_IF_ERROR(MeetsChecksum(off, *expected_checksum));
   }
   return IndexWrite(head, kh, off, key, value, tombstone, check, prewritten);
 }
@@ -626,10 +631,7 @@ Result<uint64_t> Store::FinishPut(uint32_t worker, uint64_t place, std::string_v
     ~Unpin() { log.Unpin(off); }
   } unpin{*log_, place};
   ChecksumEntry(place, ReadHeader(place).lengths);
-  if ((GuardWord(place).load(std::memory_order_relaxed) & kGuardChecksumMask) != expected_checksum) {
-    return Status::InvalidArgument("checksum mismatch: the value is not the one the checksum was computed "
-                                   "over; nothing written");
-  }
+  KVRDMA_RETURN_IF_ERROR(MeetsChecksum(place, expected_checksum));
   const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->home_count());
   const std::string_view value{reinterpret_cast<const char*>(PlacedValue(place)), value_len};
   return IndexWrite(worker, kh, place, key, value, /*tombstone=*/false, check, /*prewritten=*/true);
@@ -666,10 +668,7 @@ Status Store::CheckIndex() const {
     const EntryHeader h = ReadHeader(off);
     const uint64_t segment_end = (uint64_t{log_->SegmentOf(off)} + 1) * log_->segment_bytes();
     if (LengthsKey(h.lengths) == 0 || off + LengthsEntryBytes(h.lengths) > segment_end) return bad("malformed entry");
-    const std::byte* p = log_->data() + off + kEntryKeyOffset;
-    const uint64_t sum =
-        EntryChecksum(h.lengths, p, size_t{LengthsKey(h.lengths)} + LengthsValue(h.lengths), cfg_.seed);
-    if ((h.guard & kGuardChecksumMask) != sum) return bad("checksum mismatch");
+    if ((h.guard & kGuardChecksumMask) != ChecksumOf(off, h.lengths)) return bad("checksum mismatch");
     if ((h.guard & kGuardNotCurrentBit) != 0) return bad("entry not current");
     const KeyHash kh = MakeKeyHash(EntryKey(off, h), cfg_.seed, index_->home_count());
     if (w < kh.home || w >= kh.home + index_->window_words() || RefFingerprint(ref) != kh.fingerprint) {

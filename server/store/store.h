@@ -196,6 +196,11 @@ class Store {
   [[gnu::always_inline]] uint32_t WriteEntryFrame(uint64_t off, std::string_view key, uint32_t value_len,
                                                   bool tombstone, uint64_t version) noexcept;
   [[gnu::always_inline]] void ChecksumEntry(uint64_t off, uint32_t lengths) noexcept;
+  // The entry checksum of the entry at `off` as its bytes are in the log.
+  [[gnu::always_inline]] uint64_t ChecksumOf(uint64_t off, uint32_t lengths) const noexcept;
+  // OK if the guard ChecksumEntry wrote is `expected` (a rendezvous PUT's
+  // checksum, from the client), else InvalidArgument.
+  Status MeetsChecksum(uint64_t off, uint64_t expected) const;
   // The version in the leader of the entry at `off` (0: not a write, or dead).
   uint64_t EntryVersion(uint64_t off) const noexcept;
   // The leader of the entry at `off` (entry_leader.h).
