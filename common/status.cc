@@ -34,11 +34,16 @@ Status Status::FromErrno(std::string_view what, int err) {
   return Status(Code::kIOError, m);
 }
 
+const std::string& Status::NoMessage() noexcept {
+  static const std::string none;
+  return none;
+}
+
 std::string Status::ToString() const {
   std::string s(CodeName(code_));
-  if (!msg_.empty()) {
+  if (msg_) {
     s += ": ";
-    s += msg_;
+    s += *msg_;
   }
   return s;
 }
