@@ -189,6 +189,7 @@ class Client::Impl {
     uint32_t outstanding = 0;  // messages awaiting replies
     Status result;             // first error seen
     bool rendezvous = false;   // a rendezvous PUT (ClientOptions::rendezvous_bytes)
+    int8_t window = -1;        // rendezvous: its window in rdv_ (bound, or being invalidated)
   };
   struct PendingReply {
     uint32_t op;  // index into op_states_ (of the message's first request)
@@ -204,6 +205,23 @@ class Client::Impl {
     }
   };
   static_assert(kMaxInFlight <= 256, "an op state index fits PendingReply::ops");
+  // Rendezvous PUTs in flight at once on one connection: each holds a window
+  // of its own from the bind to the invalidation after its reply. The server
+  // READs one value per connection at a time and holds the connection's
+  // later messages meanwhile; a second PUT already waiting there keeps its
+  // READs back to back instead of one client round trip apart.
+  static constexpr uint32_t kRendezvousWindows = 4;
+  struct RendezvousWindow {
+    // The value's registration for binding only (no rkey of its own), made
+    // for this PUT; null when the value lies in memory the caller registered
+    // (RegisterMemory), which the window is bound over instead. Declared
+    // before mw: the window goes first (rxe keeps a region with a window
+    // bound over it).
+    std::unique_ptr<MemoryRegion> mr;
+    std::unique_ptr<MemoryWindow> mw;     // null: gone (dropped with a failed PUT) until the reconnect
+    const MemoryRegion* bound = nullptr;  // what mw is bound over while owned
+    int32_t owner = -1;                   // op state whose PUT holds it (bound, or being invalidated)
+  };
 
   uint32_t IndexOf(const OpState& s) const { return static_cast<uint32_t>(&s - op_states_.data()); }
   uint8_t* Mem(size_t off) { return mem_.get() + off; }
@@ -234,14 +252,21 @@ class Client::Impl {
   void NextPhase(OpState& s, GetPhase phase);
   void PumpMessages();
   bool SendNextMessage(OpState& s);
-  // A rendezvous PUT's one message: the value registered, the window bound
-  // over it, the request naming it (false: the window is another PUT's).
+  // A rendezvous PUT's one message: a free window bound over the value
+  // (registered for it unless it lies in RegisterMemory's memory), the
+  // request naming it (false: every window is another PUT's).
   bool SendRendezvous(OpState& s);
   // Its reply came: invalidate the window; OnWindowInvalidated finishes it.
   void InvalidateWindow(OpState& s);
   void OnWindowInvalidated(OpState& s);
-  // The connection failed: the window and the value's registration go now.
-  void DropWindow();
+  // A PUT ended without its window invalidated (the connection failed): the
+  // window and the value's registration go now, not to be used again
+  // before the reconnect.
+  void DropWindow(OpState& s);
+  // All windows gone (a reconnect).
+  void ResetWindows();
+  // The region of RegisterMemory's that holds [p, p + n), or null.
+  const MemoryRegion* RegisteredRegionOf(const void* p, size_t n) const;
   // A whole PUT/DELETE not yet sent that fits one message alone: it may
   // share a message with the ones queued after it.
   bool Packable(const OpState& s) const;
@@ -326,13 +351,12 @@ class Client::Impl {
   std::unique_ptr<MemoryRegion> mr_;
   std::vector<std::unique_ptr<MemoryRegion>> registered_;  // RegisterMemory's; destroyed after conn_
   std::unique_ptr<CompletionQueue> cq_;  // conn_'s send and receive completions; destroyed after conn_
-  // The value of the rendezvous PUT in flight, registered for window binding
-  // only (no rkey of its own); deregistered once rdv_mw_ is invalidated or gone.
-  std::unique_ptr<MemoryRegion> rdv_mr_;
   std::unique_ptr<Connection> conn_;     // destroyed before mr_ and cq_
-  // The connection's one memory window for rendezvous PUTs (null: they are
-  // off, or the server is older than 10.1). Destroyed before conn_ (MemoryWindow).
-  std::unique_ptr<MemoryWindow> rdv_mw_;
+  // The connection's memory windows for rendezvous PUTs, one per PUT in
+  // flight (none: they are off, or the server is older than 10.1).
+  // Destroyed before conn_ (MemoryWindow).
+  std::array<RendezvousWindow, kRendezvousWindows> rdv_;
+  uint32_t rdv_windows_ = 0;  // of rdv_ that exist (RendezvousWindow::mw set)
 
   const uint32_t max_in_flight_;
   LocationCache cache_;
@@ -352,7 +376,6 @@ class Client::Impl {
   uint32_t msgs_in_flight_ = 0;
   uint32_t in_flight_ = 0;
   int32_t frag_owner_ = -1;  // op state sending a fragmented PUT
-  int32_t rdv_owner_ = -1;   // op state whose rendezvous PUT holds rdv_mw_ (bound, or being invalidated)
   int32_t large_owner_ = -1;  // GET op state whose kEntry READ uses the large buffer
   uint64_t next_request_ = 1;
   uint64_t seq_ = 0;         // messages sent; staging buffer = seq % credits

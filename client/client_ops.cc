@@ -74,7 +74,7 @@ void Client::Impl::Start(Op* op, std::optional<Opcode> query) {
   if (conditional && s.opcode == Opcode::kDelete && op->if_version == kIfAbsent) {
     return Finish(s, Status::InvalidArgument("a DELETE only if the key has no value deletes nothing"));
   }
-  s.rendezvous = s.opcode == Opcode::kPut && rdv_mw_ != nullptr && opts_.rendezvous_bytes > 0 &&
+  s.rendezvous = s.opcode == Opcode::kPut && rdv_windows_ > 0 && opts_.rendezvous_bytes > 0 &&
                  value.size() >= opts_.rendezvous_bytes &&
                  kRequestHeaderSize + op->key.size() + kRendezvousFieldsBytes <= desc_.message_bytes;
   if (!keyless) cache_.Erase(HashKeyBytes(op->key, params_.seed));  // our own write: the old location is stale
@@ -108,7 +108,7 @@ void Client::Impl::Finish(OpState& s, Status st) {
   uint32_t idx = IndexOf(s);
   if (large_owner_ == static_cast<int32_t>(idx)) large_owner_ = -1;
   if (frag_owner_ == static_cast<int32_t>(idx)) frag_owner_ = -1;
-  if (rdv_owner_ == static_cast<int32_t>(idx)) DropWindow();  // not invalidated: not usable again
+  if (s.window >= 0) DropWindow(s);  // not invalidated: not usable again
   s.step = Step::kFree;
   s.op = nullptr;
   free_.push_back(idx);
@@ -123,7 +123,6 @@ void Client::Impl::Finish(OpState& s, Status st) {
 void Client::Impl::FailAll(const Status& st) {
   if (broken_.ok()) broken_ = st;
   conn_->MarkBroken();
-  DropWindow();
   ready_.clear();
   senders_.clear();
   replies_.clear();
@@ -281,7 +280,7 @@ void Client::Impl::ResetEngine() {
   msg_batch_.clear();
   msg_batch_.reserve(desc_.credits);
   reads_in_flight_ = msgs_in_flight_ = 0;
-  frag_owner_ = large_owner_ = rdv_owner_ = -1;
+  frag_owner_ = large_owner_ = -1;
   seq_ = 0;
   held_.clear();    // locks belong to the old connection (they lapse with their lease)
   cache_.Clear();   // locations may name another server's memory now
@@ -294,9 +293,8 @@ Status Client::Impl::Reconnect() {
                                   std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
                                                      next_reconnect_ - now).count()) + " ms");
   }
-  rdv_mw_.reset();  // before its QP (MemoryWindow)
+  ResetWindows();  // before their QP (MemoryWindow)
   conn_.reset();
-  rdv_mr_.reset();
   cq_.reset();
   mr_.reset();
   mem_.reset();
@@ -309,7 +307,7 @@ Status Client::Impl::Reconnect() {
   }
   reconnect_backoff_ = std::clamp(reconnect_backoff_ * 2, std::chrono::milliseconds(10), std::chrono::milliseconds(2000));
   next_reconnect_ = Clock::now() + reconnect_backoff_;
-  rdv_mw_.reset();
+  ResetWindows();
   conn_.reset();
   mr_.reset();
   mem_.reset();
@@ -509,7 +507,7 @@ void Client::Impl::OnReply(const Completion& c) {
   RecvWr r{c.wr_id, mr_->Slice(reply_off_ + i * kMaxReplySize, kMaxReplySize)};
   if (Status st = conn_->PostRecv({&r, 1}); !st.ok()) return FailAll(Status::ConnectionLost(st.ToString()));
   if (s.step == Step::kReplies && s.outstanding == 0) {
-    if (rdv_owner_ == static_cast<int32_t>(pr.op)) return InvalidateWindow(s);
+    if (s.window >= 0) return InvalidateWindow(s);
     Finish(s, s.result);
   }
 }
@@ -518,31 +516,41 @@ void Client::Impl::OnReply(const Completion& c) {
 
 bool Client::Impl::SendRendezvous(OpState& s) {
   const uint32_t idx = IndexOf(s);
-  if (rdv_owner_ != -1) return false;  // one window per connection: after the PUT holding it
-  if (rdv_mw_ == nullptr) {  // dropped with a failed connection since this PUT started: fragments
+  if (rdv_windows_ == 0) {  // all dropped with a failed connection since this PUT started: fragments
     s.rendezvous = false;
     return SendNextMessage(s);
   }
+  int32_t wi = 0;
+  while (wi < static_cast<int32_t>(kRendezvousWindows) && (rdv_[wi].mw == nullptr || rdv_[wi].owner != -1)) ++wi;
+  if (wi == static_cast<int32_t>(kRendezvousWindows)) return false;  // every window is another PUT's: after the first
+  RendezvousWindow& w = rdv_[wi];
   const std::string_view value = s.op->value;
-  // Registered for this PUT only, for window binding only (the region has
-  // no rkey): the window below is the only remote access, READ, to exactly
-  // the value, through this connection's QP. The memory is only read.
-  auto mr = dev_->RegisterMemory(const_cast<char*>(value.data()), value.size(), kAccessMwBind);
-  if (!mr.ok()) {
-    Finish(s, Status(mr.status().code(), "registering the value for a rendezvous PUT: " + mr.status().message()));
-    return true;
+  // The window covers exactly the value, READ only, through this
+  // connection's QP: the only remote access to it. The memory is only read.
+  const MemoryRegion* region = RegisteredRegionOf(value.data(), value.size());
+  if (region == nullptr) {
+    // Registered for this PUT only, for window binding only (the region has no rkey).
+    auto mr = dev_->RegisterMemory(const_cast<char*>(value.data()), value.size(), kAccessMwBind);
+    if (!mr.ok()) {
+      Finish(s, Status(mr.status().code(), "registering the value for a rendezvous PUT: " + mr.status().message()));
+      return true;
+    }
+    w.mr = std::move(mr).value();
+    region = w.mr.get();
+    ++stats_.rendezvous_registrations;
   }
-  rdv_mr_ = std::move(mr).value();
-  const MwBinding b{rdv_mw_.get(), rdv_mr_.get(), rdv_mr_->base(), value.size(), kAccessRemoteRead,
-                    MakeWrId(WrKind::kWindow, idx)};
+  const uint64_t addr = reinterpret_cast<uint64_t>(value.data());
+  const MwBinding b{w.mw.get(), region, addr, value.size(), kAccessRemoteRead, MakeWrId(WrKind::kWindow, idx)};
   // Posted now, ahead of the request (queued in msg_batch_, posted after):
   // the NIC binds before it sends the request that names the rkey.
   if (Status st = conn_->BindWindow(b, /*signaled=*/false); !st.ok()) {
-    rdv_mr_.reset();
+    w.mr.reset();
     FailAll(st.IsConnectionLost() ? st : Status::ConnectionLost(st.ToString()));
     return false;
   }
-  rdv_owner_ = static_cast<int32_t>(idx);
+  w.owner = static_cast<int32_t>(idx);
+  w.bound = region;
+  s.window = static_cast<int8_t>(wi);
   RequestHeader h = s.hdr;
   h.flags = static_cast<uint8_t>((s.hdr.flags & kFlagIfVersion) | kFlagFirst | kFlagLast | kFlagRendezvous);
   h.frag_offset = 0;
@@ -552,7 +560,7 @@ bool Client::Impl::SendRendezvous(OpState& s) {
   size_t len = kRequestHeaderSize;
   std::memcpy(m + len, s.op->key.data(), s.op->key.size());
   len += s.op->key.size();
-  const RendezvousValue rv{rdv_mr_->base(), rdv_mw_->rkey(),
+  const RendezvousValue rv{addr, w.mw->rkey(),
                            RendezvousChecksum({reinterpret_cast<const uint8_t*>(s.op->key.data()), s.op->key.size()},
                                               {reinterpret_cast<const uint8_t*>(value.data()), value.size()},
                                               desc_.hash_seed)};
@@ -571,7 +579,7 @@ void Client::Impl::InvalidateWindow(OpState& s) {
   SendWr w;
   w.wr_id = MakeWrId(WrKind::kWindow, IndexOf(s));
   w.opcode = WrOpcode::kLocalInv;
-  w.rkey = rdv_mw_->rkey();
+  w.rkey = rdv_[s.window].mw->rkey();
   w.signaled = true;
   if (Status st = conn_->PostSend({&w, 1}); !st.ok()) {
     FailAll(st.IsConnectionLost() ? st : Status::ConnectionLost(st.ToString()));
@@ -579,21 +587,37 @@ void Client::Impl::InvalidateWindow(OpState& s) {
 }
 
 void Client::Impl::OnWindowInvalidated(OpState& s) {
-  if (rdv_owner_ != static_cast<int32_t>(IndexOf(s)) || s.step != Step::kReplies) {
+  if (s.window < 0 || rdv_[s.window].owner != static_cast<int32_t>(IndexOf(s)) || s.step != Step::kReplies) {
     return FailAll(Status::Protocol("a window invalidation nobody posted"));
   }
   // The server's READ of the value ended before its reply; now no rkey
   // names the value any more: it may be deregistered and handed back.
-  rdv_owner_ = -1;
-  rdv_mr_.reset();
+  RendezvousWindow& w = rdv_[s.window];
+  w.owner = -1;
+  w.bound = nullptr;
+  w.mr.reset();
+  s.window = -1;
   Finish(s, s.result);
 }
 
-void Client::Impl::DropWindow() {
-  if (rdv_owner_ == -1) return;
-  rdv_owner_ = -1;
-  rdv_mw_.reset();  // unbinds; the connection is not used for rendezvous PUTs until it is rebuilt
-  rdv_mr_.reset();
+void Client::Impl::ResetWindows() {
+  for (RendezvousWindow& w : rdv_) {
+    w.mw.reset();  // first: a window may be bound over mr
+    w.mr.reset();
+    w.bound = nullptr;
+    w.owner = -1;
+  }
+  rdv_windows_ = 0;
+}
+
+void Client::Impl::DropWindow(OpState& s) {
+  RendezvousWindow& w = rdv_[s.window];
+  s.window = -1;
+  w.owner = -1;
+  w.bound = nullptr;
+  w.mw.reset();  // unbinds; this window is not used again until the connection is rebuilt
+  w.mr.reset();
+  --rdv_windows_;
 }
 
 void Client::Impl::OnRecords(std::span<const uint8_t> reply, const PendingReply& pr) {

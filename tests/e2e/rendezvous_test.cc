@@ -156,6 +156,136 @@ TEST_P(RendezvousTest, WritesBehindARendezvousPutAreAnsweredInOrder) {
   EXPECT_EQ(c->stats().rendezvous_puts, 2u);
 }
 
+// A connection has several windows: rendezvous PUTs submitted together are
+// bound and sent at once (the server READs them one after the other, each
+// already waiting there), and still answered and applied in order. On the
+// loopback fabric the server's READs are held until four windows are bound
+// at once: never more, as many as the client has.
+TEST_P(RendezvousTest, SeveralRendezvousPutsOfOneConnectionAreInFlightAtOnce) {
+  auto c = NewClient(kThresholdBytes);
+  ASSERT_TRUE(c);
+  constexpr size_t kPuts = 9;
+  std::vector<std::string> values;
+  std::vector<std::string> keys;
+  std::vector<Op> ops(kPuts);
+  for (size_t i = 0; i < kPuts; ++i) {
+    values.push_back(Value(kThresholdBytes + i * 3000, static_cast<char>('A' + i)));
+    keys.push_back("many-" + std::to_string(i % 4));
+  }
+  std::vector<Op*> ptrs;
+  for (size_t i = 0; i < kPuts; ++i) {
+    ops[i].type = Op::Type::kPut;
+    ops[i].key = keys[i];
+    ops[i].value = values[i];
+    ptrs.push_back(&ops[i]);
+  }
+  std::atomic<bool> hold{env_.fabric != nullptr};
+  if (env_.fabric) {
+    LoopbackFaults f;
+    f.hold_wr = [&hold](const SendWr& w) {
+      return hold.load() && w.opcode == WrOpcode::kRead && w.local.length >= kThresholdBytes;
+    };
+    env_.fabric->SetFaults(f);
+  }
+  ASSERT_EQ(c->Submit(ptrs), kPuts);
+  std::vector<Op*> done(kPuts);
+  size_t got = 0;
+  if (env_.fabric) {
+    uint64_t bound = 0;
+    for (int i = 0; i < 500 && bound < 4; ++i) {
+      got += c->Wait(std::span(done).subspan(got), 2);  // drives the client; nothing completes
+      bound = env_.fabric->stats().runtime_windows_bound;
+    }
+    EXPECT_EQ(bound, 4u);
+    EXPECT_EQ(got, 0u);
+    hold.store(false);
+  }
+  for (int i = 0; i < 300 && got < kPuts; ++i) got += c->Wait(std::span(done).subspan(got), 100);
+  if (env_.fabric) env_.fabric->SetFaults({});
+  ASSERT_EQ(got, kPuts);
+  uint64_t last = 0;
+  for (size_t i = 0; i < kPuts; ++i) {
+    EXPECT_TRUE(ops[i].status.ok()) << i << ": " << ops[i].status.ToString();
+    EXPECT_GT(ops[i].version, last) << i;  // applied in submission order
+    last = ops[i].version;
+  }
+  EXPECT_EQ(c->stats().rendezvous_puts, kPuts);
+  if (env_.fabric) {
+    EXPECT_EQ(env_.fabric->stats().runtime_windows_bound, 0u);
+  }
+  std::string v;
+  for (size_t k = 0; k < 4; ++k) {
+    ASSERT_TRUE(c->Get("many-" + std::to_string(k), &v).ok()) << k;
+    const size_t newest = k + 4 * ((kPuts - 1 - k) / 4);  // the last PUT of key k
+    EXPECT_TRUE(v == values[newest]) << k;
+  }
+}
+
+// A value inside memory registered with RegisterMemory: the window is bound
+// there and nothing is registered for the PUT; a value not wholly inside it
+// is registered for its PUT. The memory cannot be unregistered while a
+// rendezvous PUT of a value in it is in flight.
+TEST_P(RendezvousTest, AValueInRegisteredMemoryIsBoundThereWithoutARegistrationOfItsOwn) {
+  auto c = NewClient(kThresholdBytes);
+  ASSERT_TRUE(c);
+  std::vector<std::byte> mem(400000);
+  for (size_t i = 0; i < mem.size(); ++i) mem[i] = static_cast<std::byte>('a' + (i * 13 + i / 1000) % 26);
+  const std::span<std::byte> registered = std::span(mem).first(300000);
+  ASSERT_TRUE(c->RegisterMemory(registered).ok());
+  auto view = [&](size_t off, size_t n) { return std::string_view(reinterpret_cast<const char*>(mem.data()) + off, n); };
+  ASSERT_TRUE(c->Put("in", view(1000, 100000)).ok());
+  EXPECT_EQ(c->stats().rendezvous_puts, 1u);
+  EXPECT_EQ(c->stats().rendezvous_registrations, 0u);
+  ASSERT_TRUE(c->Put("last-byte", view(300000 - 70000, 70000)).ok());  // ends at the registration's last byte
+  EXPECT_EQ(c->stats().rendezvous_registrations, 0u);
+  ASSERT_TRUE(c->Put("across", view(250000, 100000)).ok());  // past its end: registered for the PUT
+  EXPECT_EQ(c->stats().rendezvous_registrations, 1u);
+  const std::string own = Value(90000, 'o');
+  ASSERT_TRUE(c->Put("own", own).ok());
+  EXPECT_EQ(c->stats().rendezvous_registrations, 2u);
+  EXPECT_EQ(c->stats().rendezvous_puts, 4u);
+  std::string got;
+  ASSERT_TRUE(c->Get("in", &got).ok());
+  EXPECT_TRUE(got == view(1000, 100000));
+  ASSERT_TRUE(c->Get("last-byte", &got).ok());
+  EXPECT_TRUE(got == view(230000, 70000));
+  ASSERT_TRUE(c->Get("across", &got).ok());
+  EXPECT_TRUE(got == view(250000, 100000));
+  ASSERT_TRUE(c->Get("own", &got).ok());
+  EXPECT_TRUE(got == own);
+  if (env_.fabric) {
+    // The server's READ held: the PUT is in flight with its window bound
+    // over the registered memory.
+    std::atomic<bool> hold{true};
+    LoopbackFaults f;
+    f.hold_wr = [&hold](const SendWr& w) { return hold.load() && w.opcode == WrOpcode::kRead; };
+    env_.fabric->SetFaults(f);
+    Op op;
+    op.type = Op::Type::kPut;
+    op.key = "held";
+    op.value = view(5000, 80000);
+    Op* p = &op;
+    ASSERT_EQ(c->Submit({&p, 1}), 1u);
+    Op* done = nullptr;
+    for (int i = 0; i < 500 && env_.fabric->stats().runtime_windows_bound == 0; ++i) {
+      ASSERT_EQ(c->Wait({&done, 1}, 2), 0u);
+    }
+    EXPECT_EQ(c->UnregisterMemory(registered).code(), Status::Code::kInvalidArgument);
+    hold.store(false);
+    size_t n = 0;
+    for (int i = 0; i < 300 && n == 0; ++i) n = c->Wait({&done, 1}, 100);
+    env_.fabric->SetFaults({});
+    ASSERT_EQ(n, 1u);
+    EXPECT_TRUE(op.status.ok()) << op.status.ToString();
+    EXPECT_EQ(c->stats().rendezvous_registrations, 2u);
+  }
+  ASSERT_TRUE(c->UnregisterMemory(registered).ok());
+  ASSERT_TRUE(c->Put("after", view(1000, 100000)).ok());  // not registered any more: registered for the PUT
+  EXPECT_EQ(c->stats().rendezvous_registrations, 3u);
+  ASSERT_TRUE(c->Get("after", &got).ok());
+  EXPECT_TRUE(got == view(1000, 100000));
+}
+
 // The loopback NIC copies the READ in 4 KiB chunks and the test changes the
 // client's value between two of them: the server's copy is torn, its
 // checksum is not the client's, the PUT is refused and the key keeps its

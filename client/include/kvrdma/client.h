@@ -78,19 +78,24 @@ struct ClientOptions {
   uint32_t busy_poll_us = 50;
   // A PUT whose value has at least this many bytes is a rendezvous PUT (a
   // server of protocol 10.1 or later; 0 = never): instead of the value in
-  // message-sized fragments, the client registers the value's memory for
-  // that PUT, binds a memory window READ-only over exactly the value on its
-  // own connection, and the server pulls the value with one RDMA READ,
-  // checks its checksum over its own copy, and applies the PUT. The window
-  // is invalidated and the memory deregistered before the PUT returns (also
-  // on an error; a broken connection drops the window with it): the value
-  // is exposed to the server, through this connection only, for the one
-  // PUT (docs/SECURITY.md). The value must stay unchanged until the PUT
+  // message-sized fragments, the client binds a memory window READ-only
+  // over exactly the value on its own connection, and the server pulls the
+  // value with one RDMA READ, checks its checksum over its own copy, and
+  // applies the PUT. A value inside memory registered with RegisterMemory
+  // is bound there; any other value is registered for that PUT alone (on
+  // Soft-RoCE that costs more than the READ: keep large values in
+  // registered memory). The window is invalidated (and a registration of
+  // the PUT's own ended) before the PUT returns (also on an error; a broken
+  // connection drops the window with it): the value is exposed to the
+  // server, through this connection only, for the one PUT
+  // (docs/SECURITY.md). The value must stay unchanged until the PUT
   // returns; a value changed meanwhile is refused (InvalidArgument), never
-  // stored torn. One rendezvous PUT at a time per connection (the others
-  // wait their turn). Off by default: on Soft-RoCE, registering each value
-  // made rendezvous PUTs of 64 KiB slower than fragments (docs/PERFORMANCE.md,
-  // "Rendezvous PUTs"); measure on your NIC before turning it on.
+  // stored torn. Up to four rendezvous PUTs at a time per connection, each
+  // with a window of its own (the others wait their turn; the server READs
+  // one at a time per connection, the next one waiting there). Off by
+  // default: on Soft-RoCE, registering each value made rendezvous PUTs of
+  // 64 KiB slower than fragments (docs/PERFORMANCE.md, "Rendezvous PUTs");
+  // measure on your NIC before turning it on.
   uint32_t rendezvous_bytes = 0;
 };
 
@@ -142,6 +147,7 @@ struct ClientStats {
   uint64_t deletes = 0;      // DELETEs the server acknowledged (found or not)
   uint64_t messages = 0;     // request messages sent (fragments count)
   uint64_t rendezvous_puts = 0;  // PUTs sent as rendezvous PUTs (ClientOptions::rendezvous_bytes)
+  uint64_t rendezvous_registrations = 0;  // of those, values registered for the PUT (not in RegisterMemory's memory)
   // GETs by outcome, with what they cost (cached GETs included: turn the
   // location cache off to see the index's cost alone).
   uint64_t get_hits = 0;         // GETs that found their key
@@ -220,19 +226,24 @@ class Client {
   // nothing else in `buffer` is specified). NotFound and the other errors
   // as Get above (*value_bytes is 0).
   Status Get(std::string_view key, std::span<std::byte> buffer, size_t* value_bytes);
-  // --- Registered memory: GETs without a copy. Registers `memory` with this
-  // client's RDMA device (its pages are pinned while registered; the
-  // process's `ulimit -l` bounds how much). A GET into a buffer that lies
-  // inside registered memory READs the value straight into the buffer
-  // instead of copying it out of the client's own (values of a few hundred
-  // bytes and more: below that a copy costs less). The server cannot reach
-  // this memory: it is registered for local access only. Registrations
-  // last until UnregisterMemory or the Client's end, across reconnects.
+  // --- Registered memory: GETs and rendezvous PUTs without a copy or a
+  // registration each. Registers `memory` with this client's RDMA device
+  // (its pages are pinned while registered; the process's `ulimit -l`
+  // bounds how much). A GET into a buffer that lies inside registered memory
+  // READs the value straight into the buffer instead of copying it out of
+  // the client's own (entries of 4 KiB and more: below that a copy costs
+  // less). A rendezvous PUT (ClientOptions::rendezvous_bytes) of a value
+  // that lies inside it binds its window there instead of registering the
+  // value. The registration itself grants the server nothing (no rkey):
+  // only a rendezvous PUT's window reaches it, READ-only, over exactly that
+  // PUT's value, until the PUT returns. Registrations last until
+  // UnregisterMemory or the Client's end, across reconnects.
   // Errors: InvalidArgument (empty, or overlaps memory registered already),
   // and the device's (IOError, NoResource).
   Status RegisterMemory(std::span<std::byte> memory);
   // Ends the registration made with exactly `memory`. NotFound if there is
-  // none; InvalidArgument while an operation in flight has its buffer there.
+  // none; InvalidArgument while an operation in flight has its buffer or its
+  // rendezvous PUT's value there.
   Status UnregisterMemory(std::span<std::byte> memory);
   // Stores value under key (any bytes, 0..max_value_bytes()). OK: the store
   // has it, and every Get that starts afterwards, from any client, sees it
