@@ -52,6 +52,7 @@ struct Config {
   double rate = 0;
   std::string put_mode = "send";
   std::string get_into = "string";  // where a GET's value goes: string, buffer or registered
+  std::string put_from = "string";  // where PUT values come from: string or registered
   int64_t location_cache = -1;  // -1: the client's default
   int64_t busy_poll_us = -1;    // -1: the client's default
   int64_t rendezvous_bytes = -1;  // -1: the client's default (ClientOptions::rendezvous_bytes)
@@ -142,6 +143,8 @@ class Worker {
       t->cache_hits += s.cache_hits;
       t->cache_stale += s.cache_stale;
       t->direct_reads += s.direct_reads;
+      t->rendezvous_puts += s.rendezvous_puts;
+      t->rendezvous_registrations += s.rendezvous_registrations;
       t->puts += s.puts;
       t->messages += s.messages;
       t->get_hits += s.get_hits;
@@ -168,6 +171,10 @@ class Worker {
       if (cfg_.get_into == "registered") {
         Status st = clients_.back()->RegisterMemory(buffers_);
         if (!st.ok()) return Status(st.code(), "--get-into registered: " + st.message());
+      }
+      if (cfg_.put_from == "registered") {
+        Status st = clients_.back()->RegisterMemory(std::as_writable_bytes(std::span(values_.data(), values_.size())));
+        if (!st.ok()) return Status(st.code(), "--put-from registered: " + st.message());
       }
     }
     return Status::OK();
@@ -413,6 +420,12 @@ int main(int argc, char** argv) {
                  "one copy), registered (the caller's memory, registered with RegisterMemory: no copy)")
       ->capture_default_str()
       ->check(CLI::IsMember({"string", "buffer", "registered"}));
+  app.add_option("--put-from", cfg.put_from,
+                 "Where PUT values come from: string (the worker's own memory), registered (the same memory,\n"
+                 "registered with RegisterMemory: a rendezvous PUT binds its window there instead of\n"
+                 "registering the value)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"string", "registered"}));
   app.add_option("--put-mode", cfg.put_mode, "send or write-imm")->capture_default_str()
       ->check(CLI::IsMember({"send", "write-imm"}));
   app.add_option("--rendezvous-bytes", cfg.rendezvous_bytes,
@@ -553,6 +566,10 @@ int main(int argc, char** argv) {
   }
   kvrdma::ClientStats cs;
   for (const auto& w : workers) w->AddClientStats(&cs);
+  if (cs.rendezvous_puts != 0) {
+    std::printf("client   %" PRIu64 " rendezvous PUTs, %" PRIu64 " of them with a registration of their own; warm-up "
+                "included\n", cs.rendezvous_puts, cs.rendezvous_registrations);
+  }
   if (cs.gets > 0) {
     const double g = static_cast<double>(cs.gets);
     std::printf("client   %.2f RDMA READs and %.2f window rounds per GET, %" PRIu64 " rounds repeated, "
