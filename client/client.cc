@@ -143,10 +143,7 @@ Status Client::Impl::RegisterMemory(std::span<std::byte> memory) {
       return Status::InvalidArgument("RegisterMemory: overlaps memory registered already");
     }
   }
-  // Local write: GETs READ values into it. Window binding: a rendezvous PUT
-  // of a value in it binds its window here instead of registering the value
-  // (a registration per PUT cost 2.6 ms at 64 KiB on Soft-RoCE).
-  auto mr = dev_->RegisterMemory(memory.data(), memory.size(), kAccessLocalWrite | kAccessMwBind);
+  auto mr = dev_->RegisterMemory(memory.data(), memory.size(), kAccessLocalWrite);
   if (!mr.ok()) return mr.status();
   registered_.push_back(std::move(mr).value());
   return Status::OK();
@@ -161,11 +158,12 @@ Status Client::Impl::UnregisterMemory(std::span<std::byte> memory) {
         return Status::InvalidArgument("UnregisterMemory: an operation in flight has its buffer there");
       }
     }
-    for (const RendezvousWindow& w : rdv_) {
-      if (w.owner != -1 && w.bound == r) {
+    for (const ValueRegistration& v : value_regs_) {
+      if (v.within == r && WindowBoundOver(v.mr.get())) {
         return Status::InvalidArgument("UnregisterMemory: a rendezvous PUT in flight has its value there");
       }
     }
+    std::erase_if(value_regs_, [r](const ValueRegistration& v) { return v.within == r; });
     registered_.erase(it);
     return Status::OK();
   }
@@ -178,6 +176,43 @@ const MemoryRegion* Client::Impl::RegisteredRegionOf(const void* p, size_t n) co
     if (n <= r->length() && a >= r->base() && a - r->base() <= r->length() - n) return r.get();
   }
   return nullptr;
+}
+
+const MemoryRegion* Client::Impl::ValueRegistrationFor(const void* p, size_t n, Status* st) {
+  const MemoryRegion* within = RegisteredRegionOf(p, n);
+  if (within == nullptr) return nullptr;
+  const uint64_t a = reinterpret_cast<uint64_t>(p);
+  for (ValueRegistration& v : value_regs_) {
+    if (v.mr->base() == a && v.mr->length() == n) {  // another window may be bound over it too
+      v.last_use = stats_.rendezvous_puts;
+      return v.mr.get();
+    }
+  }
+  auto mr = dev_->RegisterMemory(const_cast<void*>(p), n, kAccessMwBind);
+  if (!mr.ok()) {
+    *st = mr.status();
+    return nullptr;
+  }
+  ++stats_.rendezvous_registrations;
+  ValueRegistration* slot = nullptr;
+  if (value_regs_.size() < kValueRegistrations) {
+    slot = &value_regs_.emplace_back();
+  } else {  // full: the one used longest ago that no window is bound over (at most 4 are)
+    for (ValueRegistration& v : value_regs_) {
+      if (!WindowBoundOver(v.mr.get()) && (slot == nullptr || v.last_use < slot->last_use)) slot = &v;
+    }
+  }
+  slot->within = within;
+  slot->mr = std::move(mr).value();
+  slot->last_use = stats_.rendezvous_puts;
+  return slot->mr.get();
+}
+
+bool Client::Impl::WindowBoundOver(const MemoryRegion* mr) const {
+  for (const RendezvousWindow& w : rdv_) {
+    if (w.owner != -1 && w.bound == mr) return true;
+  }
+  return false;
 }
 
 Status Client::Put(std::string_view key, std::string_view value, uint64_t if_version) {

@@ -527,17 +527,24 @@ bool Client::Impl::SendRendezvous(OpState& s) {
   const std::string_view value = s.op->value;
   // The window covers exactly the value, READ only, through this
   // connection's QP: the only remote access to it. The memory is only read.
-  const MemoryRegion* region = RegisteredRegionOf(value.data(), value.size());
-  if (region == nullptr) {
-    // Registered for this PUT only, for window binding only (the region has no rkey).
+  // The region it is bound over is exactly the value too (rxe checks READs
+  // against the region): one kept from an earlier PUT of these bytes in
+  // registered memory, or one registered now, for this PUT only (no rkey).
+  Status reg;
+  const MemoryRegion* region = ValueRegistrationFor(value.data(), value.size(), &reg);
+  if (region == nullptr && reg.ok()) {
     auto mr = dev_->RegisterMemory(const_cast<char*>(value.data()), value.size(), kAccessMwBind);
-    if (!mr.ok()) {
-      Finish(s, Status(mr.status().code(), "registering the value for a rendezvous PUT: " + mr.status().message()));
-      return true;
+    if (mr.ok()) {
+      w.mr = std::move(mr).value();
+      region = w.mr.get();
+      ++stats_.rendezvous_registrations;
+    } else {
+      reg = mr.status();
     }
-    w.mr = std::move(mr).value();
-    region = w.mr.get();
-    ++stats_.rendezvous_registrations;
+  }
+  if (region == nullptr) {
+    Finish(s, Status(reg.code(), "registering the value for a rendezvous PUT: " + reg.message()));
+    return true;
   }
   const uint64_t addr = reinterpret_cast<uint64_t>(value.data());
   const MwBinding b{w.mw.get(), region, addr, value.size(), kAccessRemoteRead, MakeWrId(WrKind::kWindow, idx)};

@@ -114,7 +114,10 @@ class Worker {
         // --ops: this worker's share (no shared counter per operation).
         budget_(cfg_.ops / cfg_.threads + (index < cfg_.ops % cfg_.threads ? 1 : 0)),
         rng_(0x9e3779b9u * (index + 1)) {
-    values_.resize(cfg_.vmax + 1);
+    // --put-from registered: a slot of vmax bytes per op state, so that a
+    // PUT of a fixed size repeats its bytes and its value's registration is
+    // kept (Client::RegisterMemory); else values start anywhere.
+    values_.resize(cfg_.put_from == "registered" ? size_t{cfg_.depth} * cfg_.vmax : cfg_.vmax + 1);
     for (auto& c : values_) c = static_cast<char>('a' + rng_() % 26);
     op_states_.resize(cfg_.depth);
     if (cfg_.get_into != "string") buffers_.resize(size_t{cfg_.depth} * cfg_.vmax);
@@ -270,7 +273,9 @@ class Worker {
     // The placement ShardedClient and kvctl use: a preloaded key is where they look.
     s.server = static_cast<int>(ServerForKey(s.op.key, clients_.size()));
     size_t vs = cfg_.vmin == cfg_.vmax ? cfg_.vmin : cfg_.vmin + rng_() % (cfg_.vmax - cfg_.vmin + 1);
-    s.op.value = std::string_view(values_.data() + rng_() % (values_.size() - vs), vs);
+    const size_t at = cfg_.put_from == "registered" ? static_cast<size_t>(&s - op_states_.data()) * cfg_.vmax
+                                                    : rng_() % (values_.size() - vs);
+    s.op.value = std::string_view(values_.data() + at, vs);
     s.op.type = (kind == kRead || (kind == kRmw && !s.rmw_write)) ? Op::Type::kGet : Op::Type::kPut;
   }
   void Start(OpState& s, Clock::time_point start) {
@@ -421,9 +426,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"string", "buffer", "registered"}));
   app.add_option("--put-from", cfg.put_from,
-                 "Where PUT values come from: string (the worker's own memory), registered (the same memory,\n"
-                 "registered with RegisterMemory: a rendezvous PUT binds its window there instead of\n"
-                 "registering the value)")
+                 "Where PUT values come from: string (the worker's own memory, values anywhere in it),\n"
+                 "registered (memory registered with RegisterMemory, a slot per operation in flight: the\n"
+                 "client keeps a rendezvous PUT value's registration for the next PUT of the same bytes)")
       ->capture_default_str()
       ->check(CLI::IsMember({"string", "registered"}));
   app.add_option("--put-mode", cfg.put_mode, "send or write-imm")->capture_default_str()

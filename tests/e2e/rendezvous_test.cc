@@ -221,11 +221,13 @@ TEST_P(RendezvousTest, SeveralRendezvousPutsOfOneConnectionAreInFlightAtOnce) {
   }
 }
 
-// A value inside memory registered with RegisterMemory: the window is bound
-// there and nothing is registered for the PUT; a value not wholly inside it
-// is registered for its PUT. The memory cannot be unregistered while a
-// rendezvous PUT of a value in it is in flight.
-TEST_P(RendezvousTest, AValueInRegisteredMemoryIsBoundThereWithoutARegistrationOfItsOwn) {
+// A value inside memory registered with RegisterMemory: its first PUT
+// registers exactly its bytes and the client keeps that registration, so a
+// later PUT of the same bytes registers nothing; a value not wholly inside
+// that memory is registered for its PUT alone. The memory cannot be
+// unregistered while a rendezvous PUT of a value in it is in flight, and
+// unregistering it drops the kept registrations.
+TEST_P(RendezvousTest, AValueInRegisteredMemoryKeepsItsRegistrationForTheNextPutOfTheSameBytes) {
   auto c = NewClient(kThresholdBytes);
   ASSERT_TRUE(c);
   std::vector<std::byte> mem(400000);
@@ -233,20 +235,35 @@ TEST_P(RendezvousTest, AValueInRegisteredMemoryIsBoundThereWithoutARegistrationO
   const std::span<std::byte> registered = std::span(mem).first(300000);
   ASSERT_TRUE(c->RegisterMemory(registered).ok());
   auto view = [&](size_t off, size_t n) { return std::string_view(reinterpret_cast<const char*>(mem.data()) + off, n); };
+  auto regs = [&] { return c->stats().rendezvous_registrations; };
   ASSERT_TRUE(c->Put("in", view(1000, 100000)).ok());
   EXPECT_EQ(c->stats().rendezvous_puts, 1u);
-  EXPECT_EQ(c->stats().rendezvous_registrations, 0u);
+  EXPECT_EQ(regs(), 1u);
+  ASSERT_TRUE(c->Put("in", view(1000, 100000)).ok());  // the same bytes: kept
+  ASSERT_TRUE(c->Put("in-2", view(1000, 100000)).ok());
+  EXPECT_EQ(regs(), 1u);
+  ASSERT_TRUE(c->Put("shorter", view(1000, 90000)).ok());  // other bytes: registered (exactly the value)
+  EXPECT_EQ(regs(), 2u);
   ASSERT_TRUE(c->Put("last-byte", view(300000 - 70000, 70000)).ok());  // ends at the registration's last byte
-  EXPECT_EQ(c->stats().rendezvous_registrations, 0u);
-  ASSERT_TRUE(c->Put("across", view(250000, 100000)).ok());  // past its end: registered for the PUT
-  EXPECT_EQ(c->stats().rendezvous_registrations, 1u);
+  ASSERT_TRUE(c->Put("last-byte", view(300000 - 70000, 70000)).ok());
+  EXPECT_EQ(regs(), 3u);
+  ASSERT_TRUE(c->Put("across", view(250000, 100000)).ok());  // past its end: registered for each PUT
+  ASSERT_TRUE(c->Put("across", view(250000, 100000)).ok());
+  EXPECT_EQ(regs(), 5u);
   const std::string own = Value(90000, 'o');
   ASSERT_TRUE(c->Put("own", own).ok());
-  EXPECT_EQ(c->stats().rendezvous_registrations, 2u);
-  EXPECT_EQ(c->stats().rendezvous_puts, 4u);
+  EXPECT_EQ(regs(), 6u);
+  EXPECT_EQ(c->stats().rendezvous_puts, 9u);
+  if (env_.fabric) {
+    EXPECT_EQ(env_.fabric->stats().runtime_windows_bound, 0u);
+  }
   std::string got;
   ASSERT_TRUE(c->Get("in", &got).ok());
   EXPECT_TRUE(got == view(1000, 100000));
+  ASSERT_TRUE(c->Get("in-2", &got).ok());
+  EXPECT_TRUE(got == view(1000, 100000));
+  ASSERT_TRUE(c->Get("shorter", &got).ok());
+  EXPECT_TRUE(got == view(1000, 90000));
   ASSERT_TRUE(c->Get("last-byte", &got).ok());
   EXPECT_TRUE(got == view(230000, 70000));
   ASSERT_TRUE(c->Get("across", &got).ok());
@@ -255,7 +272,7 @@ TEST_P(RendezvousTest, AValueInRegisteredMemoryIsBoundThereWithoutARegistrationO
   EXPECT_TRUE(got == own);
   if (env_.fabric) {
     // The server's READ held: the PUT is in flight with its window bound
-    // over the registered memory.
+    // over the kept registration.
     std::atomic<bool> hold{true};
     LoopbackFaults f;
     f.hold_wr = [&hold](const SendWr& w) { return hold.load() && w.opcode == WrOpcode::kRead; };
@@ -263,7 +280,7 @@ TEST_P(RendezvousTest, AValueInRegisteredMemoryIsBoundThereWithoutARegistrationO
     Op op;
     op.type = Op::Type::kPut;
     op.key = "held";
-    op.value = view(5000, 80000);
+    op.value = view(1000, 100000);
     Op* p = &op;
     ASSERT_EQ(c->Submit({&p, 1}), 1u);
     Op* done = nullptr;
@@ -277,13 +294,43 @@ TEST_P(RendezvousTest, AValueInRegisteredMemoryIsBoundThereWithoutARegistrationO
     env_.fabric->SetFaults({});
     ASSERT_EQ(n, 1u);
     EXPECT_TRUE(op.status.ok()) << op.status.ToString();
-    EXPECT_EQ(c->stats().rendezvous_registrations, 2u);
+    EXPECT_EQ(regs(), 6u);
   }
   ASSERT_TRUE(c->UnregisterMemory(registered).ok());
-  ASSERT_TRUE(c->Put("after", view(1000, 100000)).ok());  // not registered any more: registered for the PUT
-  EXPECT_EQ(c->stats().rendezvous_registrations, 3u);
+  ASSERT_TRUE(c->Put("after", view(1000, 100000)).ok());  // not registered memory any more: its own registration
+  ASSERT_TRUE(c->Put("after", view(1000, 100000)).ok());
+  EXPECT_EQ(regs(), 8u);
   ASSERT_TRUE(c->Get("after", &got).ok());
   EXPECT_TRUE(got == view(1000, 100000));
+  // Registered again: the first PUT registers the value again (the kept one went with the memory).
+  ASSERT_TRUE(c->RegisterMemory(registered).ok());
+  ASSERT_TRUE(c->Put("again", view(1000, 100000)).ok());
+  ASSERT_TRUE(c->Put("again", view(1000, 100000)).ok());
+  EXPECT_EQ(regs(), 9u);
+}
+
+// More distinct values in registered memory than the client keeps
+// registrations for: the oldest go, every PUT lands.
+TEST_P(RendezvousTest, KeptValueRegistrationsAreBoundedOldestFirst) {
+  auto c = NewClient(kThresholdBytes);
+  ASSERT_TRUE(c);
+  constexpr size_t kValues = 70, kBytes = kThresholdBytes;  // the client keeps 64
+  std::vector<std::byte> mem(kValues * kBytes);
+  for (size_t i = 0; i < mem.size(); ++i) mem[i] = static_cast<std::byte>('A' + (i * 7 + i / 5000) % 26);
+  ASSERT_TRUE(c->RegisterMemory(mem).ok());
+  auto view = [&](size_t i) { return std::string_view(reinterpret_cast<const char*>(mem.data()) + i * kBytes, kBytes); };
+  for (size_t i = 0; i < kValues; ++i) ASSERT_TRUE(c->Put("v" + std::to_string(i), view(i)).ok()) << i;
+  EXPECT_EQ(c->stats().rendezvous_registrations, kValues);
+  for (size_t i = kValues - 64; i < kValues; ++i) ASSERT_TRUE(c->Put("w" + std::to_string(i), view(i)).ok()) << i;
+  EXPECT_EQ(c->stats().rendezvous_registrations, kValues);  // the newest 64 were kept
+  ASSERT_TRUE(c->Put("w0", view(0)).ok());                  // the oldest was not
+  EXPECT_EQ(c->stats().rendezvous_registrations, kValues + 1);
+  std::string got;
+  for (size_t i = 0; i < kValues; i += 7) {
+    ASSERT_TRUE(c->Get("v" + std::to_string(i), &got).ok()) << i;
+    EXPECT_TRUE(got == view(i)) << i;
+  }
+  ASSERT_TRUE(c->UnregisterMemory(mem).ok());
 }
 
 // The loopback NIC copies the READ in 4 KiB chunks and the test changes the

@@ -81,11 +81,12 @@ struct ClientOptions {
   // message-sized fragments, the client binds a memory window READ-only
   // over exactly the value on its own connection, and the server pulls the
   // value with one RDMA READ, checks its checksum over its own copy, and
-  // applies the PUT. A value inside memory registered with RegisterMemory
-  // is bound there; any other value is registered for that PUT alone (on
-  // Soft-RoCE that costs more than the READ: keep large values in
-  // registered memory). The window is invalidated (and a registration of
-  // the PUT's own ended) before the PUT returns (also on an error; a broken
+  // applies the PUT. The window is bound over a registration of exactly
+  // the value's bytes: made for that PUT alone, or, for a value inside
+  // memory registered with RegisterMemory, kept for the next PUT of the
+  // same bytes (on Soft-RoCE a registration costs more than the READ: PUT
+  // large values from registered memory). The window is invalidated (and a
+  // registration of the PUT's own ended) before the PUT returns (also on an error; a broken
   // connection drops the window with it): the value is exposed to the
   // server, through this connection only, for the one PUT
   // (docs/SECURITY.md). The value must stay unchanged until the PUT
@@ -147,7 +148,7 @@ struct ClientStats {
   uint64_t deletes = 0;      // DELETEs the server acknowledged (found or not)
   uint64_t messages = 0;     // request messages sent (fragments count)
   uint64_t rendezvous_puts = 0;  // PUTs sent as rendezvous PUTs (ClientOptions::rendezvous_bytes)
-  uint64_t rendezvous_registrations = 0;  // of those, values registered for the PUT (not in RegisterMemory's memory)
+  uint64_t rendezvous_registrations = 0;  // values those registered (not a registration kept from an earlier PUT)
   // GETs by outcome, with what they cost (cached GETs included: turn the
   // location cache off to see the index's cost alone).
   uint64_t get_hits = 0;         // GETs that found their key
@@ -233,10 +234,11 @@ class Client {
   // READs the value straight into the buffer instead of copying it out of
   // the client's own (entries of 4 KiB and more: below that a copy costs
   // less). A rendezvous PUT (ClientOptions::rendezvous_bytes) of a value
-  // that lies inside it binds its window there instead of registering the
-  // value. The registration itself grants the server nothing (no rkey):
-  // only a rendezvous PUT's window reaches it, READ-only, over exactly that
-  // PUT's value, until the PUT returns. Registrations last until
+  // that lies inside it registers exactly the value's bytes once and keeps
+  // that registration (up to 64 of them) for the next PUT of the same bytes.
+  // No registration grants the server anything (no rkey): only a rendezvous
+  // PUT's window reaches memory, READ-only, over exactly that PUT's value,
+  // until the PUT returns. Registrations last until
   // UnregisterMemory or the Client's end, across reconnects.
   // Errors: InvalidArgument (empty, or overlaps memory registered already),
   // and the device's (IOError, NoResource).
