@@ -60,17 +60,18 @@ void AddCandidate(uint64_t word, int i, const IndexParams& p, WindowProbe* out) 
   ++out->count;
 }
 
-// Words [from, n) one at a time: a bit test for a tag, a shift-compare for
-// the fingerprint; both are rarely true, so the branches predict well.
+// Word i: a bit test for a tag, a shift-compare for the fingerprint; both
+// are rarely true, so the branches predict well.
+inline void ProbeWord(uint64_t word, int i, const KeyHash& kh, const IndexParams& p, WindowProbe* out) noexcept {
+  constexpr uint64_t kTagSetWordBit = kTagSetBit << kWordTagShift;
+  if ((word & kTagSetWordBit) != 0 && TagMatches(WordTag(word), kh.tag_nibble)) out->tag_matched = true;
+  if ((word >> kRefFingerprintShift) == (kh.fingerprint & kRefFingerprintMask)) AddCandidate(word, i, p, out);
+}
+
+// Words [from, n) one at a time.
 void ProbeWords(std::span<const std::byte> window, int from, int n, const KeyHash& kh, const IndexParams& p,
                 WindowProbe* out) noexcept {
-  const uint64_t fp = kh.fingerprint & kRefFingerprintMask;
-  constexpr uint64_t kTagSetWordBit = kTagSetBit << kWordTagShift;
-  for (int i = from; i < n; ++i) {
-    const uint64_t word = WordAt(window, i);
-    if ((word & kTagSetWordBit) != 0 && TagMatches(WordTag(word), kh.tag_nibble)) out->tag_matched = true;
-    if ((word >> kRefFingerprintShift) == fp) AddCandidate(word, i, p, out);
-  }
+  for (int i = from; i < n; ++i) ProbeWord(WordAt(window, i), i, kh, p, out);
 }
 
 }  // namespace
@@ -120,7 +121,9 @@ bool WindowScanAvailable(WindowScan scan) noexcept {
   }
 }
 
-Status ProbeWindowWith(WindowScan scan, std::span<const std::byte> window, const KeyHash& kh, const IndexParams& p,
+namespace {
+// ProbeWindowWith once `scan` is known to run on this CPU.
+Status ProbeWindowScan(WindowScan scan, std::span<const std::byte> window, const KeyHash& kh, const IndexParams& p,
                        WindowProbe* out) noexcept {
   *out = WindowProbe{};
   if (p.window_words == 0 || p.window_words > kMaxWindowWords || window.size() != p.window_words * kWordBytes) {
@@ -146,7 +149,6 @@ Status ProbeWindowWith(WindowScan scan, std::span<const std::byte> window, const
   switch (scan) {
 #if KVRDMA_HAVE_AVX2
     case WindowScan::kAvx2:
-      if (!CpuHasAvx2()) return Status::InvalidArgument("this CPU has no AVX2");
       block = kWindowBlockAvx2;
       FlagWindowWordsAvx2(window.data(), n / block, k, flagged);
       break;
@@ -164,11 +166,21 @@ Status ProbeWindowWith(WindowScan scan, std::span<const std::byte> window, const
   for (int half = 0; half < 2; ++half) {
     for (uint64_t bits = flagged[half]; bits != 0; bits &= bits - 1) {
       const int i = half * 64 + std::countr_zero(bits);
-      ProbeWords(window, i, i + 1, kh, p, out);
+      ProbeWord(WordAt(window, i), i, kh, p, out);
     }
   }
-  ProbeWords(window, block == 1 ? 0 : n / block * block, n, kh, p, out);
+  if (n % block != 0 || block == 1) ProbeWords(window, block == 1 ? 0 : n / block * block, n, kh, p, out);
   return Status::OK();
+}
+}  // namespace
+
+Status ProbeWindowWith(WindowScan scan, std::span<const std::byte> window, const KeyHash& kh, const IndexParams& p,
+                       WindowProbe* out) noexcept {
+  if (!WindowScanAvailable(scan)) {
+    *out = WindowProbe{};
+    return Status::InvalidArgument(scan == WindowScan::kAvx2 ? "this CPU has no AVX2" : "window scan not built");
+  }
+  return ProbeWindowScan(scan, window, kh, p, out);
 }
 
 }  // namespace detail
@@ -176,12 +188,12 @@ Status ProbeWindowWith(WindowScan scan, std::span<const std::byte> window, const
 Status ProbeWindow(std::span<const std::byte> window, const KeyHash& kh, const IndexParams& p,
                    WindowProbe* out) noexcept {
 #if KVRDMA_HAVE_AVX2
-  if (detail::CpuHasAvx2()) return detail::ProbeWindowWith(detail::WindowScan::kAvx2, window, kh, p, out);
+  if (detail::CpuHasAvx2()) return detail::ProbeWindowScan(detail::WindowScan::kAvx2, window, kh, p, out);
 #endif
 #if defined(__SSE2__)
-  return detail::ProbeWindowWith(detail::WindowScan::kSse2, window, kh, p, out);
+  return detail::ProbeWindowScan(detail::WindowScan::kSse2, window, kh, p, out);
 #else
-  return detail::ProbeWindowWith(detail::WindowScan::kOneWord, window, kh, p, out);
+  return detail::ProbeWindowScan(detail::WindowScan::kOneWord, window, kh, p, out);
 #endif
 }
 
