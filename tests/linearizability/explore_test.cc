@@ -23,7 +23,10 @@
 // and are left out of the history. In half the seeds client 1 sends every
 // PUT as a rendezvous PUT: the server READs the value into its place in the
 // log, and the loopback NIC answers those READs 0 to 2.1 ms late (the seed
-// chooses), while the worker's head moves on and the cleaner runs. After each
+// chooses), while the worker's head moves on and the cleaner runs; half of
+// those values come from memory client 1 registered (a slot per pending
+// operation), sent over the value registrations the client keeps from one
+// PUT of a slot to the next while the slot's bytes change. After each
 // seed the store's index is checked (Store::CheckIndex: every ref names a
 // current entry of its key in a segment in use), which shows what no GET
 // happened to look at. With the segment pin taken out (tests/putback/run
@@ -63,6 +66,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -191,12 +195,13 @@ struct Pending {
 struct ExploreStats {
   uint64_t ops = 0, server_full = 0, unknown = 0, cache_hits = 0, cache_stale = 0, cleaner_passes = 0,
            reconnects = 0, segments_cleaned = 0, evictions = 0, index_moves = 0, miss_rounds = 0, forged_puts = 0,
-           rendezvous_puts = 0;
+           rendezvous_puts = 0, rendezvous_registrations = 0;
   ExploreStats& operator+=(const ExploreStats& o) {
     ops += o.ops, server_full += o.server_full, unknown += o.unknown, cache_hits += o.cache_hits;
     cache_stale += o.cache_stale, cleaner_passes += o.cleaner_passes, reconnects += o.reconnects;
     segments_cleaned += o.segments_cleaned, evictions += o.evictions, index_moves += o.index_moves;
     miss_rounds += o.miss_rounds, forged_puts += o.forged_puts, rendezvous_puts += o.rendezvous_puts;
+    rendezvous_registrations += o.rendezvous_registrations;
     return *this;
   }
 };
@@ -326,6 +331,19 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
     c = std::move(r).value();
   }
   Pending pend[kClients][kDepth];
+  // Rendezvous seeds: client 1 registers memory with a slot per pending
+  // operation, and half its PUTs send their value from the slot. The client
+  // keeps the registration of a slot's bytes across PUTs (and reconnects),
+  // while the bytes in it change from one PUT to the next: the server must
+  // READ each PUT's own value through the kept registration.
+  const size_t slot_bytes = std::max(shape.hot_value_bytes, shape.filler_value_bytes);
+  std::vector<std::byte> arena;
+  if (rendezvous && slot_bytes > 0) {
+    arena.resize(size_t{kDepth} * slot_bytes);
+    const Status st = clients[1]->RegisterMemory(arena);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    if (!st.ok()) arena.clear();
+  }
   uint64_t seq = 0;
   lin::History h;
 
@@ -404,6 +422,11 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
         UniqueValue(&p->value, filler ? shape.filler_value_bytes : shape.hot_value_bytes, c, ++seq);
       }
       p->op.value = p->value;
+      if (c == 1 && !arena.empty() && p->value.size() <= slot_bytes && pick(2) == 0) {
+        std::byte* slot = arena.data() + static_cast<size_t>(p - pend[1]) * slot_bytes;
+        std::memcpy(slot, p->value.data(), p->value.size());
+        p->op.value = std::string_view(reinterpret_cast<const char*>(slot), p->value.size());
+      }
     } else {
       p->op.type = Op::Type::kDelete;
     }
@@ -442,6 +465,7 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
     // matched, or a round over the round limit.
     st->miss_rounds += clients[c]->stats().get_miss_rounds - clients[c]->stats().get_misses;
     st->rendezvous_puts += clients[c]->stats().rendezvous_puts;
+    st->rendezvous_registrations += clients[c]->stats().rendezvous_registrations;
   }
   const StoreStats ss = store.Stats();
   if (EnvOr("KVRDMA_EXPLORE_VERBOSE", 0) != 0) {
@@ -536,7 +560,7 @@ void Explore(Kind kind, uint64_t first, uint64_t count, uint64_t steps, unsigned
   std::printf("[explore] %s: %llu seeds from %llu on %u threads, %llu histories checked (%llu ops of hot keys, %llu ops in all), "
               "0 violations, %.1f s; cache hits %llu, stale cached locations %llu, ServerFull %llu, unknown %llu, "
               "cleaner passes %llu, segments cleaned %llu, evictions %llu, broken connections %llu, index moves %llu, "
-              "extra miss rounds %llu, forged values %llu, rendezvous PUTs %llu\n",
+              "extra miss rounds %llu, forged values %llu, rendezvous PUTs %llu (%llu value registrations)\n",
               kind == Kind::kLoopback ? "loopback" : "verbs", static_cast<unsigned long long>(count),
               static_cast<unsigned long long>(first), threads, static_cast<unsigned long long>(histories.load()),
               static_cast<unsigned long long>(history_ops.load()), static_cast<unsigned long long>(st.ops), secs,
@@ -545,7 +569,8 @@ void Explore(Kind kind, uint64_t first, uint64_t count, uint64_t steps, unsigned
               static_cast<unsigned long long>(st.cleaner_passes), static_cast<unsigned long long>(st.segments_cleaned),
               static_cast<unsigned long long>(st.evictions), static_cast<unsigned long long>(st.reconnects),
               static_cast<unsigned long long>(st.index_moves), static_cast<unsigned long long>(st.miss_rounds),
-              static_cast<unsigned long long>(st.forged_puts), static_cast<unsigned long long>(st.rendezvous_puts));
+              static_cast<unsigned long long>(st.forged_puts), static_cast<unsigned long long>(st.rendezvous_puts),
+              static_cast<unsigned long long>(st.rendezvous_registrations));
   // The schedules must have exercised what they claim to.
   EXPECT_GT(st.cache_hits, 0u);
   EXPECT_GT(st.cache_stale, 0u);
@@ -554,6 +579,8 @@ void Explore(Kind kind, uint64_t first, uint64_t count, uint64_t steps, unsigned
   EXPECT_GT(st.index_moves, 0u);
   if (count >= 3 && EnvOr("KVRDMA_EXPLORE_RENDEZVOUS", 1) != 0) {
     EXPECT_GT(st.rendezvous_puts, 0u);
+    // Some sent from registered memory over a kept registration.
+    EXPECT_LT(st.rendezvous_registrations, st.rendezvous_puts);
   }
 }
 
