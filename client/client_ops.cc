@@ -77,7 +77,9 @@ void Client::Impl::Start(Op* op, std::optional<Opcode> query) {
   s.rendezvous = s.opcode == Opcode::kPut && rdv_windows_ > 0 && opts_.rendezvous_bytes > 0 &&
                  value.size() >= opts_.rendezvous_bytes &&
                  kRequestHeaderSize + op->key.size() + kRendezvousFieldsBytes <= desc_.message_bytes;
-  if (!keyless) cache_.Erase(HashKeyBytes(op->key, params_.seed));  // our own write: the old location is stale
+  // Our own write: the old location is stale (a client that never cached one
+  // does not hash the key for it).
+  if (!keyless && cache_.may_hold_entries()) cache_.Erase(HashKeyBytes(op->key, params_.seed));
   s.hdr.opcode = s.opcode;
   s.hdr.flags = conditional ? kFlagIfVersion : 0;  // SendNextMessage adds FIRST/LAST
   s.hdr.if_version = conditional ? op->if_version : 0;

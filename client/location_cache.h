@@ -41,6 +41,10 @@ class LocationCache {
   };
 
   bool enabled() const noexcept { return sets_ != 0; }
+  // False while nothing was inserted since construction or Clear: an
+  // Erase would find nothing (a client that only writes skips hashing its
+  // keys for it).
+  bool may_hold_entries() const noexcept { return inserted_; }
   size_t capacity() const noexcept { return sets_ * kWays; }
 
   // The location cached for `hash` (ref 0: none).
@@ -67,6 +71,7 @@ class LocationCache {
       if (set[w].used < victim->used) victim = &set[w];
     }
     *victim = Entry{hash, loc.ref, loc.word, ++clock_};
+    inserted_ = true;
   }
   void Erase(uint64_t hash) noexcept {
     if (!enabled()) return;
@@ -77,6 +82,7 @@ class LocationCache {
   }
   void Clear() noexcept {
     for (size_t i = 0; i < capacity(); ++i) e_[i] = Entry{};
+    inserted_ = false;
   }
 
  private:
@@ -93,6 +99,7 @@ class LocationCache {
   }
   size_t sets_ = 0;
   uint64_t clock_ = 0;
+  bool inserted_ = false;  // see may_hold_entries
   std::unique_ptr<Entry[]> e_;
 };
 
