@@ -89,7 +89,7 @@ std::string KeyOf(uint32_t i, uint32_t len, char tag) {
 
 uint64_t FabricOps(const LoopbackFabric& f) {
   LoopbackStats s = f.stats();
-  return s.reads + s.writes + s.sends + s.atomics;
+  return s.reads + s.writes + s.sends + s.atomics + s.invalidations;
 }
 
 // Waits until the fabric has executed `target` WRs in all (a completion is
@@ -124,8 +124,11 @@ uint32_t RunOne(Client& c, const LoopbackFabric& f, Op& op) {
   for (;;) {
     const ClientStats now = c.stats();
     // What this operation put on the wire so far: its READs, or its request
-    // and the server's reply.
-    const uint64_t posted = (now.reads - before.reads) + 2 * (now.messages - before.messages);
+    // and the server's reply; a rendezvous PUT's also the server's READ of
+    // its value and, once a Poll found the reply, the window's invalidation.
+    const uint64_t rendezvous = now.rendezvous_puts - before.rendezvous_puts;
+    const uint64_t posted = (now.reads - before.reads) + 2 * (now.messages - before.messages) + rendezvous +
+                            (polls > 0 ? rendezvous : 0);
     WaitFabric(f, fab_before + posted);
     ++polls;
     CALLGRIND_TOGGLE_COLLECT;  // on

@@ -936,6 +936,7 @@ bool Fabric::Execute(LoopConn* c, std::unique_lock<std::mutex>& l) {
           st = WcStatus::kOther;
         } else {
           UnbindWindow(it->second);
+          ++stats_.invalidations;
         }
         break;
       }

@@ -57,6 +57,7 @@ struct LoopbackStats {
   uint64_t writes = 0;  // WRITE and WRITE_WITH_IMM
   uint64_t sends = 0;
   uint64_t atomics = 0;
+  uint64_t invalidations = 0;  // LOCAL_INVs that unbound a window
   uint64_t errors = 0;  // WRs completed with an error (not counting flushes)
   uint64_t flushed = 0;
   uint64_t qps = 0;  // QPs alive on the fabric now (both sides)
