@@ -101,6 +101,9 @@ class Index {
   // Clears the tags whose tag_ttl has passed. REQUIRES: no lock held. Cheap
   // when none is due (one relaxed load).
   void ExpireTags(Clock::time_point now);
+  // Whether any tag is queued (ExpireTags' own first check, a hint as
+  // there): a caller skips its clock read for ExpireTags when none is.
+  bool TagsQueued() const noexcept { return next_tag_due_ns_.load(std::memory_order_relaxed) != INT64_MAX; }
 
   uint64_t moves() const noexcept { return moves_.load(std::memory_order_relaxed); }
   uint64_t tags_pending() const;  // lock-free (a relaxed load)

@@ -533,7 +533,9 @@ inline Result<uint64_t> Store::IndexWrite(uint32_t head, const KeyHash& kh, uint
   const uint64_t bytes = LogBytes(key.size(), value.size());  // leader + entry
   const uint64_t size_class = SizeClassFor(EntryBytes(key.size(), value.size()));
   HeadStats& st = head_stats_[head];
-  index_->ExpireTags(Index::Clock::now());
+  // The clock is read only with tags queued (hops are rare; a write read
+  // it every time before).
+  if (index_->TagsQueued()) index_->ExpireTags(Index::Clock::now());
   for (int attempt = 0;; ++attempt) {
     Index::WindowGuard guard = index_->LockWindow(kh.home);
     // The commit point: nothing from here to the ref's store can block.
