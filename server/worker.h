@@ -207,6 +207,12 @@ class Worker {
   void Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t> body);
   // Queue an encoded reply (records, <= kMaxReplySize bytes) on cs.
   void ReplyEncoded(ConnState& cs, std::span<const uint8_t> reply);
+  // Reply and ReplyEncoded in two steps: QueueReply queues the SEND of cs's
+  // next reply of `len` (<= kMaxReplySize) bytes and returns the buffer the
+  // caller writes them to (null: cs does not take its replies and is being
+  // closed; nothing queued); ReplyWritten then posts the queue if it is full.
+  uint8_t* QueueReply(ConnState& cs, size_t len);
+  void ReplyWritten(ConnState& cs);
   // `version`: the reply's version field (a VersionMismatch's current version).
   void ReplyError(ConnState& cs, uint64_t request_id, const Status& st, uint64_t version = 0);
   void FlushReplies();
