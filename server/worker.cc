@@ -22,16 +22,9 @@ int64_t SteadyMs() {
       .count();
 }
 
-Status LockView::Check(std::span<const uint8_t> key, uint64_t token, uint32_t requester) const {
-  if (words == nullptr) return Status::OK();
-  std::string_view k(reinterpret_cast<const char*>(key.data()), key.size());
-  const LockPlace place = LockPlaceOf(k, seed, lock_words);
-  uint64_t word = __atomic_load_n(&words[place.index], __ATOMIC_ACQUIRE);
-  // A free word allows every write at any time (LockAllows): no clock read
-  // for the common case of an unlocked key.
-  if (word == 0) return Status::OK();
+Status LockView::CheckHeld(uint64_t word, uint8_t key_byte, uint64_t token, uint32_t requester) const {
   const uint64_t now = clock->NowMs();
-  if (LockAllows(word, place.key, token, requester, now)) return Status::OK();
+  if (LockAllows(word, key_byte, token, requester, now)) return Status::OK();
   return Status::Locked("the key is locked by another client (lease ends in " +
                         std::to_string(LockExpiry(word) - now) + " ms)");
 }
