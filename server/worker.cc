@@ -247,7 +247,7 @@ void Worker::ServeRound() {
 
 void Worker::HandleNext(ConnState& cs) {
   const Completion c = cs.pending[cs.pending_head];
-  cs.pending_head = (cs.pending_head + 1) % static_cast<uint32_t>(cs.pending.size());
+  if (++cs.pending_head == cs.pending.size()) cs.pending_head = 0;  // a ring: no division per message
   --cs.pending_count;
   std::span<const uint8_t> msg = CopyRequest(cs, c);
   // The request is copied (or answered): its receive buffer is free again.
@@ -334,7 +334,11 @@ void Worker::OnReceive(const Completion& c) {
     return;
   }
   ++cs->received;
-  cs->pending[(cs->pending_head + cs->pending_count) % cs->pending.size()] = c;
+  // head and count are both below the ring's size (checked above): one
+  // wrap at most, no division per message.
+  size_t slot = size_t{cs->pending_head} + cs->pending_count;
+  if (slot >= cs->pending.size()) slot -= cs->pending.size();
+  cs->pending[slot] = c;
   ++cs->pending_count;
   if (!cs->in_ready) {
     cs->in_ready = true;

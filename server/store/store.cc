@@ -327,8 +327,6 @@ Result<uint64_t> Store::ReserveSpace(uint32_t head, uint64_t bytes, bool wait_fo
   }
 }
 
-uint64_t Store::EntryVersion(uint64_t off) const noexcept { return LeaderVersion(LoadLeader(off)); }
-
 void Store::WriteEntry(uint64_t off, std::string_view key, std::string_view value, bool tombstone,
                        uint64_t version) noexcept {
   const uint32_t lengths = WriteEntryFrame(off, key, static_cast<uint32_t>(value.size()), tombstone, version);
@@ -368,11 +366,6 @@ Status Store::MeetsChecksum(uint64_t off, uint64_t expected) const {
   if ((GuardWord(off).load(std::memory_order_relaxed) & kGuardChecksumMask) == expected) return Status::OK();
   return Status::InvalidArgument("checksum mismatch: the value is not the one the checksum was computed over; "
                                  "nothing written");
-}
-
-void Store::Publish(uint64_t off) noexcept {
-  std::atomic_ref<uint64_t> g = GuardWord(off);
-  g.store(g.load(std::memory_order_relaxed) & kGuardChecksumMask, std::memory_order_release);
 }
 
 Store::Found Store::FindKey(const KeyHash& kh, std::string_view key, uint64_t* first_empty) const {
@@ -442,11 +435,6 @@ uint64_t Store::HashOfRef(uint64_t ref) const noexcept {
   char key[kMaxKeyBytes];
   RacyCopy(reinterpret_cast<std::byte*>(key), log_->data() + off + kEntryKeyOffset, klen);
   return HashKeyBytes(std::string_view(key, klen), cfg_.seed);
-}
-
-void Store::Supersede(uint64_t off) noexcept {
-  std::atomic_ref<uint64_t> g = GuardWord(off);
-  g.store(g.load(std::memory_order_relaxed) | kGuardNotCurrentBit, std::memory_order_release);
 }
 
 void Store::RemoveRef(uint32_t head, const Found& r) {
@@ -570,14 +558,18 @@ inline Result<uint64_t> Store::IndexWrite(uint32_t head, const KeyHash& kh, uint
       }
       log_->AddLive(RefLogOffset(cur.ref),
                     -static_cast<int64_t>(kLeaderBytes + LengthsEntryBytes(cur.header.lengths)));
-      if (LengthsTombstone(cur.header.lengths)) st.tombstones.fetch_sub(1, std::memory_order_relaxed);
-      if (had_value) st.items.fetch_sub(1, std::memory_order_relaxed);
     }
     // 3. the ref switches with a release store (DESIGN.md, "Ordering");
     index_->StoreRef(word, PackRef(kh.fingerprint, size_class, off));
     // 4. only now may the entry validate as current (the one-READ GET).
     Publish(off);
-    (tombstone ? st.tombstones : st.items).fetch_add(1, std::memory_order_relaxed);
+    // The counts change by the write's net effect, each at most once: a
+    // value over a value (most PUTs) changes neither (it took a fetch_sub
+    // and a fetch_add of items, two locked instructions, before).
+    const int64_t items = (tombstone ? 0 : 1) - (had_value ? 1 : 0);
+    const int64_t tombs = (tombstone ? 1 : 0) - (cur.found() && !had_value ? 1 : 0);
+    if (items != 0) st.items.fetch_add(items, std::memory_order_relaxed);
+    if (tombs != 0) st.tombstones.fetch_add(tombs, std::memory_order_relaxed);
     return version;
   }
 }

@@ -300,4 +300,16 @@ inline std::string_view Store::EntryKey(uint64_t off, const EntryHeader& h) cons
   return {reinterpret_cast<const char*>(log_->data() + off + kEntryKeyOffset), LengthsKey(h.lengths)};
 }
 
+inline uint64_t Store::EntryVersion(uint64_t off) const noexcept { return LeaderVersion(LoadLeader(off)); }
+
+inline void Store::Publish(uint64_t off) noexcept {
+  std::atomic_ref<uint64_t> g = GuardWord(off);
+  g.store(g.load(std::memory_order_relaxed) & kGuardChecksumMask, std::memory_order_release);
+}
+
+inline void Store::Supersede(uint64_t off) noexcept {
+  std::atomic_ref<uint64_t> g = GuardWord(off);
+  g.store(g.load(std::memory_order_relaxed) | kGuardNotCurrentBit, std::memory_order_release);
+}
+
 }  // namespace kvrdma
