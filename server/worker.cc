@@ -22,13 +22,9 @@ int64_t SteadyMs() {
       .count();
 }
 
-Status LockView::Check(std::span<const uint8_t> key, uint64_t token, uint32_t requester) const {
-  if (words == nullptr) return Status::OK();
-  std::string_view k(reinterpret_cast<const char*>(key.data()), key.size());
-  const LockPlace place = LockPlaceOf(k, seed, lock_words);
-  uint64_t word = __atomic_load_n(&words[place.index], __ATOMIC_ACQUIRE);
+Status LockView::CheckHeld(uint64_t word, uint8_t key_byte, uint64_t token, uint32_t requester) const {
   const uint64_t now = clock->NowMs();
-  if (LockAllows(word, place.key, token, requester, now)) return Status::OK();
+  if (LockAllows(word, key_byte, token, requester, now)) return Status::OK();
   return Status::Locked("the key is locked by another client (lease ends in " +
                         std::to_string(LockExpiry(word) - now) + " ms)");
 }
@@ -151,6 +147,7 @@ void Worker::Run() {
   using Clock = std::chrono::steady_clock;
   const auto busy_poll = std::chrono::microseconds(cfg_.busy_poll_us);
   Clock::time_point busy_until{};  // start asleep
+  bool worked = false;              // the last iteration handled completions or served messages
   for (;;) {
     if (control_pending_.load(std::memory_order_acquire)) ApplyControl();
     // Abandoned assemblies are looked for every kExpiryCheckMs whether or
@@ -158,6 +155,9 @@ void Worker::Run() {
     // not let a stalled assembly hold its bytes (one clock read per batch).
     const auto now = Clock::now();
     const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+    // After work, the busy poll counts from this read, the first after that
+    // work's replies were posted: one clock read per iteration, not two.
+    if (worked) busy_until = now + busy_poll;
     if (now_ms - last_expiry_ms_ >= kExpiryCheckMs) {
       ExpireAssemblies(now_ms);
       ExpireRendezvous(now_ms);
@@ -178,9 +178,9 @@ void Worker::Run() {
     // reply_queued_ twice), and make them durable with one Commit. Each
     // round still serves every connection once, in turn.
     for (uint32_t r = 1; durable_ && r < kReplyBatch && HasReady(); ++r) ServeRound();
-    if (n > 0 || serve) {
+    worked = n > 0 || serve;
+    if (worked) {
       FlushReplies();
-      busy_until = Clock::now() + busy_poll;
       continue;
     }
     if (stop_.load(std::memory_order_relaxed)) break;  // nothing left in flight
@@ -247,7 +247,7 @@ void Worker::ServeRound() {
 
 void Worker::HandleNext(ConnState& cs) {
   const Completion c = cs.pending[cs.pending_head];
-  cs.pending_head = (cs.pending_head + 1) % static_cast<uint32_t>(cs.pending.size());
+  if (++cs.pending_head == cs.pending.size()) cs.pending_head = 0;  // a ring: no division per message
   --cs.pending_count;
   std::span<const uint8_t> msg = CopyRequest(cs, c);
   // The request is copied (or answered): its receive buffer is free again.
@@ -334,7 +334,11 @@ void Worker::OnReceive(const Completion& c) {
     return;
   }
   ++cs->received;
-  cs->pending[(cs->pending_head + cs->pending_count) % cs->pending.size()] = c;
+  // head and count are both below the ring's size (checked above): one
+  // wrap at most, no division per message.
+  size_t slot = size_t{cs->pending_head} + cs->pending_count;
+  if (slot >= cs->pending.size()) slot -= cs->pending.size();
+  cs->pending[slot] = c;
   ++cs->pending_count;
   if (!cs->in_ready) {
     cs->in_ready = true;

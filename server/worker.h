@@ -84,7 +84,19 @@ struct LockView {
   uint64_t seed = 0;
   // Status to answer a PUT/DELETE of key carrying token: OK or Locked.
   // requester: the owner id (connection id) of the connection it came on.
-  Status Check(std::span<const uint8_t> key, uint64_t token, uint32_t requester) const;
+  // Inline up to the word's load: a free word (the common case) allows the
+  // write with no clock read and no call (LockAllows); a held one is
+  // judged by CheckHeld.
+  Status Check(std::span<const uint8_t> key, uint64_t token, uint32_t requester) const {
+    if (words == nullptr) return Status::OK();
+    const LockPlace place =
+        LockPlaceOf({reinterpret_cast<const char*>(key.data()), key.size()}, seed, lock_words);
+    const uint64_t word = __atomic_load_n(&words[place.index], __ATOMIC_ACQUIRE);
+    if (word == 0) return Status::OK();
+    return CheckHeld(word, place.key, token, requester);
+  }
+  // Check of a held word (not 0), at the lease clock's now.
+  Status CheckHeld(uint64_t word, uint8_t key_byte, uint64_t token, uint32_t requester) const;
 };
 
 // Milliseconds on the steady clock (reply watchdog, assembly timeout).
@@ -207,6 +219,12 @@ class Worker {
   void Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t> body);
   // Queue an encoded reply (records, <= kMaxReplySize bytes) on cs.
   void ReplyEncoded(ConnState& cs, std::span<const uint8_t> reply);
+  // Reply and ReplyEncoded in two steps: QueueReply queues the SEND of cs's
+  // next reply of `len` (<= kMaxReplySize) bytes and returns the buffer the
+  // caller writes them to (null: cs does not take its replies and is being
+  // closed; nothing queued); ReplyWritten then posts the queue if it is full.
+  uint8_t* QueueReply(ConnState& cs, size_t len);
+  void ReplyWritten(ConnState& cs);
   // `version`: the reply's version field (a VersionMismatch's current version).
   void ReplyError(ConnState& cs, uint64_t request_id, const Status& st, uint64_t version = 0);
   void FlushReplies();

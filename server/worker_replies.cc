@@ -44,14 +44,28 @@ void Worker::ReplyError(ConnState& cs, uint64_t request_id, const Status& st, ui
 }
 
 void Worker::Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t> body) {
-  uint8_t encoded[kMaxReplySize];
-  ReplyEncoded(cs, {encoded, EncodeReply(h, body, encoded)});
+  // Encoded straight into the buffer it is sent from (EncodeReply's length:
+  // the header and as much of the body as fits kMaxReplySize), not into the
+  // stack and copied there.
+  const size_t len = kReplyHeaderSize + std::min(body.size(), kMaxReplySize - kReplyHeaderSize);
+  uint8_t* buf = QueueReply(cs, len);
+  if (buf == nullptr) return;
+  EncodeReply(h, body, {buf, kMaxReplySize});
+  ReplyWritten(cs);
 }
 
 void Worker::ReplyEncoded(ConnState& cs, std::span<const uint8_t> reply) {
+  const size_t len = std::min(reply.size(), kMaxReplySize);
+  uint8_t* buf = QueueReply(cs, len);
+  if (buf == nullptr) return;
+  std::memcpy(buf, reply.data(), len);
+  ReplyWritten(cs);
+}
+
+uint8_t* Worker::QueueReply(ConnState& cs, size_t len) {
   ConnState::Replies& r = cs.replies;
   const uint32_t buffers = static_cast<uint32_t>(r.busy.size());
-  const bool inline_data = reply.size() <= cs.qp->max_inline();
+  const bool inline_data = len <= cs.qp->max_inline();
   // An inline reply is encoded in the scratch buffer of its place in the
   // queue, after the large-reply buffers (copied into the work request when
   // posted).
@@ -62,12 +76,9 @@ void Worker::ReplyEncoded(ConnState& cs, std::span<const uint8_t> reply) {
       counters_.errors.fetch_add(1, std::memory_order_relaxed);
       KVRDMA_LOG_DEBUG("worker %u: connection %u does not take its replies", index_, cs.id);
       RequestClose(cs, ConnState::CloseReason::kProtocol);
-      return;
+      return nullptr;
     }
   }
-  auto* buf = static_cast<uint8_t*>(cs.reply_mr->addr()) + size_t{buffer} * kMaxReplySize;
-  const size_t len = std::min(reply.size(), kMaxReplySize);
-  std::memcpy(buf, reply.data(), len);
   SendWr& w = r.queued.emplace_back();  // within the kReplyBatch reserved at accept
   w.wr_id = kReplyTag | (inline_data ? kInlineReply : buffer);
   w.opcode = WrOpcode::kSend;
@@ -83,7 +94,11 @@ void Worker::ReplyEncoded(ConnState& cs, std::span<const uint8_t> reply) {
     ++r.large_sent;
   }
   if (r.queued.size() == 1) reply_queued_.push_back(&cs);
-  if (r.queued.size() == kReplyBatch) FlushReplies(cs);  // the scratch buffers are all in use
+  return static_cast<uint8_t*>(cs.reply_mr->addr()) + size_t{buffer} * kMaxReplySize;
+}
+
+void Worker::ReplyWritten(ConnState& cs) {
+  if (cs.replies.queued.size() == kReplyBatch) FlushReplies(cs);  // the scratch buffers are all in use
 }
 
 void Worker::FlushReplies() {

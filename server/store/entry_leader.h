@@ -71,6 +71,9 @@ constexpr auto kCrc8ByteShares = [] {
 
 constexpr uint8_t LeaderCheck(uint64_t version) noexcept {
   uint8_t crc = 0x5a;
+  // Unrolled: GCC -O2 kept the loop (11 instructions a byte, ~80 of a small
+  // PUT's server instructions; unrolled, 4 a byte).
+#pragma GCC unroll 7
   for (int i = 0; i < 7; ++i) crc ^= detail::kCrc8ByteShares.v[i][static_cast<uint8_t>(version >> (8 * i))];
   return crc;
 }

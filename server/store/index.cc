@@ -28,27 +28,12 @@ Index::Index(Arena arena, uint64_t home_count, uint64_t window_words, std::chron
       tag_ttl_(tag_ttl),
       stripes_(new Stripe[kLockStripes]) {}
 
-void Index::LockStripe(size_t s) noexcept {
+void Index::LockStripeSlow(size_t s) noexcept {
   std::atomic<uint32_t>& l = stripes_[s].locked;
-  for (int spins = 0;; ++spins) {
+  for (int spins = 1;; ++spins) {  // LockStripe's attempt was the first
     if (l.load(std::memory_order_relaxed) == 0 && l.exchange(1, std::memory_order_acquire) == 0) return;
     if (spins > 64) std::this_thread::yield();  // holders may be descheduled (more threads than cores)
   }
-}
-
-Index::WindowGuard::WindowGuard(Index* idx, uint64_t first_word, uint64_t last_word)
-    : idx_(idx), s0_(StripeOf(first_word)), s1_(StripeOf(last_word)), held_(true) {
-  // A window is at most kMaxWindowWords words: at most two blocks.
-  if (s0_ > s1_) std::swap(s0_, s1_);
-  idx_->LockStripe(s0_);
-  if (s1_ != s0_) idx_->LockStripe(s1_);
-}
-
-void Index::WindowGuard::Unlock() {
-  if (!held_) return;
-  held_ = false;
-  if (s1_ != s0_) idx_->UnlockStripe(s1_);
-  idx_->UnlockStripe(s0_);
 }
 
 void Index::Hop(uint64_t from, uint64_t to, uint64_t ref, uint64_t hash) {

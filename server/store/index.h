@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 
 #include "common/format/hash.h"
 #include "common/format/entry_ref.h"
@@ -40,11 +41,24 @@ class Index {
 
   class WindowGuard {
    public:
-    WindowGuard(Index* idx, uint64_t first_word, uint64_t last_word);
+    // Inline (every write takes one): a window spans two blocks at all but
+    // one home in kMaxWindowWords, so two stripes.
+    WindowGuard(Index* idx, uint64_t first_word, uint64_t last_word) noexcept
+        : idx_(idx), s0_(StripeOf(first_word)), s1_(StripeOf(last_word)), held_(true) {
+      // A window is at most kMaxWindowWords words: at most two blocks.
+      if (s0_ > s1_) std::swap(s0_, s1_);
+      idx_->LockStripe(s0_);
+      if (s1_ != s0_) idx_->LockStripe(s1_);
+    }
     ~WindowGuard() { Unlock(); }
     WindowGuard(const WindowGuard&) = delete;
     WindowGuard& operator=(const WindowGuard&) = delete;
-    void Unlock();
+    void Unlock() noexcept {
+      if (!held_) return;
+      held_ = false;
+      if (s1_ != s0_) idx_->UnlockStripe(s1_);
+      idx_->UnlockStripe(s0_);
+    }
 
    private:
     Index* idx_;
@@ -101,6 +115,9 @@ class Index {
   // Clears the tags whose tag_ttl has passed. REQUIRES: no lock held. Cheap
   // when none is due (one relaxed load).
   void ExpireTags(Clock::time_point now);
+  // Whether any tag is queued (ExpireTags' own first check, a hint as
+  // there): a caller skips its clock read for ExpireTags when none is.
+  bool TagsQueued() const noexcept { return next_tag_due_ns_.load(std::memory_order_relaxed) != INT64_MAX; }
 
   uint64_t moves() const noexcept { return moves_.load(std::memory_order_relaxed); }
   uint64_t tags_pending() const;  // lock-free (a relaxed load)
@@ -115,7 +132,13 @@ class Index {
   };
   Index(Arena arena, uint64_t home_count, uint64_t window_words, std::chrono::nanoseconds tag_ttl);
   static size_t StripeOf(uint64_t word) noexcept { return (word / kMaxWindowWords) & (kLockStripes - 1); }
-  void LockStripe(size_t s) noexcept;
+  // The uncontended case inline; LockStripeSlow spins (and yields).
+  void LockStripe(size_t s) noexcept {
+    std::atomic<uint32_t>& l = stripes_[s].locked;
+    if (l.load(std::memory_order_relaxed) == 0 && l.exchange(1, std::memory_order_acquire) == 0) return;
+    LockStripeSlow(s);
+  }
+  void LockStripeSlow(size_t s) noexcept;
   void UnlockStripe(size_t s) noexcept { stripes_[s].locked.store(0, std::memory_order_release); }
   // Moves the ref of word `from` (whose key has hash `hash`) into the empty
   // word `to` of the same window and tags `from`. REQUIRES the window's lock.

@@ -254,7 +254,8 @@ Status Store::CheckKey(std::string_view key) const {
 Result<uint64_t> Store::Put(uint32_t worker, std::string_view key, std::string_view value,
                             const CommitCheck& check, bool wait_for_space, const uint64_t* expected_checksum) {
   if (worker >= cfg_.workers) return Status::InvalidArgument("bad worker id");
-  KVRDMA_RETURN_IF_ERROR(CheckKey(key));
+  // CheckKey's refusal; a valid key costs two compares here, not a call and a Status.
+  if (key.empty() || key.size() > cfg_.max_key_bytes) return CheckKey(key);
   if (value.size() > cfg_.max_value_bytes) return Status::TooLarge("value longer than max_value_bytes");
   return Write(worker, key, value, /*tombstone=*/false, check, wait_for_space, expected_checksum);
 }
@@ -326,18 +327,6 @@ Result<uint64_t> Store::ReserveSpace(uint32_t head, uint64_t bytes, bool wait_fo
   }
 }
 
-uint64_t Store::LoadLeader(uint64_t off) const noexcept {
-  uint64_t leader;
-  RacyCopy(&leader, log_->data() + off - kLeaderBytes, sizeof(leader));
-  return leader;
-}
-
-void Store::StoreLeader(uint64_t off, uint64_t leader) noexcept {
-  RacyStore(log_->data() + off - kLeaderBytes, &leader, sizeof(leader));
-}
-
-uint64_t Store::EntryVersion(uint64_t off) const noexcept { return LeaderVersion(LoadLeader(off)); }
-
 void Store::WriteEntry(uint64_t off, std::string_view key, std::string_view value, bool tombstone,
                        uint64_t version) noexcept {
   const uint32_t lengths = WriteEntryFrame(off, key, static_cast<uint32_t>(value.size()), tombstone, version);
@@ -377,29 +366,6 @@ Status Store::MeetsChecksum(uint64_t off, uint64_t expected) const {
   if ((GuardWord(off).load(std::memory_order_relaxed) & kGuardChecksumMask) == expected) return Status::OK();
   return Status::InvalidArgument("checksum mismatch: the value is not the one the checksum was computed over; "
                                  "nothing written");
-}
-
-std::atomic_ref<uint64_t> Store::GuardWord(uint64_t off) const noexcept {
-  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(log_->data() + off + GuardAt(off)));
-}
-
-void Store::Publish(uint64_t off) noexcept {
-  std::atomic_ref<uint64_t> g = GuardWord(off);
-  g.store(g.load(std::memory_order_relaxed) & kGuardChecksumMask, std::memory_order_release);
-}
-
-EntryHeader Store::ReadHeader(uint64_t off) const noexcept {
-  EntryHeader h;
-  // The guard may be superseded concurrently (under the key's window lock,
-  // which the cleaner's walk does not hold): load it atomically. The lengths
-  // never change while the segment is in use.
-  h.guard = GuardWord(off).load(std::memory_order_relaxed);
-  std::memcpy(&h.lengths, log_->data() + off + LengthsAt(off), sizeof(h.lengths));
-  return h;
-}
-
-std::string_view Store::EntryKey(uint64_t off, const EntryHeader& h) const noexcept {
-  return {reinterpret_cast<const char*>(log_->data() + off + kEntryKeyOffset), LengthsKey(h.lengths)};
 }
 
 Store::Found Store::FindKey(const KeyHash& kh, std::string_view key, uint64_t* first_empty) const {
@@ -471,11 +437,6 @@ uint64_t Store::HashOfRef(uint64_t ref) const noexcept {
   return HashKeyBytes(std::string_view(key, klen), cfg_.seed);
 }
 
-void Store::Supersede(uint64_t off) noexcept {
-  std::atomic_ref<uint64_t> g = GuardWord(off);
-  g.store(g.load(std::memory_order_relaxed) | kGuardNotCurrentBit, std::memory_order_release);
-}
-
 void Store::RemoveRef(uint32_t head, const Found& r) {
   const uint64_t off = RefLogOffset(r.ref);
   Supersede(off);
@@ -513,9 +474,14 @@ bool Store::EvictOldestCandidate(uint32_t head, const KeyHash& kh) {
 Result<uint64_t> Store::Write(uint32_t head, std::string_view key, std::string_view value, bool tombstone,
                              const CommitCheck& check, bool wait_for_space, const uint64_t* expected_checksum) {
   const KeyHash kh = MakeKeyHash(key, cfg_.seed, index_->home_count());
-  auto reserved = ReserveSpace(head, LogBytes(key.size(), value.size()), wait_for_space);
-  if (!reserved.ok()) return reserved.status();
-  const uint64_t off = *reserved + kLeaderBytes;  // the entry, after its leader
+  const uint64_t bytes = LogBytes(key.size(), value.size());
+  uint64_t at;
+  if (!log_->TryReserve(head, bytes, &at)) {  // the head's segment is full: a new one, or a wait
+    auto reserved = ReserveSpace(head, bytes, wait_for_space);
+    if (!reserved.ok()) return reserved.status();
+    at = *reserved;
+  }
+  const uint64_t off = at + kLeaderBytes;  // the entry, after its leader
   // A checksum to meet: the entry is written (unpublished, version 0) and
   // checked now, over the log's own copy; under the lock only its leader
   // gets the version. Refused, it stays as any refused write does.
@@ -533,7 +499,9 @@ inline Result<uint64_t> Store::IndexWrite(uint32_t head, const KeyHash& kh, uint
   const uint64_t bytes = LogBytes(key.size(), value.size());  // leader + entry
   const uint64_t size_class = SizeClassFor(EntryBytes(key.size(), value.size()));
   HeadStats& st = head_stats_[head];
-  index_->ExpireTags(Index::Clock::now());
+  // The clock is read only with tags queued (hops are rare; a write read
+  // it every time before).
+  if (index_->TagsQueued()) index_->ExpireTags(Index::Clock::now());
   for (int attempt = 0;; ++attempt) {
     Index::WindowGuard guard = index_->LockWindow(kh.home);
     // The commit point: nothing from here to the ref's store can block.
@@ -590,14 +558,18 @@ inline Result<uint64_t> Store::IndexWrite(uint32_t head, const KeyHash& kh, uint
       }
       log_->AddLive(RefLogOffset(cur.ref),
                     -static_cast<int64_t>(kLeaderBytes + LengthsEntryBytes(cur.header.lengths)));
-      if (LengthsTombstone(cur.header.lengths)) st.tombstones.fetch_sub(1, std::memory_order_relaxed);
-      if (had_value) st.items.fetch_sub(1, std::memory_order_relaxed);
     }
     // 3. the ref switches with a release store (DESIGN.md, "Ordering");
     index_->StoreRef(word, PackRef(kh.fingerprint, size_class, off));
     // 4. only now may the entry validate as current (the one-READ GET).
     Publish(off);
-    (tombstone ? st.tombstones : st.items).fetch_add(1, std::memory_order_relaxed);
+    // The counts change by the write's net effect, each at most once: a
+    // value over a value (most PUTs) changes neither (it took a fetch_sub
+    // and a fetch_add of items, two locked instructions, before).
+    const int64_t items = (tombstone ? 0 : 1) - (had_value ? 1 : 0);
+    const int64_t tombs = (tombstone ? 1 : 0) - (cur.found() && !had_value ? 1 : 0);
+    if (items != 0) st.items.fetch_add(items, std::memory_order_relaxed);
+    if (tombs != 0) st.tombstones.fetch_add(tombs, std::memory_order_relaxed);
     return version;
   }
 }

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,6 +21,7 @@
 
 #include "common/format/entry.h"
 #include "common/format/read_path.h"
+#include "common/memory/racy_copy.h"
 #include "common/status.h"
 #include "server/store/commit_check.h"
 #include "server/store/durable_log.h"
@@ -267,5 +269,47 @@ class Store {
   bool cleaner_kick_ = false;     // guarded by cleaner_mu_
   std::thread cleaner_;
 };
+
+// The small accessors every write calls (some several times), inline here
+// rather than calls into store.cc: cleaner.cc uses them too.
+inline uint64_t Store::LoadLeader(uint64_t off) const noexcept {
+  uint64_t leader;
+  RacyCopy(&leader, log_->data() + off - kLeaderBytes, sizeof(leader));
+  return leader;
+}
+
+inline void Store::StoreLeader(uint64_t off, uint64_t leader) noexcept {
+  RacyStore(log_->data() + off - kLeaderBytes, &leader, sizeof(leader));
+}
+
+inline std::atomic_ref<uint64_t> Store::GuardWord(uint64_t off) const noexcept {
+  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(log_->data() + off + GuardAt(off)));
+}
+
+inline EntryHeader Store::ReadHeader(uint64_t off) const noexcept {
+  EntryHeader h;
+  // The guard may be superseded concurrently (under the key's window lock,
+  // which the cleaner's walk does not hold): load it atomically. The lengths
+  // never change while the segment is in use.
+  h.guard = GuardWord(off).load(std::memory_order_relaxed);
+  std::memcpy(&h.lengths, log_->data() + off + LengthsAt(off), sizeof(h.lengths));
+  return h;
+}
+
+inline std::string_view Store::EntryKey(uint64_t off, const EntryHeader& h) const noexcept {
+  return {reinterpret_cast<const char*>(log_->data() + off + kEntryKeyOffset), LengthsKey(h.lengths)};
+}
+
+inline uint64_t Store::EntryVersion(uint64_t off) const noexcept { return LeaderVersion(LoadLeader(off)); }
+
+inline void Store::Publish(uint64_t off) noexcept {
+  std::atomic_ref<uint64_t> g = GuardWord(off);
+  g.store(g.load(std::memory_order_relaxed) & kGuardChecksumMask, std::memory_order_release);
+}
+
+inline void Store::Supersede(uint64_t off) noexcept {
+  std::atomic_ref<uint64_t> g = GuardWord(off);
+  g.store(g.load(std::memory_order_relaxed) | kGuardNotCurrentBit, std::memory_order_release);
+}
 
 }  // namespace kvrdma

@@ -48,13 +48,8 @@ void ValueLog::PromoteExpiredLocked(Clock::time_point now) {
 }
 
 Result<uint64_t> ValueLog::Reserve(uint32_t head, uint64_t bytes, bool may_use_reserve) {
+  if (uint64_t off; TryReserve(head, bytes, &off)) return off;
   Head& h = heads_[head];
-  if (h.seg >= 0 && h.used + bytes <= segment_bytes_) {
-    const uint64_t off = static_cast<uint64_t>(h.seg) * segment_bytes_ + h.used;
-    h.used += bytes;
-    segs_[h.seg].used.store(h.used, std::memory_order_relaxed);
-    return off;
-  }
   if (bytes > segment_bytes_) return Status::TooLarge("entry larger than a log segment");
   std::unique_lock<std::mutex> lock(mu_);
   PromoteExpiredLocked(Clock::now());

@@ -51,6 +51,17 @@ class ValueLog {
   // value still arriving, memory only). NoResource if no segment is free;
   // `may_use_reserve` lets the cleaner take the last few.
   Result<uint64_t> Reserve(uint32_t head, uint64_t bytes, bool may_use_reserve);
+  // Reserve's common case, inline: room in the head's open segment (*off:
+  // the bytes' offset). false: nothing reserved (Reserve opens a segment).
+  // REQUIRES: as Reserve.
+  bool TryReserve(uint32_t head, uint64_t bytes, uint64_t* off) noexcept {
+    Head& h = heads_[head];
+    if (h.seg < 0 || h.used + bytes > segment_bytes_) return false;
+    *off = static_cast<uint64_t>(h.seg) * segment_bytes_ + h.used;
+    h.used += bytes;
+    segs_[h.seg].used.store(h.used, std::memory_order_relaxed);
+    return true;
+  }
 
   // Durable store: segment files follow the heads (durable_log.h). Set
   // before the first Reserve; nullptr: memory only.
