@@ -11,8 +11,10 @@
 //
 // Limits: at most max_in_flight (<= kMaxInFlight) operations; READs in flight <= the QP's
 // max_rd_atomic; messages in flight <= credits; one fragmented PUT at a time
-// (the server reassembles one per connection). All buffers are registered
-// once at connect; nothing is allocated per operation.
+// (the server reassembles one per connection); rendezvous PUTs <= its
+// windows (kRendezvousWindows). All buffers are registered once at connect;
+// nothing is allocated per operation (a rendezvous PUT registers its value
+// unless it lies in RegisterMemory's memory).
 #pragma once
 
 #include <algorithm>
