@@ -116,14 +116,18 @@ class Client(_Common, _kvrdma._Client):
 
     Client(host, port=7471, *, device="", put_mode="send",
            connect_timeout_ms=5000, op_timeout_ms=5000,
-           location_cache_entries=4096, max_in_flight=64, auth_token="")
+           location_cache_entries=4096, max_in_flight=64, auth_token="",
+           rendezvous_bytes=0)
 
     Connects at once (Unavailable, RemoteAccess, Protocol, Timeout on
     failure). Methods: get(key) -> bytes | None; get_into(key, buffer) ->
     length | None (into your writable buffer, no bytes object made;
     register_memory(buffer) first and values of 4 KiB and more are READ
     straight into it, no copy at all; unregister_memory(buffer) ends it);
-    put(key, value) -> version;
+    put(key, value) -> version (rendezvous_bytes=N, off by default: the
+    server pulls a value of N bytes or more with one RDMA READ instead of
+    taking it in fragments; one in registered memory keeps its
+    registration for the next put of the same bytes);
     delete(key) -> bool (False if it was absent); get_many(keys) ->
     list[bytes | None] and put_many(mapping or pairs), pipelined (one
     doorbell per window of up to max_in_flight operations); lock(key,
@@ -134,9 +138,10 @@ class Client(_Common, _kvrdma._Client):
 
     def __init__(self, host: str, port: int = 7471, *, device: str = "", put_mode: str = "send",
                  connect_timeout_ms: int = 5000, op_timeout_ms: int = 5000,
-                 location_cache_entries: int = 4096, max_in_flight: int = 64, auth_token: str = ""):
+                 location_cache_entries: int = 4096, max_in_flight: int = 64, auth_token: str = "",
+                 rendezvous_bytes: int = 0):
         super().__init__(host, port, device, put_mode, connect_timeout_ms, op_timeout_ms,
-                         location_cache_entries, max_in_flight, auth_token)
+                         location_cache_entries, max_in_flight, auth_token, rendezvous_bytes)
 
 
 class ShardedClient(_Common, _kvrdma._ShardedClient):
@@ -148,8 +153,9 @@ class ShardedClient(_Common, _kvrdma._ShardedClient):
 
     def __init__(self, servers: Sequence[str], port: int = 7471, *, device: str = "", put_mode: str = "send",
                  connect_timeout_ms: int = 5000, op_timeout_ms: int = 5000,
-                 location_cache_entries: int = 4096, max_in_flight: int = 64, auth_token: str = ""):
+                 location_cache_entries: int = 4096, max_in_flight: int = 64, auth_token: str = "",
+                 rendezvous_bytes: int = 0):
         if isinstance(servers, (str, bytes)):
             raise TypeError("servers must be a sequence of 'HOST[:PORT]' strings")
         super().__init__(list(servers), port, device, put_mode, connect_timeout_ms, op_timeout_ms,
-                         location_cache_entries, max_in_flight, auth_token)
+                         location_cache_entries, max_in_flight, auth_token, rendezvous_bytes)

@@ -33,7 +33,8 @@ using Pairs = std::vector<std::pair<std::string, uint64_t>>;
 
 ClientOptions MakeOptions(const std::string& host, uint16_t port, const std::string& device,
                           const std::string& put_mode, int connect_timeout_ms, int op_timeout_ms,
-                          size_t location_cache_entries, uint32_t max_in_flight, const std::string& auth_token) {
+                          size_t location_cache_entries, uint32_t max_in_flight, const std::string& auth_token,
+                          uint32_t rendezvous_bytes) {
   ClientOptions o;
   o.host = host;
   o.port = port;
@@ -51,6 +52,7 @@ ClientOptions MakeOptions(const std::string& host, uint16_t port, const std::str
   o.location_cache_entries = location_cache_entries;
   o.max_in_flight = max_in_flight;
   o.auth_token = auth_token;
+  o.rendezvous_bytes = rendezvous_bytes;
   return o;
 }
 
@@ -292,6 +294,8 @@ py::dict ClientStatsDict(const ClientStats& s) {
   d["puts"] = s.puts;
   d["deletes"] = s.deletes;
   d["messages"] = s.messages;
+  d["rendezvous_puts"] = s.rendezvous_puts;
+  d["rendezvous_registrations"] = s.rendezvous_registrations;
   d["get_hits"] = s.get_hits;
   d["get_hit_reads"] = s.get_hit_reads;
   d["get_misses"] = s.get_misses;
@@ -354,9 +358,10 @@ PYBIND11_MODULE(_kvrdma, m) {
   py::class_<PyClient> client(m, "_Client");
   client.def(py::init([](const std::string& host, uint16_t port, const std::string& device,
                          const std::string& put_mode, int connect_timeout_ms, int op_timeout_ms,
-                         size_t location_cache_entries, uint32_t max_in_flight, const std::string& auth_token) {
+                         size_t location_cache_entries, uint32_t max_in_flight, const std::string& auth_token,
+                         uint32_t rendezvous_bytes) {
                  ClientOptions o = MakeOptions(host, port, device, put_mode, connect_timeout_ms, op_timeout_ms,
-                                               location_cache_entries, max_in_flight, auth_token);
+                                               location_cache_entries, max_in_flight, auth_token, rendezvous_bytes);
                  Result<std::unique_ptr<Client>> c = Status::Internal("not run");
                  {
                    py::gil_scoped_release nogil;
@@ -367,7 +372,7 @@ PYBIND11_MODULE(_kvrdma, m) {
                }),
                py::arg("host"), py::arg("port"), py::arg("device"), py::arg("put_mode"),
                py::arg("connect_timeout_ms"), py::arg("op_timeout_ms"), py::arg("location_cache_entries"),
-               py::arg("max_in_flight"), py::arg("auth_token"));
+               py::arg("max_in_flight"), py::arg("auth_token"), py::arg("rendezvous_bytes"));
   DefineCommon<PyClient>(client);
   client
       .def("stats",
@@ -405,11 +410,12 @@ PYBIND11_MODULE(_kvrdma, m) {
   py::class_<PySharded> sharded(m, "_ShardedClient");
   sharded.def(py::init([](const std::vector<std::string>& servers, uint16_t port, const std::string& device,
                           const std::string& put_mode, int connect_timeout_ms, int op_timeout_ms,
-                          size_t location_cache_entries, uint32_t max_in_flight, const std::string& auth_token) {
+                          size_t location_cache_entries, uint32_t max_in_flight, const std::string& auth_token,
+                          uint32_t rendezvous_bytes) {
                   ShardedClientOptions so;
                   so.servers = servers;
                   so.client = MakeOptions("", port, device, put_mode, connect_timeout_ms, op_timeout_ms,
-                                          location_cache_entries, max_in_flight, auth_token);
+                                          location_cache_entries, max_in_flight, auth_token, rendezvous_bytes);
                   Result<std::unique_ptr<ShardedClient>> c = Status::Internal("not run");
                   {
                     py::gil_scoped_release nogil;
@@ -420,7 +426,7 @@ PYBIND11_MODULE(_kvrdma, m) {
                 }),
                 py::arg("servers"), py::arg("port"), py::arg("device"), py::arg("put_mode"),
                 py::arg("connect_timeout_ms"), py::arg("op_timeout_ms"), py::arg("location_cache_entries"),
-                py::arg("max_in_flight"), py::arg("auth_token"));
+                py::arg("max_in_flight"), py::arg("auth_token"), py::arg("rendezvous_bytes"));
   DefineCommon<PySharded>(sharded);
   sharded
       .def("stats",

@@ -67,6 +67,32 @@ def test_get_into_registered_memory_reads_straight_into_it(kv):
     assert bytes(buf[:size]) == value
 
 
+def test_rendezvous_puts_from_bytes_and_from_registered_memory(server):
+    # Values of 64 KiB and more: the server pulls each with one RDMA READ. A
+    # value in registered memory keeps its registration for the next put of
+    # the same bytes; any other value is registered for its put alone.
+    with kvrdma.Client(ADDR, server.port, rendezvous_bytes=65536) as c:
+        small, big = os.urandom(1000), os.urandom(300_000)
+        c.put("rdv:small", small)
+        c.put("rdv:big", big)
+        stats = c.client_stats()
+        assert stats["rendezvous_puts"] == 1
+        assert stats["rendezvous_registrations"] == 1
+        assert c.get("rdv:small") == small and c.get("rdv:big") == big
+        buf = bytearray(os.urandom(200_000))
+        c.register_memory(buf)
+        view = memoryview(buf)[100:100 + 70_000]
+        c.put("rdv:reg", view)
+        buf[100:110] = b"0123456789"  # the same bytes, new contents: READ again
+        c.put("rdv:reg", view)
+        stats = c.client_stats()
+        assert stats["rendezvous_puts"] == 3
+        assert stats["rendezvous_registrations"] == 2  # kept from the first put of the view
+        assert c.get("rdv:reg") == bytes(buf[100:100 + 70_000])
+        view.release()
+        c.unregister_memory(buf)
+
+
 def test_absent_delete_and_key_types(kv):
     assert kv.get("never-written") is None
     kv.put(b"\x00\xffbin", bytearray(b"ba"))
