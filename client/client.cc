@@ -178,22 +178,24 @@ const MemoryRegion* Client::Impl::RegisteredRegionOf(const void* p, size_t n) co
   return nullptr;
 }
 
-const MemoryRegion* Client::Impl::ValueRegistrationFor(const void* p, size_t n, Status* st) {
-  const MemoryRegion* within = RegisteredRegionOf(p, n);
-  if (within == nullptr) return nullptr;
-  const uint64_t a = reinterpret_cast<uint64_t>(p);
-  for (ValueRegistration& v : value_regs_) {
-    if (v.mr->base() == a && v.mr->length() == n) {  // another window may be bound over it too
-      v.last_use = stats_.rendezvous_puts;
-      return v.mr.get();
+Result<const MemoryRegion*> Client::Impl::ValueRegion(RendezvousWindow& w, std::string_view value) {
+  const uint64_t a = reinterpret_cast<uint64_t>(value.data());
+  const MemoryRegion* within = RegisteredRegionOf(value.data(), value.size());
+  if (within != nullptr) {
+    for (ValueRegistration& v : value_regs_) {
+      if (v.mr->base() == a && v.mr->length() == value.size()) {  // another window may be bound over it too
+        v.last_use = stats_.rendezvous_puts;
+        return v.mr.get();
+      }
     }
   }
-  auto mr = dev_->RegisterMemory(const_cast<void*>(p), n, kAccessMwBind);
-  if (!mr.ok()) {
-    *st = mr.status();
-    return nullptr;
-  }
+  auto mr = dev_->RegisterMemory(const_cast<char*>(value.data()), value.size(), kAccessMwBind);
+  if (!mr.ok()) return mr.status();
   ++stats_.rendezvous_registrations;
+  if (within == nullptr) {  // for this PUT alone: deregistered once its window is invalidated
+    w.mr = std::move(mr).value();
+    return w.mr.get();
+  }
   ValueRegistration* slot = nullptr;
   if (value_regs_.size() < kValueRegistrations) {
     slot = &value_regs_.emplace_back();

@@ -42,13 +42,7 @@ void Client::Impl::StartGet(OpState& s) {
   s.round_start = RoundClock::time_point{};  // set when its first READ is posted (StageGet)
   // A buffer in registered memory (Client::RegisterMemory): direct READs.
   if (s.op->result == nullptr && !registered_.empty() && !s.op->buffer.empty()) {
-    const uint64_t a = reinterpret_cast<uint64_t>(s.op->buffer.data());
-    for (const auto& r : registered_) {
-      if (s.op->buffer.size() <= r->length() && a >= r->base() && a - r->base() <= r->length() - s.op->buffer.size()) {
-        s.registered = r.get();
-        break;
-      }
-    }
+    s.registered = RegisteredRegionOf(s.op->buffer.data(), s.op->buffer.size());
   }
   const LocationCache::Location loc = cache_.Lookup(s.kw.hash.hash);
   s.cached_ref = loc.ref;

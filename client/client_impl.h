@@ -269,10 +269,11 @@ class Client::Impl {
   void ResetWindows();
   // The region of RegisterMemory's that holds [p, p + n), or null.
   const MemoryRegion* RegisteredRegionOf(const void* p, size_t n) const;
-  // A registration of exactly [p, p + n) for window binding, which lies in
-  // registered_ memory: from value_regs_, else made and kept there (null and
-  // *st set if the device refused).
-  const MemoryRegion* ValueRegistrationFor(const void* p, size_t n, Status* st);
+  // The region a rendezvous PUT's window over `value` is bound over: a
+  // registration of exactly its bytes, kept in value_regs_ if they lie in
+  // registered_ memory (made there on the first PUT of them), else made for
+  // this PUT alone into w.mr. The device's error if it refuses.
+  Result<const MemoryRegion*> ValueRegion(RendezvousWindow& w, std::string_view value);
   // Whether a window in flight is bound over `mr`.
   bool WindowBoundOver(const MemoryRegion* mr) const;
   // A whole PUT/DELETE not yet sent that fits one message alone: it may

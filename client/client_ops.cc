@@ -530,24 +530,13 @@ bool Client::Impl::SendRendezvous(OpState& s) {
   // The window covers exactly the value, READ only, through this
   // connection's QP: the only remote access to it. The memory is only read.
   // The region it is bound over is exactly the value too (rxe checks READs
-  // against the region): one kept from an earlier PUT of these bytes in
-  // registered memory, or one registered now, for this PUT only (no rkey).
-  Status reg;
-  const MemoryRegion* region = ValueRegistrationFor(value.data(), value.size(), &reg);
-  if (region == nullptr && reg.ok()) {
-    auto mr = dev_->RegisterMemory(const_cast<char*>(value.data()), value.size(), kAccessMwBind);
-    if (mr.ok()) {
-      w.mr = std::move(mr).value();
-      region = w.mr.get();
-      ++stats_.rendezvous_registrations;
-    } else {
-      reg = mr.status();
-    }
-  }
-  if (region == nullptr) {
-    Finish(s, Status(reg.code(), "registering the value for a rendezvous PUT: " + reg.message()));
+  // against the region), with no rkey of its own (ValueRegion).
+  auto reg = ValueRegion(w, value);
+  if (!reg.ok()) {
+    Finish(s, Status(reg.status().code(), "registering the value for a rendezvous PUT: " + reg.status().message()));
     return true;
   }
+  const MemoryRegion* region = *reg;
   const uint64_t addr = reinterpret_cast<uint64_t>(value.data());
   const MwBinding b{w.mw.get(), region, addr, value.size(), kAccessRemoteRead, MakeWrId(WrKind::kWindow, idx)};
   // Posted now, ahead of the request (queued in msg_batch_, posted after):
