@@ -189,6 +189,7 @@ class Fabric final : public LoopbackFabric, public std::enable_shared_from_this<
   }
   // Moves a connection into the error state: flushes its queue, breaks the peer.
   void ErrorConnection(LoopConn* c);
+  void TellDisconnected(LoopConn* server_side);
   bool CountPostAndMaybeFail();
   mutable std::mutex mu_;
 
@@ -359,8 +360,6 @@ class LoopConn final : public Connection {
     qpn_ = fabric_->NewQpNum();
   }
   ~LoopConn() override {
-    LoopConn* peer = nullptr;
-    LoopListener* pl = nullptr;
     {
       std::unique_lock<std::mutex> l(fabric_->mu_);
       fabric_->WaitNotExecuting(l, this);
@@ -370,19 +369,17 @@ class LoopConn final : public Connection {
         if (ws.qpn == qpn_) fabric_->UnbindWindow(ws);
       }
       std::erase_if(fabric_->regions, [&](const auto& kv) { return kv.second.bound_qpn == qpn_; });
-      if (listener != nullptr) listener->members.erase(this);
-      peer = this->peer;
+      if (listener != nullptr) {
+        listener->members.erase(this);
+        listener->Forget(this);
+      }
+      LoopConn* peer = this->peer;
       if (peer != nullptr) {
         peer->peer = nullptr;
         if (!peer->broken()) fabric_->ErrorConnection(peer);
-        if (!peer->cm_disconnected) {
-          peer->cm_disconnected = true;
-          pl = peer->listener;
-        }
+        fabric_->TellDisconnected(peer);
       }
     }
-    if (listener != nullptr) listener->Forget(this);
-    if (pl != nullptr) pl->Push(CmEvent{CmEvent::Type::kDisconnected, nullptr, peer});
   }
 
   Status PostSend(std::span<const SendWr> wrs) override {
@@ -455,21 +452,12 @@ class LoopConn final : public Connection {
   bool broken() const noexcept override { return broken_.load(std::memory_order_acquire); }
   void MarkBroken() noexcept override { broken_.store(true, std::memory_order_release); }
   void Disconnect() noexcept override {
-    LoopListener* pl = nullptr;
-    LoopConn* peer = nullptr;
-    {
-      std::lock_guard<std::mutex> g(fabric_->mu_);
-      if (!broken()) fabric_->ErrorConnection(this);
-      peer = this->peer;
-      if (peer != nullptr) {
-        if (!peer->broken()) fabric_->ErrorConnection(peer);
-        if (!peer->cm_disconnected) {
-          peer->cm_disconnected = true;
-          pl = peer->listener;
-        }
-      }
+    std::lock_guard<std::mutex> g(fabric_->mu_);
+    if (!broken()) fabric_->ErrorConnection(this);
+    if (peer != nullptr) {
+      if (!peer->broken()) fabric_->ErrorConnection(peer);
+      fabric_->TellDisconnected(peer);
     }
-    if (pl != nullptr) pl->Push(CmEvent{CmEvent::Type::kDisconnected, nullptr, peer});
   }
 
   void set_peer_data(std::vector<uint8_t> d) { peer_data_ = std::move(d); }
@@ -691,21 +679,23 @@ void Fabric::ErrorConnection(LoopConn* c) {
 void Fabric::InjectQpError(Connection& conn) {
   auto* c = dynamic_cast<LoopConn*>(&conn);
   if (c == nullptr) return;
-  LoopListener* pl = nullptr;
-  LoopConn* peer = nullptr;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    if (!c->broken()) ErrorConnection(c);
-    peer = c->peer;
-    if (peer != nullptr) {
-      if (!peer->broken()) ErrorConnection(peer);
-      if (!peer->cm_disconnected) {
-        peer->cm_disconnected = true;
-        pl = peer->listener;
-      }
-    }
+  std::lock_guard<std::mutex> g(mu_);
+  if (!c->broken()) ErrorConnection(c);
+  if (c->peer != nullptr) {
+    if (!c->peer->broken()) ErrorConnection(c->peer);
+    TellDisconnected(c->peer);
   }
-  if (pl != nullptr) pl->Push(CmEvent{CmEvent::Type::kDisconnected, nullptr, peer});
+}
+
+// Queues the disconnected event for a server-side connection, once. Under
+// mu_, so that neither the listener nor the connection can be destroyed
+// between the decision and the push (~LoopListener and ~LoopConn take mu_).
+void Fabric::TellDisconnected(LoopConn* server_side) {
+  if (server_side->cm_disconnected) return;
+  server_side->cm_disconnected = true;
+  if (server_side->listener != nullptr) {
+    server_side->listener->Push(CmEvent{CmEvent::Type::kDisconnected, nullptr, server_side});
+  }
 }
 
 void Fabric::Run() {
