@@ -1,6 +1,7 @@
 // Per-connection state on the server.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -14,6 +15,11 @@
 #include "server/assembly.h"
 
 namespace kvrdma::server {
+
+// Rendezvous PUTs of one connection taken at once (their READs in flight, or
+// refused and waiting for their turn to be answered): the next one's READ
+// runs while the worker applies the one before (DESIGN.md, "Several at once").
+inline constexpr uint32_t kRendezvousPerConnection = 2;
 
 struct FreeDeleter {
   void operator()(void* p) const noexcept { std::free(p); }
@@ -66,10 +72,15 @@ struct ConnState {
   uint32_t pending_head = 0;
   uint32_t pending_count = 0;
   bool in_ready = false;  // on the worker's ready list
-  // A rendezvous PUT's READ in flight (Worker::HandleRendezvous): the
-  // worker's staging slot it reads into, -1 for none. While set, the
-  // connection's next messages wait (its replies stay in request order).
-  int32_t rendezvous_slot = -1;
+  // The connection's rendezvous PUTs taken and not yet answered
+  // (Worker::HandleRendezvous), oldest first: the worker's slots they hold,
+  // rendezvous_slots[0, rendezvous_count). Their READs complete in this
+  // order (one QP's). While there is one, the connection's next message is
+  // taken only if it is another rendezvous PUT (up to
+  // kRendezvousPerConnection, Worker::TakesBehindRendezvous); any other
+  // waits until all are answered: replies stay in request order.
+  std::array<uint8_t, kRendezvousPerConnection> rendezvous_slots{};
+  uint32_t rendezvous_count = 0;
   struct Replies {
     std::vector<uint8_t> busy;  // per large-reply buffer: its SEND is not completed
     uint64_t large_sent = 0;    // large replies posted (the next uses buffer large_sent % busy.size())

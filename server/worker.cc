@@ -228,7 +228,8 @@ void Worker::ServeRound() {
   const size_t end = ready_.size();
   while (ready_head_ < end) {
     ConnState* cs = ready_[ready_head_++];
-    if (cs->rendezvous_slot >= 0) {  // waits for its READ (OnRendezvousRead puts it back)
+    if (cs->rendezvous_count > 0 && !cs->qp->broken() && !TakesBehindRendezvous(*cs)) {
+      // Waits for the connection's rendezvous PUTs (OnRendezvousRead puts it back).
       cs->in_ready = false;
       continue;
     }

@@ -127,7 +127,11 @@ class Worker {
   // each, the READs' destinations. Without it a rendezvous PUT is refused
   // with Unavailable. Before Start; `mr` outlives the worker's connections.
   void SetRendezvous(MemoryRegion* staging, MemoryRegion* log);
-  static constexpr uint32_t kRendezvousSlots = 4;  // READs in flight per worker (one per connection)
+  // Rendezvous PUTs a worker holds at once (READs in flight). A
+  // connection's first takes any free slot; its later ones
+  // (kRendezvousPerConnection) only while fewer than half are busy, so
+  // that they never keep other connections' first ones out.
+  static constexpr uint32_t kRendezvousSlots = 4;
   // Steady-clock ms before which every completion of this worker's CQ has
   // been handled (the start of its last poll that emptied the CQ, or now
   // while it sleeps on an empty CQ). The reply watchdog judges a connection
@@ -194,8 +198,17 @@ class Worker {
   // READs in flight past assembly_timeout_ms close their connection; slots
   // of connections removed meanwhile are given back after that long.
   void ExpireRendezvous(int64_t now_ms);
-  // Remove: the connection's READ (if any) no longer names it.
+  // Remove: the connection's READs (if any) no longer name it.
   void OrphanRendezvous(ConnState& cs);
+  // cs has rendezvous PUTs taken: whether its next message is taken now (a
+  // rendezvous PUT, by its flags, within kRendezvousPerConnection, a slot
+  // free for it); else it waits until they are all answered.
+  bool TakesBehindRendezvous(const ConnState& cs) const;
+  // cs's oldest rendezvous PUTs that were refused before their READ
+  // (RendezvousSlot::refused) are answered, their slots given back: their
+  // turn has come (every PUT before them answered).
+  void AnswerRefusedRendezvous(ConnState& cs);
+  void FreeRendezvousSlot(uint32_t slot);
   // A rendezvous PUT's value, READ: its place in the log (Backend::BeginPut)
   // or kStaged (in a slot), and the client's checksum of the entry.
   struct RendezvousValue {
@@ -274,6 +287,10 @@ class Worker {
   // Rendezvous staging (SetRendezvous): slot i is rdv_mr_ at i * max_value_bytes.
   struct RendezvousSlot {
     bool busy = false;         // a READ posted into it, not completed (or not given back)
+    // Taken behind another rendezvous PUT of its connection and refused
+    // before any READ (no log space, no room on the QP): no READ, answered
+    // with this when its turn comes (AnswerRefusedRendezvous).
+    Status refused;
     ConnState* cs = nullptr;   // whose PUT; nullptr once the connection is removed
     uint32_t generation = 0;   // of the READ posted last
     bool closing = false;      // the READ took too long: its connection is being closed

@@ -35,6 +35,7 @@
 #include <string>
 
 #include "common/log.h"
+#include "common/memory/racy_copy.h"
 #include "server/worker.h"
 
 namespace kvrdma::server {
@@ -54,48 +55,100 @@ void Worker::HandleRendezvous(ConnState& cs, const ParsedRequest& r) {
   }
   uint32_t slot = 0;
   while (slot < rdv_.size() && rdv_[slot].busy) ++slot;
-  if (slot == rdv_.size()) {
+  if (slot == rdv_.size()) {  // never behind another of cs's (TakesBehindRendezvous saw a free slot)
     return ReplyError(cs, h.request_id,
                       Status::NoResource("every rendezvous READ of this worker is in flight: retry later"));
   }
   RendezvousSlot& s = rdv_[slot];
   SendWr w;
+  Status refused;
   if (log_mr_ != nullptr) {
     // The entry's place in the log, all of it written but the value; a
     // full log waits for room only if no other connection has a message
     // waiting (as ApplyWrite).
     auto place = backend_.BeginPut(index_, r.key, h.value_len, /*wait_for_space=*/!HasReady());
-    if (!place.ok()) {
-      counters_.errors.fetch_add(1, std::memory_order_relaxed);
-      return ReplyError(cs, h.request_id, place.status());
+    if (place.ok()) {
+      s.place = *place;
+      const uint8_t* value = backend_.PlacedValue(s.place);
+      w.local = log_mr_->Slice(static_cast<size_t>(value - static_cast<const uint8_t*>(log_mr_->addr())), h.value_len);
+    } else {
+      refused = place.status();
     }
-    s.place = *place;
-    const uint8_t* value = backend_.PlacedValue(s.place);
-    w.local = log_mr_->Slice(static_cast<size_t>(value - static_cast<const uint8_t*>(log_mr_->addr())), h.value_len);
   } else {
     // ParseRequest bounded value_len by max_value_bytes: the READ stays inside its slot.
     w.local = rdv_mr_->Slice(size_t{slot} * cfg_.max_value_bytes, h.value_len);
   }
-  ++s.generation;
-  w.wr_id = kReadTag | (uint64_t{s.generation} << 8) | slot;
-  w.opcode = WrOpcode::kRead;
-  w.signaled = true;
-  w.remote_addr = r.rendezvous.addr;
-  w.rkey = r.rendezvous.rkey;
-  if (Status st = cs.qp->PostSend({&w, 1}); !st.ok()) {
-    if (log_mr_ != nullptr) backend_.AbandonPut(s.place);  // nothing was posted
+  if (refused.ok()) {
+    ++s.generation;
+    w.wr_id = kReadTag | (uint64_t{s.generation} << 8) | slot;
+    w.opcode = WrOpcode::kRead;
+    w.signaled = true;
+    w.remote_addr = r.rendezvous.addr;
+    w.rkey = r.rendezvous.rkey;
+    refused = cs.qp->PostSend({&w, 1});
+    if (!refused.ok() && log_mr_ != nullptr) backend_.AbandonPut(s.place);  // nothing was posted
+  }
+  if (!refused.ok()) {
     counters_.errors.fetch_add(1, std::memory_order_relaxed);
-    return ReplyError(cs, h.request_id, st);
+    // Alone: answered now. Behind READs of its connection: in its turn,
+    // after theirs (the slot holds its place in the order, no READ).
+    if (cs.rendezvous_count == 0) return ReplyError(cs, h.request_id, refused);
   }
   s.busy = true;
+  s.refused = std::move(refused);
   s.cs = &cs;
   s.closing = false;
   s.posted_ms = SteadyMs();
   s.header = h;
   s.key.assign(r.key.begin(), r.key.end());
   s.checksum = r.rendezvous.checksum;
-  cs.rendezvous_slot = static_cast<int32_t>(slot);
+  cs.rendezvous_slots[cs.rendezvous_count++] = static_cast<uint8_t>(slot);
   ++rdv_busy_;
+}
+
+bool Worker::TakesBehindRendezvous(const ConnState& cs) const {
+  if (cs.rendezvous_count >= kRendezvousPerConnection || rdv_busy_ >= kRendezvousSlots / 2) return false;
+  // The next message's flags, read where it lies (the ring may be written
+  // meanwhile): they only choose whether it is taken now. HandleRequest
+  // parses the worker's copy and closes the connection if the message taken
+  // is not a rendezvous PUT after all.
+  const Completion& c = cs.pending[cs.pending_head];
+  const uint8_t* msg;
+  uint32_t len;
+  if (c.opcode == WrOpcode::kRecvWriteImm) {
+    const uint32_t pos = c.imm >> 24;
+    len = c.imm & 0xffffff;
+    if (pos >= cfg_.credits) return false;
+    msg = cs.ring.get() + size_t{pos} * cfg_.message_bytes;
+  } else {
+    msg = pool_.Buffer(c.wr_id);
+    len = c.byte_len;
+  }
+  if (len < kRequestHeaderSize || len > cfg_.message_bytes) return false;
+  uint8_t flags;
+  RacyLoad(&flags, msg + 1, 1);
+  return (flags & kFlagRendezvous) != 0;
+}
+
+void Worker::FreeRendezvousSlot(uint32_t slot) {
+  RendezvousSlot& s = rdv_[slot];
+  s.busy = false;
+  s.cs = nullptr;
+  s.refused = Status::OK();
+  --rdv_busy_;
+}
+
+void Worker::AnswerRefusedRendezvous(ConnState& cs) {
+  uint32_t done = 0;
+  while (done < cs.rendezvous_count && !rdv_[cs.rendezvous_slots[done]].refused.ok()) {
+    RendezvousSlot& s = rdv_[cs.rendezvous_slots[done]];
+    if (!cs.qp->broken()) ReplyError(cs, s.header.request_id, s.refused);  // (a closed one's client takes nothing)
+    FreeRendezvousSlot(cs.rendezvous_slots[done]);
+    ++done;
+  }
+  if (done == 0) return;
+  for (uint32_t i = done; i < cs.rendezvous_count; ++i) cs.rendezvous_slots[i - done] = cs.rendezvous_slots[i];
+  cs.rendezvous_count -= done;
 }
 
 void Worker::OnRendezvousRead(const Completion& c) {
@@ -103,18 +156,20 @@ void Worker::OnRendezvousRead(const Completion& c) {
   const uint32_t generation = static_cast<uint32_t>((c.wr_id & ~kReadTag) >> 8);
   if (slot >= rdv_.size()) return;
   RendezvousSlot& s = rdv_[slot];
-  if (!s.busy || s.generation != generation) return;  // a slot given back before its completion came
-  s.busy = false;
-  --rdv_busy_;
+  if (!s.busy || !s.refused.ok() || s.generation != generation) return;  // a slot given back before its completion came
   ConnState* cs = s.cs;
-  s.cs = nullptr;
+  FreeRendezvousSlot(slot);
   const bool in_place = log_mr_ != nullptr;
   if (cs == nullptr || c.status != WcStatus::kSuccess) {
     if (in_place) backend_.AbandonPut(s.place);  // the READ is over: nothing writes the place any more
     if (cs == nullptr) return;                   // the connection went meanwhile
   }
-  cs->rendezvous_slot = -1;
-  if (cs->pending_count > 0 && !cs->in_ready) {  // its next messages waited for this one
+  // The oldest of cs's (one QP's READs complete in the order they were posted).
+  uint32_t at = 0;
+  while (at + 1 < cs->rendezvous_count && cs->rendezvous_slots[at] != slot) ++at;
+  for (uint32_t i = at + 1; i < cs->rendezvous_count; ++i) cs->rendezvous_slots[i - 1] = cs->rendezvous_slots[i];
+  --cs->rendezvous_count;
+  if (cs->pending_count > 0 && !cs->in_ready) {  // its next messages may have waited for this one
     cs->in_ready = true;
     ready_.push_back(cs);
   }
@@ -126,14 +181,16 @@ void Worker::OnRendezvousRead(const Completion& c) {
     KVRDMA_LOG_DEBUG("worker %u: connection %u: rendezvous READ failed: %s", index_, cs->id, WcStatusName(c.status));
     ReplyError(*cs, h.request_id, CompletionStatus(c));
     RequestClose(*cs, ConnState::CloseReason::kQpFailed);
-    return;
+    return AnswerRefusedRendezvous(*cs);
   }
   // The server's own copy, which no client can write: in its place in the
   // log, or in the slot (the store copies it into the log). The store
   // checks the client's checksum against the entry checksum it computes
   // over the log's copy (Backend::FinishPut, PutChecked): what is checked is
   // what is stored, in one pass; a value the client changed during the READ
-  // is refused there (InvalidArgument, nothing published).
+  // is refused there (InvalidArgument, nothing published). (The slot is
+  // free, but nothing takes it before Apply returns: its place, key and
+  // bytes are read here first.)
   if (in_place) {
     const RendezvousValue placed{s.place, s.checksum};
     Apply(*cs, h, s.key, {backend_.PlacedValue(s.place), h.value_len}, /*is_delete=*/false, &placed);
@@ -144,20 +201,22 @@ void Worker::OnRendezvousRead(const Completion& c) {
                                          h.value_len};
     Apply(*cs, h, s.key, value, /*is_delete=*/false, &staged);
   }
+  AnswerRefusedRendezvous(*cs);
 }
 
 void Worker::ExpireRendezvous(int64_t now_ms) {
   if (rdv_busy_ == 0) return;
-  for (RendezvousSlot& s : rdv_) {
-    if (!s.busy || now_ms - s.posted_ms <= int64_t{cfg_.assembly_timeout_ms}) continue;
+  for (uint32_t i = 0; i < rdv_.size(); ++i) {
+    RendezvousSlot& s = rdv_[i];
+    // (A refused one has no READ: it is answered after the READs before it.)
+    if (!s.busy || !s.refused.ok() || now_ms - s.posted_ms <= int64_t{cfg_.assembly_timeout_ms}) continue;
     if (s.cs == nullptr) {
       // Its connection was removed and the READ's completion never came:
       // the QP is destroyed by now (the manager frees a removed connection
       // at once), so nothing writes the slot or the place any more. A
       // completion that still comes finds another generation.
       if (log_mr_ != nullptr) backend_.AbandonPut(s.place);
-      s.busy = false;
-      --rdv_busy_;
+      FreeRendezvousSlot(i);
     } else if (!s.closing) {
       // The client's side does not answer the READ: its connection closes,
       // which flushes the READ (its completion gives the slot back).
@@ -171,11 +230,17 @@ void Worker::ExpireRendezvous(int64_t now_ms) {
 }
 
 void Worker::OrphanRendezvous(ConnState& cs) {
-  if (cs.rendezvous_slot < 0) return;
-  RendezvousSlot& s = rdv_[static_cast<size_t>(cs.rendezvous_slot)];
-  s.cs = nullptr;  // busy until its completion, or ExpireRendezvous, gives it back
-  s.posted_ms = SteadyMs();
-  cs.rendezvous_slot = -1;
+  for (uint32_t i = 0; i < cs.rendezvous_count; ++i) {
+    const uint32_t slot = cs.rendezvous_slots[i];
+    RendezvousSlot& s = rdv_[slot];
+    if (!s.refused.ok()) {  // no READ: free now
+      FreeRendezvousSlot(slot);
+      continue;
+    }
+    s.cs = nullptr;  // busy until its completion, or ExpireRendezvous, gives it back
+    s.posted_ms = SteadyMs();
+  }
+  cs.rendezvous_count = 0;
 }
 
 }  // namespace kvrdma::server

@@ -51,6 +51,14 @@ void Worker::HandleRequest(ConnState& cs, std::span<const uint8_t> msg) {
   // malformed one anywhere refuses the whole message with one error record
   // (to its first request's id), as a malformed lone request always was.
   auto count = ParseMessage(msg, cfg_.max_key_bytes, cfg_.max_value_bytes, parsed_);
+  if (cs.rendezvous_count > 0 && !(count.ok() && *count == 1 && (parsed_[0].header.flags & kFlagRendezvous))) {
+    // Taken behind the connection's rendezvous PUTs for the RENDEZVOUS flag
+    // its bytes had (TakesBehindRendezvous), and not a rendezvous PUT in
+    // the copy: the client rewrote it after sending it. Its answer would
+    // overtake theirs: the connection closes instead, this unanswered.
+    counters_.errors.fetch_add(1, std::memory_order_relaxed);
+    return RequestClose(cs, ConnState::CloseReason::kProtocol);
+  }
   if (!count.ok()) {
     counters_.errors.fetch_add(1, std::memory_order_relaxed);
     cs.assembly.Release(assembly_budget_);

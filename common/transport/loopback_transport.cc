@@ -158,8 +158,10 @@ class Fabric final : public LoopbackFabric, public std::enable_shared_from_this<
     LoopbackStats s = stats_;
     s.qps = conns.size();
     for (const auto& [index, ws] : windows) s.runtime_windows_bound += ws.runtime && ws.live_key != 0;
+    for (const LoopConn* c : conns) s.reads_queued_on_one_qp = std::max(s.reads_queued_on_one_qp, ReadsQueued(*c));
     return s;
   }
+  static uint64_t ReadsQueued(const LoopConn& c);
   void InjectQpError(Connection& conn) override;
 
   // --- used by the other loopback classes; REQUIRES mu_ unless noted ---
@@ -674,6 +676,11 @@ void Fabric::ErrorConnection(LoopConn* c) {
     rcq.Push(fc);
   }
   c->rq.clear();
+}
+
+uint64_t Fabric::ReadsQueued(const LoopConn& c) {
+  return static_cast<uint64_t>(
+      std::count_if(c.sq.begin(), c.sq.end(), [](const LoopConn::Queued& q) { return q.wr.opcode == WrOpcode::kRead; }));
 }
 
 void Fabric::InjectQpError(Connection& conn) {

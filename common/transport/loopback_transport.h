@@ -64,6 +64,8 @@ struct LoopbackStats {
   // Windows bound by Connection::BindWindow and not invalidated (nor gone
   // with their QP, region or themselves) now.
   uint64_t runtime_windows_bound = 0;
+  // READs posted and not yet executed now, the most on one QP's send queue.
+  uint64_t reads_queued_on_one_qp = 0;
 };
 
 class LoopbackFabric {

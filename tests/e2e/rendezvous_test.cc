@@ -157,10 +157,11 @@ TEST_P(RendezvousTest, WritesBehindARendezvousPutAreAnsweredInOrder) {
 }
 
 // A connection has several windows: rendezvous PUTs submitted together are
-// bound and sent at once (the server READs them one after the other, each
-// already waiting there), and still answered and applied in order. On the
-// loopback fabric the server's READs are held until four windows are bound
-// at once: never more, as many as the client has.
+// bound and sent at once (the server READs the next while it applies the one
+// before, kRendezvousPerConnection at a time), and still answered and
+// applied in order. On the loopback fabric the server's READs are held until
+// four windows are bound at once (never more, as many as the client has) and
+// the server has posted that many READs on the connection's QP.
 TEST_P(RendezvousTest, SeveralRendezvousPutsOfOneConnectionAreInFlightAtOnce) {
   auto c = NewClient(kThresholdBytes);
   ASSERT_TRUE(c);
@@ -191,12 +192,16 @@ TEST_P(RendezvousTest, SeveralRendezvousPutsOfOneConnectionAreInFlightAtOnce) {
   std::vector<Op*> done(kPuts);
   size_t got = 0;
   if (env_.fabric) {
-    uint64_t bound = 0;
-    for (int i = 0; i < 500 && bound < 4; ++i) {
+    uint64_t bound = 0, reads = 0;
+    for (int i = 0; i < 500 && (bound < 4 || reads < 2); ++i) {
       got += c->Wait(std::span(done).subspan(got), 2);  // drives the client; nothing completes
       bound = env_.fabric->stats().runtime_windows_bound;
+      reads = env_.fabric->stats().reads_queued_on_one_qp;
     }
     EXPECT_EQ(bound, 4u);
+    // The server READs the next value while the one before is held: two
+    // READs of this connection at once (kRendezvousPerConnection).
+    EXPECT_EQ(reads, 2u);
     EXPECT_EQ(got, 0u);
     hold.store(false);
   }

@@ -182,6 +182,9 @@ struct PendingRead {
   uint8_t cond = 0;
   uint32_t rkey = 0, len = 0;
   std::string key;
+  // Taken behind another and refused before its READ (no room on the QP):
+  // no READ, answered with this after the ones before it.
+  std::optional<Status::Code> refused;
 };
 
 // A memory window a client bound over a value of its own (its address is
@@ -211,9 +214,10 @@ struct Conn {
   // unless the connection broke.
   std::vector<std::vector<uint8_t>> answers;
   size_t checked_posts = 0;  // answers[0, checked_posts) were found posted
-  // A rendezvous PUT whose READ is in flight, and the messages received
-  // behind it (the worker holds them until the READ completes), in order.
-  std::optional<PendingRead> reading;
+  // The rendezvous PUTs the worker took and has not answered, oldest first
+  // (a READ in flight each, but the refused ones), and the messages
+  // received behind them that the worker holds, in order.
+  std::deque<PendingRead> reading;
   std::vector<Completion> held;
 };
 
@@ -343,21 +347,26 @@ class Harness {
   }
   void Reopen(Conn& c) {
     const size_t reposted = srq_.reposted.size();
-    std::optional<FakeConnection::PostedRead> read;
-    if (c.reading) read = c.qp->reads.front();
+    const std::deque<FakeConnection::PostedRead> reads = c.qp->reads;
+    size_t refused = 0;
+    for (const PendingRead& p : c.reading) refused += p.refused.has_value();
+    CHECK(reads.size() + refused == c.reading.size(), "%zu READs posted for %zu rendezvous PUTs (%zu refused)",
+          reads.size(), c.reading.size(), refused);
     worker_->Remove(c.cs.get());
     WorkerTestPeer::ApplyControl(*worker_);
     CHECK(c.cs->released.load(), "a removed connection was not released");
     // The messages held behind its READ are dropped, their buffers reposted.
     CHECK(srq_.reposted.size() == reposted + c.held.size(), "%zu receive buffers reposted at a close, %zu held",
           srq_.reposted.size() - reposted, c.held.size());
-    if (read) {
-      // Its READ's staging slot stays busy until the READ's completion
+    // A refused PUT's slot (no READ) comes back at once.
+    staging_busy_ -= static_cast<uint32_t>(refused);
+    for (const FakeConnection::PostedRead& read : reads) {
+      // A READ's staging slot stays busy until the READ's completion
       // (flushed, as the NIC delivers it once the QP is gone) comes, or
       // forever here (until ExpireRendezvous gives it back).
       if (in_.ConsumeBool()) {
         Completion wc;
-        wc.wr_id = read->wr_id;
+        wc.wr_id = read.wr_id;
         wc.opcode = WrOpcode::kRead;
         wc.status = WcStatus::kFlushed;
         wc.qp_num = c.cs->qp_num;
@@ -658,7 +667,7 @@ class Harness {
         }
         e.read = PendingRead{h.request_id, h.lock_token, h.if_version, p->rendezvous.addr, p->rendezvous.checksum,
                              static_cast<uint8_t>(h.flags & kFlagIfVersion), p->rendezvous.rkey, h.value_len,
-                             str(p->key)};
+                             str(p->key), std::nullopt};
         return e;
       }
       if (h.opcode == Opcode::kStats) return e;
@@ -766,10 +775,14 @@ class Harness {
     // posted closes the connection, unanswered and unapplied.
     const bool over_credits = !was_broken && c.received - c.qp->replies.size() >= cfg_.credits;
     if (!was_broken && !over_credits) ++c.received;
-    // Behind a rendezvous READ in flight: held, served when it completes.
-    const bool held = !was_broken && !over_credits && c.reading;
+    // Behind rendezvous PUTs not yet answered: held, served when they are,
+    // but for the first in line, which the worker may take now (TakenBehind).
+    const bool behind = !was_broken && !over_credits && !c.reading.empty();
+    if (behind) c.held.push_back(wc);
+    const std::vector<uint8_t> first_seen = behind ? Seen(c, c.held.front()) : std::vector<uint8_t>{};
+    const bool take_first = behind && TakenBehind(c, first_seen);
     Expect e;
-    if (!was_broken && !over_credits && !held) e = Predict(c, wc, seen);
+    if (!was_broken && !over_credits && !behind) e = Predict(c, wc, seen);
     const size_t replies = Answered(c);
     const size_t reposted = srq_.reposted.size();
     const size_t reads = c.qp->reads.size();
@@ -778,10 +791,24 @@ class Harness {
     for (const SendWr& w : c.cs->replies.queued) large_out += !w.inline_data;
     WorkerTestPeer::Dispatch(*worker_, wc);
     CHECK(c.cs->replies.queued.size() < server::kReplyBatch, "%zu replies queued", c.cs->replies.queued.size());
-    if (held) {
+    if (behind && !take_first) {
       CHECK(srq_.reposted.size() == reposted, "a message behind a rendezvous READ was served before the READ ended");
       CHECK(Answered(c) == replies, "a message behind a rendezvous READ was answered before the READ ended");
-      c.held.push_back(wc);
+      return;
+    }
+    if (behind) {
+      const Completion first = c.held.front();
+      c.held.erase(c.held.begin());
+      CHECK(srq_.reposted.size() >= reposted + 1 && srq_.reposted[reposted] == first.wr_id,
+            "the message taken behind rendezvous PUTs: its buffer not reposted");
+      if (!TakeBehind(c, first, first_seen, replies, reads)) {  // closed: the rest are dropped
+        CHECK(srq_.reposted.size() == reposted + 1 + c.held.size(), "%zu of %zu held messages' buffers reposted",
+              srq_.reposted.size() - reposted - 1, c.held.size());
+        c.held.clear();
+      } else {
+        CHECK(srq_.reposted.size() == reposted + 1, "a message behind rendezvous PUTs served before they ended");
+      }
+      CheckBudget();
       return;
     }
     CHECK(srq_.reposted.size() == reposted + 1 && srq_.reposted.back() == wc.wr_id, "receive buffer not reposted");
@@ -795,7 +822,7 @@ class Harness {
       CHECK(Answered(c) == replies, "a message past the credits was answered");
       return;
     }
-    if (e.read && c.qp->reads.size() == reads + 1) return ReadPosted(c, *e.read, replies);
+    if (e.read && c.qp->reads.size() == reads + 1) return ReadPosted(c, *e.read, replies, reads);
     if (e.read) ReadRefused(c, &e);
     if (Answered(c) <= replies) {
       // No reply: only if the worker closed the connection for not taking
@@ -814,9 +841,11 @@ class Harness {
   }
   // A rendezvous PUT the worker took: one READ of exactly what the request
   // names, into the worker's own staging memory, signaled, and no reply yet.
-  void ReadPosted(Conn& c, const PendingRead& p, size_t replies) {
+  // (The READ is the QP's `index`th in flight: several may be posted in one
+  // dispatch.)
+  void ReadPosted(Conn& c, const PendingRead& p, size_t replies, size_t index) {
     CHECK(Answered(c) == replies, "a rendezvous PUT was answered before its READ completed");
-    const FakeConnection::PostedRead& r = c.qp->reads.back();
+    const FakeConnection::PostedRead& r = c.qp->reads[index];
     CHECK(r.remote_addr == p.addr && r.rkey == p.rkey && r.len == p.len,
           "the READ (addr %llx rkey %x, %u bytes) is not the one the request names (%llx %x, %u)",
           static_cast<unsigned long long>(r.remote_addr), r.rkey, r.len, static_cast<unsigned long long>(p.addr),
@@ -835,9 +864,44 @@ class Harness {
             "a READ into memory that is not the worker's staging memory");
     }
     CHECK(r.signaled, "an unsignaled rendezvous READ (its end would never be seen)");
-    c.reading = p;
+    c.reading.push_back(p);
     ++staging_busy_;
     CheckBudget();
+  }
+  // Whether the worker takes c's first held message (its bytes `seen`, as
+  // they lie) although c has rendezvous PUTs not yet answered, from the
+  // documented rule (Worker::TakesBehindRendezvous): fewer than
+  // kRendezvousPerConnection of them, fewer than half the worker's slots
+  // busy, and the RENDEZVOUS flag in the message's header.
+  bool TakenBehind(const Conn& c, const std::vector<uint8_t>& seen) const {
+    return c.reading.size() < server::kRendezvousPerConnection &&
+           staging_busy_ < server::Worker::kRendezvousSlots / 2 && seen.size() >= kRequestHeaderSize &&
+           (seen[1] & kFlagRendezvous) != 0;
+  }
+  // The worker took c's message wc (bytes `seen`) behind c's rendezvous
+  // PUTs: a rendezvous PUT gets its READ (or, refused, is answered after
+  // them); anything else (the client rewrote it after sending it) closes the
+  // connection, unanswered and unapplied (returns false). replies, reads:
+  // c's answers and READs before.
+  bool TakeBehind(Conn& c, const Completion& wc, const std::vector<uint8_t>& seen, size_t replies, size_t reads) {
+    CHECK(Answered(c) == replies, "a message taken behind rendezvous PUTs was answered before them");
+    std::array<ParsedRequest, kMaxRequestsPerMessage> all;
+    auto n = ParseMessage(seen, kMaxKey, kMaxValue, all);
+    if (!n.ok() || *n != 1 || (all[0].header.flags & kFlagRendezvous) == 0) {
+      CHECK(c.qp->broken(), "a message taken behind rendezvous PUTs, not one itself, left its connection open");
+      return false;
+    }
+    Expect e = Predict(c, wc, seen);
+    CHECK(e.read, "a rendezvous PUT taken behind others, not read");
+    if (c.qp->reads.size() > reads) {
+      ReadPosted(c, *e.read, replies, reads);
+    } else {
+      CHECK(c.qp->refused_full, "a rendezvous PUT posted no READ and its send queue had room");
+      e.read->refused = Status::Code::kNoResource;
+      c.reading.push_back(*e.read);
+      ++staging_busy_;
+    }
+    return true;
   }
   // A rendezvous PUT whose READ could not be posted: only a full send queue
   // refuses it here (the fake's NoResource), and the worker answers that.
@@ -881,12 +945,13 @@ class Harness {
   // READ is flushed. Then the PUT's reply and the held messages' replies, in
   // order.
   void CompleteRead(Conn& c) {
-    if (!c.reading) return;
+    if (c.reading.empty()) return;
+    CHECK(!c.reading.front().refused, "a refused rendezvous PUT is the oldest of its connection's");
     CHECK(!c.qp->reads.empty(), "a rendezvous READ in flight is not on its QP");
     const FakeConnection::PostedRead r = c.qp->reads.front();
     c.qp->reads.pop_front();
-    const PendingRead p = *c.reading;
-    c.reading.reset();
+    const PendingRead p = c.reading.front();
+    c.reading.pop_front();
     --staging_busy_;
     Completion wc;
     wc.wr_id = r.wr_id;
@@ -927,16 +992,28 @@ class Harness {
     } else {
       Write(e, c, p.key, bytes, p.token, p.cond, p.if_version);
     }
+    // The refused ones right behind it: answered next, in order (unless the
+    // connection closes: then not at all).
+    std::vector<Expect> refused;
+    while (!c.reading.empty() && c.reading.front().refused) {
+      Expect x;
+      x.id = c.reading.front().id;
+      x.code = *c.reading.front().refused;
+      refused.push_back(x);
+      c.reading.pop_front();
+      --staging_busy_;
+    }
     const size_t reposted = srq_.reposted.size();
     size_t next = Answered(c);
     std::vector<Completion> held = std::move(c.held);
     c.held.clear();
-    const size_t reads = c.qp->reads.size();
+    size_t reads = c.qp->reads.size();
     WorkerTestPeer::Dispatch(*worker_, wc);
     if (failed) {
-      // The connection closes; its reply may be queued (never posted), and
-      // nothing behind it is served.
+      // The connection closes; its reply may be queued (never posted), the
+      // refused ones behind it are not answered, and nothing held is served.
       CHECK(c.qp->broken(), "a failed rendezvous READ left its connection open");
+      CHECK(Answered(c) <= next + 1, "%zu answers after a failed READ", Answered(c) - next);
       if (Answered(c) > next) CheckAnswer(c, e, LastAnswer(c));
       CHECK(srq_.reposted.size() == reposted + held.size(), "%zu of %zu held messages' buffers reposted",
             srq_.reposted.size() - reposted, held.size());
@@ -945,23 +1022,41 @@ class Harness {
     }
     size_t served = 0;
     bool answered = TakeAnswer(c, e, &next);
-    for (size_t i = 0; answered && i < held.size(); ++i) {
+    for (size_t i = 0; answered && i < refused.size(); ++i) answered = TakeAnswer(c, refused[i], &next);
+    bool open = answered;
+    for (size_t i = 0; open && i < held.size(); ++i) {
+      if (!c.reading.empty()) {
+        // Behind rendezvous PUTs again: the first in line may be taken
+        // (one at most: then there are kRendezvousPerConnection), the rest wait.
+        if (!TakenBehind(c, seen[i])) {
+          c.held.assign(held.begin() + static_cast<ptrdiff_t>(i), held.end());
+          break;
+        }
+        ++served;
+        open = TakeBehind(c, held[i], seen[i], next, reads);
+        if (open && !c.reading.back().refused) ++reads;
+        continue;
+      }
       Expect h = Predict(c, held[i], seen[i]);
       ++served;
-      if (h.read && c.qp->reads.size() == reads + 1) {  // another rendezvous PUT: the rest wait behind it
-        ReadPosted(c, *h.read, next);
-        c.held.assign(held.begin() + static_cast<ptrdiff_t>(i) + 1, held.end());
-        break;
+      if (h.read && c.qp->reads.size() > reads) {  // another rendezvous PUT: the rest may wait behind it
+        ReadPosted(c, *h.read, next, reads);
+        ++reads;
+        continue;
       }
       if (h.read) ReadRefused(c, &h);
-      answered = TakeAnswer(c, h, &next);
+      open = answered = TakeAnswer(c, h, &next);
     }
-    if (!answered) {
-      // Closed for not taking its replies: what was not served was dropped.
-      // (A post that failed drops the replies queued before it, so any
-      // write served here may be applied and unanswered.)
+    if (!open) {
+      // Closed (for not taking its replies, or a message rewritten behind
+      // rendezvous PUTs): what was not served was dropped. (A post that
+      // failed drops the replies queued before it, so any write served here
+      // may be applied and unanswered.)
       CHECK(srq_.reposted.size() == reposted + held.size(), "a closed connection's held messages not all reposted");
-      for (const std::string& k : keys_) Uncertain(k);
+      if (!answered) {
+        for (const std::string& k : keys_) Uncertain(k);
+      }
+      c.held.clear();
     } else {
       CHECK(srq_.reposted.size() == reposted + served, "%zu buffers reposted for %zu messages served",
             srq_.reposted.size() - reposted, served);
@@ -1107,7 +1202,7 @@ class Harness {
       DropAssembly(c);
       // A READ past the timeout closes its connection (its flushed
       // completion, CompleteRead, gives its staging slot back).
-      CHECK(!c.reading || c.qp->broken(), "a rendezvous READ past the timeout left its connection open");
+      CHECK(c.reading.empty() || c.qp->broken(), "a rendezvous READ past the timeout left its connection open");
     }
     staging_busy_ -= staging_orphans_;  // a removed connection's slot comes back after the timeout
     staging_orphans_ = 0;
