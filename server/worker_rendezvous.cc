@@ -12,7 +12,9 @@
 //
 //   HandleRendezvous   a free slot (else NoResource), the place (in place),
 //                      the READ posted (signaled), the connection's next
-//                      messages held back
+//                      messages held back but for another rendezvous PUT
+//                      (TakesBehindRendezvous: its READ runs while this
+//                      one is applied; refused, it is answered in its turn)
 //   OnRendezvousRead   the checksum over the server's copy against the
 //                      client's (a value changed during the READ: refused,
 //                      nothing published), with the same lock check,
@@ -29,9 +31,10 @@
 // the client's window only reaches the client's own memory. A READ writes
 // nothing but the value's bytes (its local length is value_len). A place
 // stays pinned (the cleaner does not claim its segment) until its READ is
-// over: completed, or its QP destroyed (the slot's expiry). Bounds: one
-// READ per connection (its later messages wait, and the credits bound
-// those), kRendezvousSlots per worker.
+// over: completed, or its QP destroyed (the slot's expiry). Bounds:
+// kRendezvousPerConnection READs per connection (its later messages wait,
+// and the credits bound those), kRendezvousSlots per worker, a connection's
+// second only while fewer than half of them are busy.
 #include <string>
 
 #include "common/log.h"

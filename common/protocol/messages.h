@@ -58,7 +58,10 @@
 //   client's (else InvalidArgument: the value changed during the READ;
 //   nothing is published).
 //   The connection's next message is handled only after this request's
-//   reply is queued. The client keeps the window bound until the reply.
+//   reply is queued, unless it is another rendezvous PUT, which the server
+//   may take at once (its READ then runs while this one is applied; the
+//   replies still come in request order). The client keeps the window
+//   bound until the reply.
 //   A conditional write is checked at the commit point, under the key's
 //   window lock (server/store/commit_check.h): refused with VersionMismatch,
 //   the reply's version then being the key's current one (0: no value; a
