@@ -110,7 +110,9 @@ void Worker::HandleRendezvous(ConnState& cs, const ParsedRequest& r) {
 }
 
 bool Worker::TakesBehindRendezvous(const ConnState& cs) const {
-  if (cs.rendezvous_count >= kRendezvousPerConnection || rdv_busy_ >= kRendezvousSlots / 2) return false;
+  if (cs.rendezvous_count >= kRendezvousPerConnection || rdv_busy_ >= kRendezvousSlots / 2 || cs.pending_count == 0) {
+    return false;
+  }
   // The next message's flags, read where it lies (the ring may be written
   // meanwhile): they only choose whether it is taken now. HandleRequest
   // parses the worker's copy and closes the connection if the message taken
