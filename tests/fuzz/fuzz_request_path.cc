@@ -246,6 +246,11 @@ class Harness {
     cfg_.assembly_bytes = in_.ConsumeIntegralInRange<uint32_t>(kMaxValue, 3 * kMaxValue);
     cfg_.assembly_timeout_ms = 1000000;  // expiry only when an event says so
     max_inline_ = in_.PickValueInArray({0u, 24u, 64u, 256u});
+    // The send queue's depth: the server's (2 * credits + 32), or, in one
+    // input of four, a few WRs, so that READs and replies find it full
+    // (refused, and answered in their turn).
+    send_queue_ = in_.ConsumeIntegralInRange<int>(0, 3) == 0 ? cfg_.credits + in_.ConsumeIntegralInRange<uint32_t>(1, 4)
+                                                             : 2 * cfg_.credits + 32;
     uint64_t generation = 0;
     backend_ = std::make_unique<RewritingBackend>(&SharedStore(&generation));
     const std::string prefix = std::to_string(generation) + ":";
@@ -337,7 +342,7 @@ class Harness {
       qp = freed_qps_.back();
       freed_qps_.pop_back();
     }
-    auto fc = std::make_unique<FakeConnection>(qp, max_inline_, 2 * cfg_.credits + 32);
+    auto fc = std::make_unique<FakeConnection>(qp, max_inline_, send_queue_);
     c.qp = fc.get();
     c.cs->conn = std::move(fc);
     c.cs->qp = c.qp;
@@ -1230,6 +1235,7 @@ class Harness {
   FuzzedDataProvider& in_;
   server::ServerConfig cfg_;
   uint32_t max_inline_ = 0;
+  uint32_t send_queue_ = 0;  // each fake QP's send queue depth
   std::unique_ptr<RewritingBackend> backend_;
   std::unique_ptr<server::AssemblyBudget> budget_;
   server::ServerCounters counters_;
