@@ -130,7 +130,7 @@ class Worker {
   // Rendezvous PUTs a worker holds at once (READs in flight). A
   // connection's first takes any free slot; its later ones
   // (kRendezvousPerConnection) only while fewer than half are busy, so
-  // that they never keep other connections' first ones out.
+  // that at least half are left to other connections' first ones.
   static constexpr uint32_t kRendezvousSlots = 4;
   // Steady-clock ms before which every completion of this worker's CQ has
   // been handled (the start of its last poll that emptied the CQ, or now
