@@ -56,6 +56,12 @@ void Worker::HandleRendezvous(ConnState& cs, const ParsedRequest& r) {
     counters_.errors.fetch_add(1, std::memory_order_relaxed);
     return ReplyError(cs, h.request_id, Status::Unavailable("this server takes no rendezvous PUTs"));
   }
+  if (cs.rendezvous_count == kRendezvousPerConnection) {
+    // Not reached: ServeRound takes one behind others only below the limit
+    // (TakesBehindRendezvous). Kept so that rendezvous_slots is never
+    // written past its end whatever changes around it.
+    return RequestClose(cs, ConnState::CloseReason::kProtocol);
+  }
   uint32_t slot = 0;
   while (slot < rdv_.size() && rdv_[slot].busy) ++slot;
   if (slot == rdv_.size()) {  // never behind another of cs's (TakesBehindRendezvous saw a free slot)
