@@ -347,26 +347,29 @@ void Worker::OnReceive(const Completion& c) {
   }
 }
 
+const uint8_t* Worker::MessageAt(const ConnState& cs, const Completion& c, uint32_t* len) const {
+  if (c.opcode != WrOpcode::kRecvWriteImm) {
+    *len = std::min(c.byte_len, cfg_.message_bytes);
+    return pool_.Buffer(c.wr_id);
+  }
+  const uint32_t pos = c.imm >> 24;
+  *len = c.imm & 0xffffff;
+  if (pos >= cfg_.credits || *len > cfg_.message_bytes) return nullptr;
+  return cs.ring.get() + size_t{pos} * cfg_.message_bytes;
+}
+
 std::span<const uint8_t> Worker::CopyRequest(ConnState& cs, const Completion& c) {
-  const uint8_t* src;
   uint32_t len;
-  if (c.opcode == WrOpcode::kRecvWriteImm) {
-    // The client wrote the request into its ring and may write it again at
-    // any time: the only read of it is this copy.
-    const uint32_t pos = c.imm >> 24;
-    len = c.imm & 0xffffff;
-    if (pos >= cfg_.credits || len > cfg_.message_bytes) {
-      counters_.errors.fetch_add(1, std::memory_order_relaxed);
-      ReplyError(cs, 0,
-                 Status::InvalidArgument("ring position " + std::to_string(pos) + " / length " + std::to_string(len) +
-                                         " out of range (" + std::to_string(cfg_.credits) + " positions of " +
-                                         std::to_string(cfg_.message_bytes) + " bytes)"));
-      return {};
-    }
-    src = cs.ring.get() + size_t{pos} * cfg_.message_bytes;
-  } else {
-    src = pool_.Buffer(c.wr_id);
-    len = std::min(c.byte_len, cfg_.message_bytes);
+  // A ring's request: the client wrote it and may write it again at any
+  // time; the only read of it is this copy.
+  const uint8_t* src = MessageAt(cs, c, &len);
+  if (src == nullptr) {
+    counters_.errors.fetch_add(1, std::memory_order_relaxed);
+    ReplyError(cs, 0,
+               Status::InvalidArgument("ring position " + std::to_string(c.imm >> 24) + " / length " +
+                                       std::to_string(len) + " out of range (" + std::to_string(cfg_.credits) +
+                                       " positions of " + std::to_string(cfg_.message_bytes) + " bytes)"));
+    return {};
   }
   RacyLoad(request_.get(), src, len);  // the ring may be written meanwhile (by design, harmless)
   if (len == 0) {  // not even a header: answered like any short request

@@ -174,6 +174,11 @@ class Worker {
   // Copies the request out of the ring or the receive buffer into request_;
   // the returned span is the only view of the request used afterwards.
   std::span<const uint8_t> CopyRequest(ConnState& cs, const Completion& c);
+  // Where the message of receive completion c lies, client-writable: its
+  // receive buffer, or its position in cs's ring (*len: its length, at most
+  // message_bytes). Null if a WRITE_WITH_IMM names a position or length out
+  // of range.
+  const uint8_t* MessageAt(const ConnState& cs, const Completion& c, uint32_t* len) const;
   ConnState* Find(uint32_t qp_num);
   void ApplyControl();
   void ExpireAssemblies(int64_t now_ms);
@@ -209,6 +214,8 @@ class Worker {
   // turn has come (every PUT before them answered).
   void AnswerRefusedRendezvous(ConnState& cs);
   void FreeRendezvousSlot(uint32_t slot);
+  // Removes n of cs's rendezvous PUTs from rendezvous_slots, from `at` on.
+  static void DropRendezvousSlots(ConnState& cs, uint32_t at, uint32_t n);
   // A rendezvous PUT's value, READ: its place in the log (Backend::BeginPut)
   // or kStaged (in a slot), and the client's checksum of the entry.
   struct RendezvousValue {

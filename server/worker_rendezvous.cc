@@ -123,19 +123,9 @@ bool Worker::TakesBehindRendezvous(const ConnState& cs) const {
   // meanwhile): they only choose whether it is taken now. HandleRequest
   // parses the worker's copy and closes the connection if the message taken
   // is not a rendezvous PUT after all.
-  const Completion& c = cs.pending[cs.pending_head];
-  const uint8_t* msg;
   uint32_t len;
-  if (c.opcode == WrOpcode::kRecvWriteImm) {
-    const uint32_t pos = c.imm >> 24;
-    len = c.imm & 0xffffff;
-    if (pos >= cfg_.credits) return false;
-    msg = cs.ring.get() + size_t{pos} * cfg_.message_bytes;
-  } else {
-    msg = pool_.Buffer(c.wr_id);
-    len = c.byte_len;
-  }
-  if (len < kRequestHeaderSize || len > cfg_.message_bytes) return false;
+  const uint8_t* msg = MessageAt(cs, cs.pending[cs.pending_head], &len);
+  if (msg == nullptr || len < kRequestHeaderSize) return false;
   uint8_t flags;
   RacyLoad(&flags, msg + 1, 1);
   return (flags & kFlagRendezvous) != 0;
@@ -149,6 +139,11 @@ void Worker::FreeRendezvousSlot(uint32_t slot) {
   --rdv_busy_;
 }
 
+void Worker::DropRendezvousSlots(ConnState& cs, uint32_t at, uint32_t n) {
+  for (uint32_t i = at + n; i < cs.rendezvous_count; ++i) cs.rendezvous_slots[i - n] = cs.rendezvous_slots[i];
+  cs.rendezvous_count -= n;
+}
+
 void Worker::AnswerRefusedRendezvous(ConnState& cs) {
   uint32_t done = 0;
   while (done < cs.rendezvous_count && !rdv_[cs.rendezvous_slots[done]].refused.ok()) {
@@ -157,9 +152,7 @@ void Worker::AnswerRefusedRendezvous(ConnState& cs) {
     FreeRendezvousSlot(cs.rendezvous_slots[done]);
     ++done;
   }
-  if (done == 0) return;
-  for (uint32_t i = done; i < cs.rendezvous_count; ++i) cs.rendezvous_slots[i - done] = cs.rendezvous_slots[i];
-  cs.rendezvous_count -= done;
+  DropRendezvousSlots(cs, 0, done);
 }
 
 void Worker::OnRendezvousRead(const Completion& c) {
@@ -178,8 +171,7 @@ void Worker::OnRendezvousRead(const Completion& c) {
   // The oldest of cs's (one QP's READs complete in the order they were posted).
   uint32_t at = 0;
   while (at + 1 < cs->rendezvous_count && cs->rendezvous_slots[at] != slot) ++at;
-  for (uint32_t i = at + 1; i < cs->rendezvous_count; ++i) cs->rendezvous_slots[i - 1] = cs->rendezvous_slots[i];
-  --cs->rendezvous_count;
+  DropRendezvousSlots(*cs, at, 1);
   if (cs->pending_count > 0 && !cs->in_ready) {  // its next messages may have waited for this one
     cs->in_ready = true;
     ready_.push_back(cs);

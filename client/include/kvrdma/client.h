@@ -93,7 +93,7 @@ struct ClientOptions {
   // returns; a value changed meanwhile is refused (InvalidArgument), never
   // stored torn. Up to four rendezvous PUTs at a time per connection, each
   // with a window of its own (the others wait their turn; the server READs
-  // one at a time per connection, the next one waiting there). Off by
+  // up to two of a connection at once, the next ones waiting there). Off by
   // default: in one Soft-RoCE run they moved 0.72x of ib_write_bw at 64 KiB
   // (fragments 0.60x) and 0.88-0.93x at 1 MiB (fragments 0.63-0.65x;
   // docs/PERFORMANCE.md, stop 37), but one run on an emulated NIC does not
