@@ -26,7 +26,13 @@ Status Client::Impl::Connect() {
   qc.max_send_wr = 2 * max_in_flight_ + 2 * 256 + 16;  // READs + messages (credits <= 256)
   qc.max_recv_wr = 256;                             // one reply buffer per credit
   qc.max_inline = 256;
-  qc.windows = opts_.rendezvous_bytes > 0;  // rendezvous PUTs bind and invalidate a window
+  // Rendezvous PUTs bind and invalidate windows; a device without type-2
+  // windows sends every PUT in fragments (ClientStats::rendezvous_puts stays 0).
+  const bool rendezvous = opts_.rendezvous_bytes > 0 && dev_->info().memory_windows;
+  if (opts_.rendezvous_bytes > 0 && !rendezvous) {
+    KVRDMA_LOG_DEBUG("rendezvous PUTs off: %s has no type-2 memory windows", dev_->info().name.c_str());
+  }
+  qc.windows = rendezvous;
   // One CQ for both directions: a waiting client sleeps on one channel.
   cq_.reset();
   auto cq = dev_->CreateCompletionQueue(qc.max_send_wr + qc.max_recv_wr);
@@ -75,7 +81,7 @@ Status Client::Impl::Connect() {
   }
   ResetEngine();
   done_.reserve(kMaxInFlight);
-  if (opts_.rendezvous_bytes > 0 && desc_.minor >= kRendezvousMinor) {
+  if (rendezvous && desc_.minor >= kRendezvousMinor) {
     for (RendezvousWindow& w : rdv_) {
       auto mw = dev_->CreateMemoryWindow();
       if (!mw.ok()) {  // none: the PUTs go in fragments, as to an older server; fewer: fewer at once

@@ -227,6 +227,7 @@ class LoopDevice final : public Device {
     info_.max_cqe = 1u << 20;
     info_.max_qp_wr = 1u << 14;
     info_.max_mr_size = ~0ull;
+    info_.memory_windows = true;
   }
   const DeviceInfo& info() const noexcept override { return info_; }
   Result<std::unique_ptr<MemoryRegion>> RegisterMemory(void* addr, size_t len, uint32_t access) override {

@@ -137,6 +137,9 @@ struct DeviceInfo {
   uint32_t max_cqe = 0;
   uint32_t max_qp_wr = 0;
   uint64_t max_mr_size = 0;
+  // Type-2 memory windows (a window bound by a work request on a QP, as the
+  // server's ring and a client's rendezvous PUTs use them).
+  bool memory_windows = false;
 };
 
 class MemoryRegion {

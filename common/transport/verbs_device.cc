@@ -157,6 +157,8 @@ Result<std::shared_ptr<VerbsDevice>> VerbsDevice::Open(const std::string& name) 
   dev->info_.max_cqe = static_cast<uint32_t>(a.max_cqe);
   dev->info_.max_qp_wr = static_cast<uint32_t>(a.max_qp_wr);
   dev->info_.max_mr_size = a.max_mr_size;
+  dev->info_.memory_windows =
+      a.max_mw > 0 && (a.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)) != 0;
   return dev;
 }
 

@@ -354,6 +354,8 @@ using namespace kvrdma::python;  // NOLINT
 PYBIND11_MODULE(_kvrdma, m) {
   m.doc() = "The kvrdma client library (C++), wrapped by the kvrdma package.";
   DefineErrors(m);
+  // ClientOptions' default, so that Python's default is the library's.
+  m.attr("DEFAULT_RENDEZVOUS_BYTES") = ClientOptions{}.rendezvous_bytes;
 
   py::class_<PyClient> client(m, "_Client");
   client.def(py::init([](const std::string& host, uint16_t port, const std::string& device,

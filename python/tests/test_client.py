@@ -93,6 +93,22 @@ def test_rendezvous_puts_from_bytes_and_from_registered_memory(server):
         c.unregister_memory(buf)
 
 
+def test_rendezvous_puts_are_on_by_default_from_128_kib(server):
+    # The library's default (ClientOptions::rendezvous_bytes), not a copy of it.
+    assert kvrdma.DEFAULT_RENDEZVOUS_BYTES == 128 * 1024
+    with kvrdma.Client(ADDR, server.port) as c:
+        below, at = os.urandom(128 * 1024 - 1), os.urandom(128 * 1024)
+        c.put("default:below", below)
+        assert c.client_stats()["rendezvous_puts"] == 0
+        c.put("default:at", at)
+        assert c.client_stats()["rendezvous_puts"] == 1
+        assert c.get("default:below") == below and c.get("default:at") == at
+    with kvrdma.Client(ADDR, server.port, rendezvous_bytes=0) as c:
+        c.put("default:off", at)
+        assert c.client_stats()["rendezvous_puts"] == 0
+        assert c.get("default:off") == at
+
+
 def test_absent_delete_and_key_types(kv):
     assert kv.get("never-written") is None
     kv.put(b"\x00\xffbin", bytearray(b"ba"))

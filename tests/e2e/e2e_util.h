@@ -86,13 +86,15 @@ class TestServer {
   server::Server& server() { return *server_; }
   const server::Server& server() const { return *server_; }
 
-  // rendezvous_bytes: ClientOptions::rendezvous_bytes (0, the default: off).
-  Result<std::unique_ptr<Client>> Connect(PutMode mode, uint32_t rendezvous_bytes = 0) {
+  // rendezvous_bytes: ClientOptions::rendezvous_bytes (0 here unless given:
+  // large PUTs in fragments; kLibraryDefault: the library's default).
+  static constexpr int64_t kLibraryDefault = -1;
+  Result<std::unique_ptr<Client>> Connect(PutMode mode, int64_t rendezvous_bytes = 0) {
     ClientOptions o;
     o.host = env_.addr;
     o.port = port();
     o.put_mode = mode;
-    o.rendezvous_bytes = rendezvous_bytes;
+    if (rendezvous_bytes != kLibraryDefault) o.rendezvous_bytes = static_cast<uint32_t>(rendezvous_bytes);
     o.op_timeout_ms = 10000;
     return ClientFactory::ConnectWith(env_.client, o);
   }
@@ -135,7 +137,7 @@ class E2eServerTest : public ::testing::TestWithParam<E2eParam> {
  protected:
   void SetUp() override;
   void TearDown() override { server_.reset(); }
-  std::unique_ptr<Client> NewClient(uint32_t rendezvous_bytes = 0);
+  std::unique_ptr<Client> NewClient(int64_t rendezvous_bytes = 0);
   TransportEnv env_;
   std::unique_ptr<TestServer> server_;
 };
@@ -144,7 +146,7 @@ inline void E2eServerTest::SetUp() {
   if (!env_.skip_reason.empty()) GTEST_SKIP() << env_.skip_reason;
   server_ = std::make_unique<TestServer>(env_);
 }
-inline std::unique_ptr<Client> E2eServerTest::NewClient(uint32_t rendezvous_bytes) {
+inline std::unique_ptr<Client> E2eServerTest::NewClient(int64_t rendezvous_bytes) {
   auto c = server_->Connect(GetParam().put_mode, rendezvous_bytes);
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   return c.ok() ? std::move(c).value() : nullptr;

@@ -17,7 +17,7 @@ namespace kvrdma::testing {
 namespace {
 
 // The clients here turn rendezvous PUTs on from this many bytes
-// (ClientOptions::rendezvous_bytes, off by default).
+// (ClientOptions::rendezvous_bytes; the library's default is 128 KiB).
 constexpr uint32_t kThresholdBytes = 64 * 1024;
 
 class RendezvousTest : public E2eServerTest {
@@ -57,6 +57,25 @@ TEST_P(RendezvousTest, ValuesAroundTheThresholdAndUpToOneMiBRoundTrip) {
     ASSERT_TRUE(c->Get(key, &got).ok());
     EXPECT_TRUE(got == v2) << n;
   }
+}
+
+// A client with the library's options: rendezvous PUTs from 128 KiB, on
+// both transports (the device has type-2 windows: DeviceInfo::memory_windows).
+TEST_P(RendezvousTest, TheLibrarysDefaultSendsValuesOf128KiBAndMoreAsRendezvousPuts) {
+  EXPECT_EQ(ClientOptions{}.rendezvous_bytes, 128u * 1024);
+  EXPECT_TRUE(env_.client->info().memory_windows);
+  auto c = NewClient(TestServer::kLibraryDefault);
+  ASSERT_TRUE(c);
+  const std::string below = Value(128 * 1024 - 1, 'b'), at = Value(128 * 1024, 'a');
+  ASSERT_TRUE(c->Put("default-below", below).ok());
+  EXPECT_EQ(c->stats().rendezvous_puts, 0u);
+  ASSERT_TRUE(c->Put("default-at", at).ok());
+  EXPECT_EQ(c->stats().rendezvous_puts, 1u);
+  std::string got;
+  ASSERT_TRUE(c->Get("default-below", &got).ok());
+  EXPECT_TRUE(got == below);
+  ASSERT_TRUE(c->Get("default-at", &got).ok());
+  EXPECT_TRUE(got == at);
 }
 
 TEST_P(RendezvousTest, ConditionsAndLocksHoldForRendezvousPuts) {

@@ -77,28 +77,32 @@ struct ClientOptions {
   // leaves the CPU to others (a server or Soft-RoCE on the same machine).
   uint32_t busy_poll_us = 50;
   // A PUT whose value has at least this many bytes is a rendezvous PUT (a
-  // server of protocol 10.1 or later; 0 = never): instead of the value in
-  // message-sized fragments, the client binds a memory window READ-only
-  // over exactly the value on its own connection, and the server pulls the
-  // value with one RDMA READ, checks its checksum over its own copy, and
-  // applies the PUT. The window is bound over a registration of exactly
-  // the value's bytes: made for that PUT alone, or, for a value inside
-  // memory registered with RegisterMemory, kept for the next PUT of the
-  // same bytes (on Soft-RoCE a registration costs more than the READ: PUT
-  // large values from registered memory). The window is invalidated (and a
-  // registration of the PUT's own ended) before the PUT returns (also on an error; a broken
-  // connection drops the window with it): the value is exposed to the
-  // server, through this connection only, for the one PUT
-  // (docs/SECURITY.md). The value must stay unchanged until the PUT
-  // returns; a value changed meanwhile is refused (InvalidArgument), never
-  // stored torn. Up to four rendezvous PUTs at a time per connection, each
-  // with a window of its own (the others wait their turn; the server READs
-  // up to two of a connection at once, the next ones waiting there). Off by
-  // default: in one Soft-RoCE run they moved 0.72x of ib_write_bw at 64 KiB
-  // (fragments 0.60x) and 0.88-0.93x at 1 MiB (fragments 0.63-0.65x;
-  // docs/PERFORMANCE.md, stop 37), but one run on an emulated NIC does not
-  // set a default: measure on yours before turning it on.
-  uint32_t rendezvous_bytes = 0;
+  // server of protocol 10.1 or later and a device with type-2 memory
+  // windows; 0 = never): instead of the value in message-sized fragments,
+  // the client binds a memory window READ-only over exactly the value on
+  // its own connection, and the server pulls the value with one RDMA READ,
+  // checks its checksum over its own copy, and applies the PUT. The window
+  // is bound over a registration of exactly the value's bytes: made for
+  // that PUT alone, or, for a value inside memory registered with
+  // RegisterMemory, kept for the next PUT of the same bytes. The window is
+  // invalidated (and a registration of the PUT's own ended) before the PUT
+  // returns (also on an error; a broken connection drops the window with
+  // it): the value is exposed to the server, through this connection only,
+  // for the one PUT (docs/SECURITY.md). The value must stay unchanged until
+  // the PUT returns; a value changed meanwhile is refused
+  // (InvalidArgument), never stored torn. Up to four rendezvous PUTs at a
+  // time per connection, each with a window of its own (the others wait
+  // their turn; the server READs up to two of a connection at once, the
+  // next ones waiting there).
+  // The default, 128 KiB, is where registering the value for the PUT stops
+  // costing more than it saves. Measured on Soft-RoCE (docs/PERFORMANCE.md,
+  // "Rendezvous PUTs on by default"): from 128 KiB a rendezvous PUT was
+  // faster than fragments both one at a time and 16 in flight; at 64 KiB it
+  // was faster 16 in flight but ~10 % slower one at a time (the per-PUT
+  // registration), unless the value lies in registered memory. On a NIC
+  // where registering costs more against the wire, measure (kvbench
+  // --rendezvous-bytes) and raise it.
+  uint32_t rendezvous_bytes = 128 * 1024;
 };
 
 // Op::if_version / Put/Delete's `if_version`: no condition (the default), or
