@@ -209,9 +209,10 @@ class Client::Impl {
   static_assert(kMaxInFlight <= 256, "an op state index fits PendingReply::ops");
   // Rendezvous PUTs in flight at once on one connection: each holds a window
   // of its own from the bind to the invalidation after its reply. The server
-  // READs one value per connection at a time and holds the connection's
-  // later messages meanwhile; a second PUT already waiting there keeps its
-  // READs back to back instead of one client round trip apart.
+  // READs up to two values of a connection at once (kRendezvousPerConnection)
+  // and holds the connection's later messages meanwhile; PUTs already
+  // waiting there keep its READs back to back instead of one client round
+  // trip apart.
   static constexpr uint32_t kRendezvousWindows = 4;
   struct RendezvousWindow {
     // The value's registration for binding only (no rkey of its own), made

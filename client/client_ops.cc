@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "client/client_impl.h"
+#include "common/log.h"
 
 namespace kvrdma {
 namespace {
@@ -532,9 +533,14 @@ bool Client::Impl::SendRendezvous(OpState& s) {
   // The region it is bound over is exactly the value too (rxe checks READs
   // against the region), with no rkey of its own (ValueRegion).
   auto reg = ValueRegion(w, value);
-  if (!reg.ok()) {
-    Finish(s, Status(reg.status().code(), "registering the value for a rendezvous PUT: " + reg.status().message()));
-    return true;
+  if (!reg.ok()) {  // e.g. over the locked-memory limit: the value goes in fragments, as it would without windows
+    if (stats_.rendezvous_fallbacks++ == 0) {
+      KVRDMA_LOG_WARN("a rendezvous PUT of %zu bytes goes in fragments: registering its value failed (%s); "
+                      "ClientStats::rendezvous_fallbacks counts such PUTs",
+                      value.size(), reg.status().ToString().c_str());
+    }
+    s.rendezvous = false;
+    return SendNextMessage(s);
   }
   const MemoryRegion* region = *reg;
   const uint64_t addr = reinterpret_cast<uint64_t>(value.data());

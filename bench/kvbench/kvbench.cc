@@ -148,6 +148,7 @@ class Worker {
       t->direct_reads += s.direct_reads;
       t->rendezvous_puts += s.rendezvous_puts;
       t->rendezvous_registrations += s.rendezvous_registrations;
+      t->rendezvous_fallbacks += s.rendezvous_fallbacks;
       t->puts += s.puts;
       t->messages += s.messages;
       t->get_hits += s.get_hits;
@@ -574,6 +575,10 @@ int main(int argc, char** argv) {
   if (cs.rendezvous_puts != 0) {
     std::printf("client   %" PRIu64 " rendezvous PUTs, %" PRIu64 " of them with a registration of their own; warm-up "
                 "included\n", cs.rendezvous_puts, cs.rendezvous_registrations);
+  }
+  if (cs.rendezvous_fallbacks != 0) {
+    std::printf("client   %" PRIu64 " PUTs of rendezvous size sent in fragments: registering their values failed "
+                "(the locked-memory limit? ulimit -l)\n", cs.rendezvous_fallbacks);
   }
   if (cs.gets > 0) {
     const double g = static_cast<double>(cs.gets);

@@ -193,6 +193,10 @@ class Fabric final : public LoopbackFabric, public std::enable_shared_from_this<
   void ErrorConnection(LoopConn* c);
   void TellDisconnected(LoopConn* server_side);
   bool CountPostAndMaybeFail();
+  // LoopbackFaults::fail_registrations_of (REQUIRES: mu_ held).
+  bool FailsRegistrationOf(size_t len) const {
+    return faults_.fail_registrations_of != 0 && len >= faults_.fail_registrations_of;
+  }
   mutable std::mutex mu_;
 
  private:
@@ -234,6 +238,10 @@ class LoopDevice final : public Device {
     if (addr == nullptr || len == 0) return Status::InvalidArgument("empty memory region");
     if (access & (kAccessRemoteWrite | kAccessRemoteAtomic)) access |= kAccessLocalWrite;
     std::lock_guard<std::mutex> g(fabric_->mu_);
+    if (fabric_->FailsRegistrationOf(len)) {
+      return Status::NoResource("ibv_reg_mr of " + std::to_string(len) +
+                                " bytes (loopback fault: over the locked-memory limit)");
+    }
     uint32_t lkey = fabric_->NewKey();
     Region r{reinterpret_cast<uint64_t>(addr), len, access, this};
     fabric_->regions[lkey] = r;

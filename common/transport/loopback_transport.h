@@ -50,6 +50,9 @@ struct LoopbackFaults {
   // PostSend calls (counted fabric-wide from when the faults are set) whose
   // 1-based index equals this fail with IOError, posting nothing. 0 = never.
   uint64_t fail_post_number = 0;
+  // RegisterMemory of at least this many bytes fails with NoResource, as
+  // ibv_reg_mr does over the locked-memory limit (RLIMIT_MEMLOCK). 0 = never.
+  size_t fail_registrations_of = 0;
 };
 
 struct LoopbackStats {

@@ -392,6 +392,36 @@ TEST_P(RendezvousTest, LoopbackAValueChangedDuringTheReadIsRefusedNeverStoredTor
   EXPECT_TRUE(got == v);
 }
 
+// A value the client cannot register (over the locked-memory limit, as
+// ibv_reg_mr refuses it) goes in fragments instead: the PUT succeeds, and
+// ClientStats says how many took that way. Registrations that work again
+// bring rendezvous PUTs back.
+TEST_P(RendezvousTest, LoopbackAValueThatCannotBeRegisteredGoesInFragments) {
+  if (GetParam().kind != Kind::kLoopback) GTEST_SKIP() << "the fault hooks are the loopback transport's";
+  auto c = NewClient(kThresholdBytes);
+  ASSERT_TRUE(c);
+  LoopbackFaults f;
+  f.fail_registrations_of = 100000;
+  env_.fabric->SetFaults(f);
+  const std::string small = Value(kThresholdBytes, 's'), big = Value(300000, 'g');
+  ASSERT_TRUE(c->Put("reg-small", small).ok());  // registered: under the limit
+  Status st = c->Put("reg-big", big);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(c->stats().rendezvous_puts, 1u);
+  EXPECT_EQ(c->stats().rendezvous_fallbacks, 1u);
+  env_.fabric->SetFaults({});
+  std::string got;
+  ASSERT_TRUE(c->Get("reg-big", &got).ok());
+  EXPECT_TRUE(got == big);
+  const std::string big2 = Value(300000, 'h');
+  ASSERT_TRUE(c->Put("reg-big", big2).ok());
+  EXPECT_EQ(c->stats().rendezvous_puts, 2u);
+  EXPECT_EQ(c->stats().rendezvous_fallbacks, 1u);
+  ASSERT_TRUE(c->Get("reg-big", &got).ok());
+  EXPECT_TRUE(got == big2);
+  EXPECT_EQ(env_.fabric->stats().runtime_windows_bound, 0u);
+}
+
 // A client that names a window the server cannot read (invalidated, another
 // key, another QP's: the NIC answers all alike) gets its connection closed;
 // the server and the other clients go on.

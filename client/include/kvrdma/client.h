@@ -84,7 +84,9 @@ struct ClientOptions {
   // checks its checksum over its own copy, and applies the PUT. The window
   // is bound over a registration of exactly the value's bytes: made for
   // that PUT alone, or, for a value inside memory registered with
-  // RegisterMemory, kept for the next PUT of the same bytes. The window is
+  // RegisterMemory, kept for the next PUT of the same bytes; a value that
+  // cannot be registered (over the locked-memory limit, say) goes in
+  // fragments instead (ClientStats::rendezvous_fallbacks). The window is
   // invalidated (and a registration of the PUT's own ended) before the PUT
   // returns (also on an error; a broken connection drops the window with
   // it): the value is exposed to the server, through this connection only,
@@ -154,6 +156,10 @@ struct ClientStats {
   uint64_t messages = 0;     // request messages sent (fragments count)
   uint64_t rendezvous_puts = 0;  // PUTs sent as rendezvous PUTs (ClientOptions::rendezvous_bytes)
   uint64_t rendezvous_registrations = 0;  // values those registered (not a registration kept from an earlier PUT)
+  // PUTs of at least rendezvous_bytes sent in fragments because registering
+  // the value failed (the locked-memory limit, RLIMIT_MEMLOCK, most likely;
+  // the first one is logged as a warning).
+  uint64_t rendezvous_fallbacks = 0;
   // GETs by outcome, with what they cost (cached GETs included: turn the
   // location cache off to see the index's cost alone).
   uint64_t get_hits = 0;         // GETs that found their key
