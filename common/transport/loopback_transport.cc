@@ -148,6 +148,7 @@ class Fabric final : public LoopbackFabric, public std::enable_shared_from_this<
   Fabric();
   ~Fabric() override;
   std::shared_ptr<Device> CreateDevice(const std::string& name) override;
+  std::shared_ptr<Device> CreateDeviceWithoutWindows(const std::string& name) override;
   void SetFaults(LoopbackFaults f) override {
     std::lock_guard<std::mutex> g(mu_);
     faults_ = std::move(f);
@@ -222,7 +223,7 @@ class Fabric final : public LoopbackFabric, public std::enable_shared_from_this<
 
 class LoopDevice final : public Device {
  public:
-  LoopDevice(std::shared_ptr<Fabric> f, std::string name) : fabric_(std::move(f)) {
+  LoopDevice(std::shared_ptr<Fabric> f, std::string name, bool memory_windows) : fabric_(std::move(f)) {
     info_.name = std::move(name);
     info_.max_qp_rd_atom = 16;
     info_.max_qp_init_rd_atom = 16;
@@ -231,7 +232,7 @@ class LoopDevice final : public Device {
     info_.max_cqe = 1u << 20;
     info_.max_qp_wr = 1u << 14;
     info_.max_mr_size = ~0ull;
-    info_.memory_windows = true;
+    info_.memory_windows = memory_windows;
   }
   const DeviceInfo& info() const noexcept override { return info_; }
   Result<std::unique_ptr<MemoryRegion>> RegisterMemory(void* addr, size_t len, uint32_t access) override {
@@ -256,6 +257,7 @@ class LoopDevice final : public Device {
     return mr;
   }
   Result<std::unique_ptr<MemoryWindow>> CreateMemoryWindow() override {
+    if (!info_.memory_windows) return Status::InvalidArgument(info_.name + " has no memory windows");
     std::lock_guard<std::mutex> g(fabric_->mu_);
     const uint32_t key = fabric_->NewWindowKey();
     fabric_->windows[key >> 8] = WindowState{this, 0, 0};
@@ -610,6 +612,9 @@ Result<std::unique_ptr<Connection>> LoopDevice::Connect(const ConnectOptions& op
                                                         std::span<const uint8_t> private_data,
                                                         std::vector<uint8_t>* reject_reply) {
   if (private_data.size() > kReqDataMax) return Status::InvalidArgument("connect private data over 56 bytes");
+  if (!info_.memory_windows && (cfg.windows || cfg.mw_binding.mw != nullptr)) {
+    return Status::InvalidArgument("creating a QP that binds memory windows on " + info_.name + ": not supported");
+  }
   auto conn = std::make_unique<LoopConn>(self(), cfg);
   auto hs = std::make_shared<Handshake>();
   {
@@ -654,7 +659,11 @@ Fabric::~Fabric() {
 }
 
 std::shared_ptr<Device> Fabric::CreateDevice(const std::string& name) {
-  return std::make_shared<LoopDevice>(shared_from_this(), name);
+  return std::make_shared<LoopDevice>(shared_from_this(), name, true);
+}
+
+std::shared_ptr<Device> Fabric::CreateDeviceWithoutWindows(const std::string& name) {
+  return std::make_shared<LoopDevice>(shared_from_this(), name, false);
 }
 
 bool Fabric::CountPostAndMaybeFail() {

@@ -78,6 +78,10 @@ class LoopbackFabric {
 
   // A new device (its own protection domain) on this fabric.
   virtual std::shared_ptr<Device> CreateDevice(const std::string& name) = 0;
+  // ... without type-2 memory windows, as some providers are:
+  // DeviceInfo::memory_windows false, CreateMemoryWindow fails, and a QP
+  // that would bind windows (QpConfig::windows, mw_binding) is refused.
+  virtual std::shared_ptr<Device> CreateDeviceWithoutWindows(const std::string& name) = 0;
   virtual void SetFaults(LoopbackFaults faults) = 0;
   virtual LoopbackStats stats() const = 0;
   // Puts the connection's QP into the error state now (as a fatal QP event

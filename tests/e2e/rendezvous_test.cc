@@ -5,7 +5,11 @@
 // copy, and applies it as any PUT.
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+
 #include <atomic>
+#include <cstdio>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -392,6 +396,28 @@ TEST_P(RendezvousTest, LoopbackAValueChangedDuringTheReadIsRefusedNeverStoredTor
   EXPECT_TRUE(got == v);
 }
 
+// A client whose device has no type-2 memory windows (DeviceInfo::
+// memory_windows false: a QP that would bind them is refused) connects with
+// the library's default all the same, and sends large PUTs in fragments.
+TEST_P(RendezvousTest, LoopbackADeviceWithoutMemoryWindowsSendsLargePutsInFragments) {
+  if (GetParam().kind != Kind::kLoopback) GTEST_SKIP() << "a device without windows is the loopback transport's";
+  auto dev = env_.fabric->CreateDeviceWithoutWindows("nowindows0");
+  ASSERT_FALSE(dev->info().memory_windows);
+  ClientOptions o;
+  o.host = env_.addr;
+  o.port = server_->port();
+  o.put_mode = GetParam().put_mode;
+  auto c = ClientFactory::ConnectWith(dev, o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const std::string v = Value(300000, 'w');
+  ASSERT_TRUE((*c)->Put("no-windows", v).ok());
+  EXPECT_EQ((*c)->stats().rendezvous_puts, 0u);
+  EXPECT_EQ((*c)->stats().rendezvous_fallbacks, 0u);
+  std::string got;
+  ASSERT_TRUE((*c)->Get("no-windows", &got).ok());
+  EXPECT_TRUE(got == v);
+}
+
 // A value the client cannot register (over the locked-memory limit, as
 // ibv_reg_mr refuses it) goes in fragments instead: the PUT succeeds, and
 // ClientStats says how many took that way. Registrations that work again
@@ -420,6 +446,29 @@ TEST_P(RendezvousTest, LoopbackAValueThatCannotBeRegisteredGoesInFragments) {
   ASSERT_TRUE(c->Get("reg-big", &got).ok());
   EXPECT_TRUE(got == big2);
   EXPECT_EQ(env_.fabric->stats().runtime_windows_bound, 0u);
+}
+
+// A value in read-only memory (a file mapped PROT_READ, say). The kernel
+// pins memory registered for window binding as writable (ib_access_writable
+// counts MW_BIND), so on a real device the registration fails and the PUT
+// goes in fragments; either way it is stored whole.
+TEST_P(RendezvousTest, AValueInReadOnlyMemoryIsStoredWhole) {
+  auto c = NewClient(kThresholdBytes);
+  ASSERT_TRUE(c);
+  const size_t n = 200000;
+  void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  const std::string v = Value(n, 'r');
+  std::memcpy(p, v.data(), n);
+  ASSERT_EQ(mprotect(p, n, PROT_READ), 0);
+  Status st = c->Put("read-only", std::string_view(static_cast<const char*>(p), n));
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(c->stats().rendezvous_puts + c->stats().rendezvous_fallbacks, 1u);
+  std::printf("value in read-only memory: %s\n", c->stats().rendezvous_puts == 1 ? "rendezvous PUT" : "fragments");
+  std::string got;
+  ASSERT_TRUE(c->Get("read-only", &got).ok());
+  EXPECT_TRUE(got == v);
+  munmap(p, n);
 }
 
 // A client that names a window the server cannot read (invalidated, another
