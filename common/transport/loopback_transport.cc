@@ -821,9 +821,25 @@ WcStatus Fabric::DoRead(LoopConn* c, const SendWr& w, std::unique_lock<std::mute
       l.unlock();
       hook(w, done);
       l.lock();
+      // The lock was dropped: as a NIC checks each packet of a READ's
+      // response, a READ whose QP or peer broke, or whose memory went (a
+      // window unbound or destroyed, a region deregistered) meanwhile ends
+      // here. After ibv_dealloc_mw or ibv_dereg_mr returns, no DMA touches
+      // the memory: its owner may free it (a client's rendezvous PUT that
+      // failed frees the value's window and hands the value back).
+      if (c->broken()) return WcStatus::kFlushed;
+      LoopConn* peer = c->peer;
+      if (peer == nullptr || peer->broken()) return WcStatus::kRetryExceeded;
+      if (!FindRegion(regions, w.rkey, &peer->device(), w.remote_addr, total, kAccessRemoteRead, peer->qp_num())) {
+        return WcStatus::kRemoteAccessError;
+      }
+      if (!FindRegion(regions, w.local.lkey, &c->device(), w.local.addr, w.local.length, kAccessLocalWrite) ||
+          (w.local2.length != 0 &&
+           !FindRegion(regions, w.local2.lkey, &c->device(), w.local2.addr, w.local2.length, kAccessLocalWrite))) {
+        return WcStatus::kLocalProtectionError;
+      }
     }
   }
-  (void)c;
   return WcStatus::kSuccess;
 }
 

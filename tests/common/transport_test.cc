@@ -2,6 +2,7 @@
 // (label unit), verbs on a real RDMA device (label rdma, via tools/with-rdma).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <numeric>
@@ -549,6 +550,27 @@ TEST_P(RuntimeWindowTest, LoopbackAWindowDiesWithItsRegion) {
   src_mr_.reset();
   EXPECT_EQ(ServerRead(p, 0, 64, mw_->rkey()), WcStatus::kRemoteAccessError);
   EXPECT_FALSE(Landed(0, 64));
+}
+
+// A window destroyed while a READ through it is under way (the client gave
+// up on its rendezvous PUT) ends the READ: nothing more is read from the
+// memory, which its owner may free once the window is gone.
+TEST_P(RuntimeWindowTest, LoopbackAWindowDestroyedDuringAReadEndsIt) {
+  if (GetParam() == Kind::kVerbs) GTEST_SKIP() << "the fault hooks are the loopback transport's";
+  Pair& p = ConnectWithWindows();
+  ASSERT_TRUE(p.client && p.server);
+  ASSERT_EQ(Bind(p, 0, 8192), WcStatus::kSuccess);
+  const uint32_t rkey = mw_->rkey();
+  LoopbackFaults f;
+  f.read_chunk_bytes = 1024;
+  f.between_read_chunks = [this](const SendWr&, size_t done) {
+    if (done == 2048) mw_.reset();  // the fabric's lock is not held here
+  };
+  env_.fabric->SetFaults(f);
+  EXPECT_EQ(ServerRead(p, 0, 8192, rkey), WcStatus::kRemoteAccessError);
+  env_.fabric->SetFaults({});
+  EXPECT_TRUE(Landed(0, 2048));  // before the window went
+  EXPECT_TRUE(std::all_of(remote_.begin() + 2048, remote_.begin() + 8192, [](uint8_t b) { return b == 0; }));
 }
 
 TEST_P(RuntimeWindowTest, WithoutTheQpOptionNothingIsPosted) {
