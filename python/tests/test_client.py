@@ -102,6 +102,7 @@ def test_rendezvous_puts_are_on_by_default_from_128_kib(server):
         assert c.client_stats()["rendezvous_puts"] == 0
         c.put("default:at", at)
         assert c.client_stats()["rendezvous_puts"] == 1
+        assert c.client_stats()["rendezvous_fallbacks"] == 0  # its registration worked
         assert c.get("default:below") == below and c.get("default:at") == at
     with kvrdma.Client(ADDR, server.port, rendezvous_bytes=0) as c:
         c.put("default:off", at)
