@@ -244,7 +244,10 @@ class Client::Impl {
   void FailAll(const Status& st);
   // Posting: GET steps go through batch_ and one PostSend per Progress;
   // messages through msg_batch_ and one PostSend per PumpMessages.
+  // Progress: the completions, then Post. Post: what is ready to be posted
+  // (Submit's: what it started; completions wait for the next Poll).
   void Progress();
+  void Post();
   void FlushBatch();
   // GET (client_get.cc).
   void StartGet(OpState& s);

@@ -140,11 +140,15 @@ size_t Client::Impl::Submit(std::span<Op* const> ops) {
   now_fresh_ = true;
   size_t n = 0;
   for (Op* op : ops) {
+    // The CQ is polled only when every op state is taken (completions free
+    // them): otherwise completions wait for Poll or Wait, one CQ poll per
+    // operation's round trip instead of two.
+    if (free_.empty()) PollCompletions();
     if (free_.empty()) break;
     Start(op, std::nullopt);
     ++n;
   }
-  Progress();
+  Post();
   return n;
 }
 
@@ -212,6 +216,10 @@ Result<uint64_t> Client::Impl::ServerClockMs() {
 
 void Client::Impl::Progress() {
   PollCompletions();  // reads the clock into now_ if it found completions
+  Post();
+}
+
+void Client::Impl::Post() {
   if (!ready_.empty()) {
     if (!now_fresh_) now_ = Clock::now();  // before anything is posted: StageGet's round start
     for (size_t n = ready_.size(); n > 0 && broken_.ok(); --n) {
