@@ -242,7 +242,7 @@ class Client::Impl {
   void ResetEngine();
   void Finish(OpState& s, Status st);
   void FailAll(const Status& st);
-  // Posting: GET steps go through batch_ and one PostSend per Progress;
+  // Posting: GET steps go through batch_ and one PostSend per Post;
   // messages through msg_batch_ and one PostSend per PumpMessages.
   // Progress: the completions, then Post. Post: what is ready to be posted
   // (Submit's: what it started; completions wait for the next Poll).

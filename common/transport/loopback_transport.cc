@@ -204,6 +204,10 @@ class Fabric final : public LoopbackFabric, public std::enable_shared_from_this<
   void Run();
   // Executes the head WR of c. Returns false when it must wait for a receive.
   bool Execute(LoopConn* c, std::unique_lock<std::mutex>& l);
+  // What a NIC checks of a READ from c to its peer: the local elements in
+  // c's memory for local write, the remote range under the rkey for remote
+  // READ through the peer's QP (REQUIRES: mu_ held, a peer).
+  WcStatus CheckRead(LoopConn* c, LoopConn& peer, const SendWr& w) const;
   WcStatus DoRead(LoopConn* c, const SendWr& w, std::unique_lock<std::mutex>& l);
   WcStatus ExecuteBind(LoopConn* c, const SendWr& w, const Region& bind);
 
@@ -790,6 +794,20 @@ WcStatus Fabric::ExecuteBind(LoopConn* c, const SendWr& w, const Region& b) {
   return WcStatus::kSuccess;
 }
 
+WcStatus Fabric::CheckRead(LoopConn* c, LoopConn& peer, const SendWr& w) const {
+  const LoopDevice* me = &c->device();
+  if (!FindRegion(regions, w.local.lkey, me, w.local.addr, w.local.length, kAccessLocalWrite) ||
+      (w.local2.length != 0 &&
+       !FindRegion(regions, w.local2.lkey, me, w.local2.addr, w.local2.length, kAccessLocalWrite))) {
+    return WcStatus::kLocalProtectionError;
+  }
+  if (!FindRegion(regions, w.rkey, &peer.device(), w.remote_addr, uint64_t{w.local.length} + w.local2.length,
+                  kAccessRemoteRead, peer.qp_num())) {
+    return WcStatus::kRemoteAccessError;
+  }
+  return WcStatus::kSuccess;
+}
+
 WcStatus Fabric::DoRead(LoopConn* c, const SendWr& w, std::unique_lock<std::mutex>& l) {
   const auto* src = reinterpret_cast<const uint8_t*>(w.remote_addr);
   const size_t total = size_t{w.local.length} + w.local2.length;
@@ -830,14 +848,7 @@ WcStatus Fabric::DoRead(LoopConn* c, const SendWr& w, std::unique_lock<std::mute
       if (c->broken()) return WcStatus::kFlushed;
       LoopConn* peer = c->peer;
       if (peer == nullptr || peer->broken()) return WcStatus::kRetryExceeded;
-      if (!FindRegion(regions, w.rkey, &peer->device(), w.remote_addr, total, kAccessRemoteRead, peer->qp_num())) {
-        return WcStatus::kRemoteAccessError;
-      }
-      if (!FindRegion(regions, w.local.lkey, &c->device(), w.local.addr, w.local.length, kAccessLocalWrite) ||
-          (w.local2.length != 0 &&
-           !FindRegion(regions, w.local2.lkey, &c->device(), w.local2.addr, w.local2.length, kAccessLocalWrite))) {
-        return WcStatus::kLocalProtectionError;
-      }
+      if (WcStatus st = CheckRead(c, *peer, w); st != WcStatus::kSuccess) return st;
     }
   }
   return WcStatus::kSuccess;
@@ -881,16 +892,8 @@ bool Fabric::Execute(LoopConn* c, std::unique_lock<std::mutex>& l) {
     switch (w.opcode) {
       case WrOpcode::kRead:
         ++stats_.reads;
-        if (!FindRegion(regions, w.local.lkey, me, w.local.addr, w.local.length, kAccessLocalWrite) ||
-            (w.local2.length != 0 &&
-             !FindRegion(regions, w.local2.lkey, me, w.local2.addr, w.local2.length, kAccessLocalWrite))) {
-          st = WcStatus::kLocalProtectionError;
-        } else if (!FindRegion(regions, w.rkey, them, w.remote_addr, uint64_t{w.local.length} + w.local2.length,
-                               kAccessRemoteRead, peer->qp_num())) {
-          st = WcStatus::kRemoteAccessError;
-        } else {
-          st = DoRead(c, w, l);
-        }
+        st = CheckRead(c, *peer, w);
+        if (st == WcStatus::kSuccess) st = DoRead(c, w, l);
         break;
       case WrOpcode::kWrite:
       case WrOpcode::kWriteImm:
