@@ -88,15 +88,17 @@ class TestServer {
 
   // rendezvous_bytes: ClientOptions::rendezvous_bytes (0 here unless given:
   // large PUTs in fragments; kLibraryDefault: the library's default).
+  // dev: the client's device (null: the environment's).
   static constexpr int64_t kLibraryDefault = -1;
-  Result<std::unique_ptr<Client>> Connect(PutMode mode, int64_t rendezvous_bytes = 0) {
+  Result<std::unique_ptr<Client>> Connect(PutMode mode, int64_t rendezvous_bytes = 0,
+                                          std::shared_ptr<Device> dev = nullptr) {
     ClientOptions o;
     o.host = env_.addr;
     o.port = port();
     o.put_mode = mode;
     if (rendezvous_bytes != kLibraryDefault) o.rendezvous_bytes = static_cast<uint32_t>(rendezvous_bytes);
     o.op_timeout_ms = 10000;
-    return ClientFactory::ConnectWith(env_.client, o);
+    return ClientFactory::ConnectWith(dev != nullptr ? std::move(dev) : env_.client, o);
   }
 
  private:

@@ -403,11 +403,7 @@ TEST_P(RendezvousTest, LoopbackADeviceWithoutMemoryWindowsSendsLargePutsInFragme
   if (GetParam().kind != Kind::kLoopback) GTEST_SKIP() << "a device without windows is the loopback transport's";
   auto dev = env_.fabric->CreateDeviceWithoutWindows("nowindows0");
   ASSERT_FALSE(dev->info().memory_windows);
-  ClientOptions o;
-  o.host = env_.addr;
-  o.port = server_->port();
-  o.put_mode = GetParam().put_mode;
-  auto c = ClientFactory::ConnectWith(dev, o);
+  auto c = server_->Connect(GetParam().put_mode, TestServer::kLibraryDefault, dev);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   const std::string v = Value(300000, 'w');
   ASSERT_TRUE((*c)->Put("no-windows", v).ok());
