@@ -2,11 +2,12 @@
 // calls it only where the CPU has AVX2). This file alone is compiled with
 // -mavx2 (common/format/CMakeLists.txt), so nothing else in the library uses
 // AVX2 instructions unchecked. Debian's libxxhash is built for the baseline
-// (SSE2): 1.10 instructions per byte against 0.32 here with -mavx2 alone,
-// 0.28 with -funroll-loops too (callgrind, 1 MiB inputs; the accumulate
-// loop's 16 stripes per block unrolled). Without XXH3's prefetch it would be
-// 0.26, but hashing from memory got slower (18.7-22 GB/s against 24-26 GB/s
-// over 64 MiB here), so the prefetch stays.
+// (SSE2): 1.10 instructions per byte. xxHash's own AVX2 build (-mavx2
+// -funroll-loops) takes 0.28, 0.29 with the long hash over two pieces; the
+// long hash below keeps XXH3's accumulators in registers and takes 0.235
+// (callgrind, 1 MiB inputs; docs/PERFORMANCE.md, stop 40). Hashing from
+// memory runs at the memory's speed either way (~9 GB/s here,
+// bench/store_bench.cc BM_EntryChecksum).
 // The hash is the same function whatever the vector width: XXH3's result
 // does not depend on its implementation (tests/store/layout_test.cc checks).
 #define XXH_INLINE_ALL  // every xxHash symbol of this file is static: no clash with the library's
@@ -24,30 +25,91 @@
 
 namespace kvrdma::detail {
 
-uint64_t Xxh3Avx2(const void* p, size_t n, uint64_t seed) noexcept { return XXH3_64bits_withSeed(p, n, seed); }
 
 #if XXH_VERSION_NUMBER == 801
 namespace {
 
+// XXH3's eight 64-bit accumulators, two AVX2 registers. xxHash's own AVX2
+// accumulate updates an array in memory (each stripe loads and stores it,
+// and every input byte may alias it); here they stay in registers for the
+// whole input. Per 32 input bytes: load, xor with the secret, shift,
+// multiply, shuffle, two adds.
+struct Accs {
+  __m256i lo;
+  __m256i hi;
+};
+
+XXH_FORCE_INLINE __m256i AccumulateLane(__m256i acc, const xxh_u8* in, const xxh_u8* secret) noexcept {
+  const __m256i data = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in));
+  const __m256i data_key = _mm256_xor_si256(data, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(secret)));
+  // (data_key & 0xffffffff) * (data_key >> 32), per 64-bit lane
+  const __m256i product = _mm256_mul_epu32(data_key, _mm256_srli_epi64(data_key, 32));
+  const __m256i swapped = _mm256_shuffle_epi32(data, _MM_SHUFFLE(1, 0, 3, 2));
+  return _mm256_add_epi64(_mm256_add_epi64(acc, swapped), product);
+}
+
+// XXH3_accumulate_512: one 64-byte stripe.
+XXH_FORCE_INLINE void AccumulateStripe(Accs& acc, const xxh_u8* in, const xxh_u8* secret) noexcept {
+  acc.lo = AccumulateLane(acc.lo, in, secret);
+  acc.hi = AccumulateLane(acc.hi, in + 32, secret + 32);
+  // Each stripe's sums into the accumulators before the next stripe's: left
+  // alone, GCC reassociates a block's 32 additions per accumulator into a
+  // tree and spills its terms to the stack.
+  asm("" : "+x"(acc.lo), "+x"(acc.hi));
+}
+
+XXH_FORCE_INLINE __m256i ScrambleLane(__m256i acc, const xxh_u8* secret) noexcept {
+  const __m256i prime32 = _mm256_set1_epi32(static_cast<int>(XXH_PRIME32_1));
+  const __m256i mixed = _mm256_xor_si256(acc, _mm256_srli_epi64(acc, 47));
+  const __m256i data_key = _mm256_xor_si256(mixed, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(secret)));
+  const __m256i prod_lo = _mm256_mul_epu32(data_key, prime32);
+  const __m256i prod_hi = _mm256_mul_epu32(_mm256_srli_epi64(data_key, 32), prime32);
+  return _mm256_add_epi64(prod_lo, _mm256_slli_epi64(prod_hi, 32));
+}
+
+// XXH3_scrambleAcc, after each block.
+XXH_FORCE_INLINE void Scramble(Accs& acc, const xxh_u8* secret) noexcept {
+  acc.lo = ScrambleLane(acc.lo, secret);
+  acc.hi = ScrambleLane(acc.hi, secret + 32);
+}
+
+constexpr size_t kSecretSize = XXH_SECRET_DEFAULT_SIZE;
+constexpr size_t kStripesPerBlock = (kSecretSize - XXH_STRIPE_LEN) / XXH_SECRET_CONSUME_RATE;
+constexpr size_t kBlockLen = XXH_STRIPE_LEN * kStripesPerBlock;
+// XXH3 prefetches 384 bytes ahead on every stripe; here once per 128 bytes
+// (two cache lines, what the L2's adjacent-line prefetcher fetches
+// together), half its instructions. From memory, every stripe, every other
+// and none all ran at 8.8-9.4 GB/s (BM_EntryChecksum, 64 KiB and 1 MiB).
+constexpr size_t kPrefetchAhead = 384;
+
+// A whole block at `in`: its 16 stripes unrolled, the secret at constant
+// offsets, then the scramble.
+XXH_FORCE_INLINE void AccumulateBlock(Accs& acc, const xxh_u8* in, const xxh_u8* secret) noexcept {
+#pragma GCC unroll 16
+  for (size_t s = 0; s < kStripesPerBlock; ++s) {
+    if (s % 2 == 0) XXH_PREFETCH(in + s * XXH_STRIPE_LEN + kPrefetchAhead);
+    AccumulateStripe(acc, in + s * XXH_STRIPE_LEN, secret + s * XXH_SECRET_CONSUME_RATE);
+  }
+  Scramble(acc, secret + kSecretSize - XXH_STRIPE_LEN);
+}
+
 // XXH3-64 of a || b over 240 bytes: xxHash 0.8.1's long hash
-// (XXH3_hashLong_64b_withSeed_internal and XXH3_hashLong_internal_loop, with
-// their own building blocks) over the concatenation, each 64-byte stripe
-// read where it lies: in a, in b, or copied together where it straddles the
-// cut. The streaming form this replaces handled 256 bytes per call, which
-// cost 0.299 instructions per byte against the one-shot form's 0.28 (a GET
-// READ into the caller's memory checksums its value this way).
+// (XXH3_hashLong_64b_withSeed_internal and XXH3_hashLong_internal_loop) over
+// the concatenation, each 64-byte stripe read where it lies: in a, in b, or
+// copied together where it straddles the cut (a GET READ into the caller's
+// memory checksums its key and value this way). With nb = 0 it is the
+// one-shot hash of a.
 uint64_t HashLongOfPieces(const xxh_u8* a, size_t na, const xxh_u8* b, size_t nb, uint64_t seed) noexcept {
-  XXH_ALIGN(XXH_SEC_ALIGN) xxh_u8 custom[XXH_SECRET_DEFAULT_SIZE];
+  XXH_ALIGN(XXH_SEC_ALIGN) xxh_u8 custom[kSecretSize];
   const xxh_u8* secret = XXH3_kSecret;
   if (seed != 0) {
     XXH3_initCustomSecret_avx2(custom, seed);
     secret = custom;
   }
-  constexpr size_t kSecretSize = XXH_SECRET_DEFAULT_SIZE;
-  constexpr size_t kStripesPerBlock = (kSecretSize - XXH_STRIPE_LEN) / XXH_SECRET_CONSUME_RATE;
-  constexpr size_t kBlockLen = XXH_STRIPE_LEN * kStripesPerBlock;
   const size_t len = na + nb;
-  XXH_ALIGN(XXH_ACC_ALIGN) xxh_u64 acc[XXH_ACC_NB] = XXH3_INIT_ACC;
+  XXH_ALIGN(XXH_ACC_ALIGN) xxh_u64 acc_words[XXH_ACC_NB] = XXH3_INIT_ACC;
+  Accs acc{_mm256_load_si256(reinterpret_cast<const __m256i*>(acc_words)),
+           _mm256_load_si256(reinterpret_cast<const __m256i*>(acc_words + 4))};
   XXH_ALIGN(64) xxh_u8 straddle[XXH_STRIPE_LEN];
   // The stripe at offset `at` of a || b.
   auto stripe = [&](size_t at) -> const xxh_u8* {
@@ -58,36 +120,42 @@ uint64_t HashLongOfPieces(const xxh_u8* a, size_t na, const xxh_u8* b, size_t nb
     std::memcpy(straddle + from_a, b, XXH_STRIPE_LEN - from_a);
     return straddle;
   };
-  // Stripes [0, n) from offset `at`, secret offset 8 per stripe (XXH3_accumulate):
-  // those not wholly in b one at a time, then the rest in one run over b.
+  // Stripes [0, n) of a block from offset `at`: those not wholly in b one
+  // at a time, then the rest in one run over b.
   auto accumulate = [&](size_t at, size_t n) {
     size_t i = 0;
     for (; i < n && at + i * XXH_STRIPE_LEN < na; ++i) {
-      XXH3_accumulate_512_avx2(acc, stripe(at + i * XXH_STRIPE_LEN), secret + i * XXH_SECRET_CONSUME_RATE);
+      AccumulateStripe(acc, stripe(at + i * XXH_STRIPE_LEN), secret + i * XXH_SECRET_CONSUME_RATE);
     }
-    if (i < n) {
-      XXH3_accumulate(acc, b + (at + i * XXH_STRIPE_LEN - na), secret + i * XXH_SECRET_CONSUME_RATE, n - i,
-                      XXH3_accumulate_512_avx2);
-    }
+    if (i == n) return;
+    const xxh_u8* in = b + (at + i * XXH_STRIPE_LEN - na);
+    for (; i < n; ++i, in += XXH_STRIPE_LEN) AccumulateStripe(acc, in, secret + i * XXH_SECRET_CONSUME_RATE);
   };
   const size_t blocks = (len - 1) / kBlockLen;
-  for (size_t n = 0; n < blocks; ++n) {
-    const size_t at = n * kBlockLen;
-    if (at >= na) {  // the common case: a whole block in b, its stripe count a constant (the loop unrolled)
-      XXH3_accumulate(acc, b + (at - na), secret, kStripesPerBlock, XXH3_accumulate_512_avx2);
-    } else {
-      accumulate(at, kStripesPerBlock);
-    }
-    XXH3_scrambleAcc_avx2(acc, secret + kSecretSize - XXH_STRIPE_LEN);
+  size_t n = 0;
+  // Blocks wholly in a, then the one the cut falls in (if any), then those wholly in b.
+  for (; n < blocks && (n + 1) * kBlockLen <= na; ++n) AccumulateBlock(acc, a + n * kBlockLen, secret);
+  for (; n < blocks && n * kBlockLen < na; ++n) {
+    accumulate(n * kBlockLen, kStripesPerBlock);
+    Scramble(acc, secret + kSecretSize - XXH_STRIPE_LEN);
   }
+  for (; n < blocks; ++n) AccumulateBlock(acc, b + (n * kBlockLen - na), secret);
   accumulate(blocks * kBlockLen, ((len - 1) - kBlockLen * blocks) / XXH_STRIPE_LEN);
-  XXH3_accumulate_512_avx2(acc, stripe(len - XXH_STRIPE_LEN),
-                           secret + kSecretSize - XXH_STRIPE_LEN - XXH_SECRET_LASTACC_START);
-  return XXH3_mergeAccs(acc, secret + XXH_SECRET_MERGEACCS_START, static_cast<xxh_u64>(len) * XXH_PRIME64_1);
+  AccumulateStripe(acc, stripe(len - XXH_STRIPE_LEN), secret + kSecretSize - XXH_STRIPE_LEN - XXH_SECRET_LASTACC_START);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(acc_words), acc.lo);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(acc_words + 4), acc.hi);
+  return XXH3_mergeAccs(acc_words, secret + XXH_SECRET_MERGEACCS_START, static_cast<xxh_u64>(len) * XXH_PRIME64_1);
 }
 
 }  // namespace
 #endif
+
+uint64_t Xxh3Avx2(const void* p, size_t n, uint64_t seed) noexcept {
+#if XXH_VERSION_NUMBER == 801
+  if (n > XXH3_MIDSIZE_MAX) return HashLongOfPieces(static_cast<const xxh_u8*>(p), n, nullptr, 0, seed);
+#endif
+  return XXH3_64bits_withSeed(p, n, seed);
+}
 
 uint64_t Xxh3Avx2Pieces(const void* a, size_t na, const void* b, size_t nb, uint64_t seed) noexcept {
 #if XXH_VERSION_NUMBER == 801
