@@ -15,7 +15,8 @@
 //                                   v
 //                               kEntry (candidate word `cand`: one READ of its
 //                                   │   size class's bytes, into the op buffer
-//                                   │   if they fit, else the shared large buffer;
+//                                   │   if they fit, else a range of the shared
+//                                   │   large buffer;
 //                                   │   a direct READ puts the value straight
 //                                   │   into the caller's registered buffer)
 //                                   v
@@ -56,7 +57,7 @@ void Client::Impl::StartGet(OpState& s) {
 }
 
 // Posts the READs of the GET's phase into batch_. False: not now (READ
-// credits or the large buffer are taken); the GET stays in ready_.
+// credits, or room in the large buffer); the GET stays in ready_.
 bool Client::Impl::StageGet(OpState& s) {
   const uint32_t idx = IndexOf(s);
   const Clock::time_point now = now_;  // read before anything of this Progress is posted
@@ -66,7 +67,7 @@ bool Client::Impl::StageGet(OpState& s) {
                   std::to_string(s.restarts) + " restarts" +
                   (s.restarts != 0 ? std::string(", the last after ") + s.restart_cause : std::string()) +
                   ((s.phase == GetPhase::kEntry && UsesLargeBuffer(s)) || (s.phase == GetPhase::kWindow && s.wants_large)
-                       ? "; it was waiting for the large-entry buffer"
+                       ? "; it was waiting for room in the large-entry buffer"
                        : "")));
     return true;
   }
@@ -87,14 +88,14 @@ bool Client::Impl::StageGet(OpState& s) {
   const uint32_t reads = s.phase == GetPhase::kCachedEntry ? 2 : 1;
   if (reads_in_flight_ + reads > std::max<uint32_t>(conn_->max_rd_atomic(), 2)) return false;
   if ((s.phase == GetPhase::kEntry && UsesLargeBuffer(s)) || (s.phase == GetPhase::kWindow && s.wants_large)) {
-    if (large_owner_ != -1 && large_owner_ != static_cast<int32_t>(idx)) return false;
-    large_owner_ = static_cast<int32_t>(idx);  // released in OnEntry, NextCandidateOrMiss, NewRound or Finish
+    // kWindow: entry_len is still the last candidate's.
+    if (!HoldLarge(s, s.entry_len)) return false;  // released in OnEntry, NextCandidateOrMiss, NewRound or Finish
     if (s.phase == GetPhase::kEntry && RoundIsLate(s)) {
-      // It waited for the buffer (other GETs' large READs) past the round
-      // limit: its READ now would need the recheck, which ages the same way
-      // (with 16 GETs of 1 MiB in flight on one connection none completed).
-      // Read the window again instead, the buffer reserved for this GET
-      // from that READ on, so that its entry READ follows at once.
+      // It waited for room (other GETs' large READs) past the round limit:
+      // its READ now would need the recheck, which ages the same way (with
+      // 16 GETs of 1 MiB in flight on one connection none completed). Read
+      // the window again instead, its range held from that READ on, so that
+      // its entry READ follows at once.
       NewRound(s, /*retry=*/false);
       return true;
     }
@@ -151,7 +152,8 @@ void Client::Impl::PlanEntryRead(OpState& s) const {
 
 void Client::Impl::PostEntryRead(uint32_t idx, OpState& s, uint64_t off) {
   if (!s.direct) {
-    return PostGetRead(idx, desc_.log, off, UsesLargeBuffer(s) ? large_off_ : EntryOff(idx), s.entry_len, true);
+    return PostGetRead(idx, desc_.log, off, UsesLargeBuffer(s) ? large_off_ + s.large_at : EntryOff(idx), s.entry_len,
+                       true);
   }
   const uint32_t head = static_cast<uint32_t>(kEntryKeyOffset + s.op->key.size());
   ++stats_.direct_reads;
@@ -206,9 +208,29 @@ void Client::Impl::NextPhase(OpState& s, GetPhase phase) {
   ready_.push_back(IndexOf(s));
 }
 
+bool Client::Impl::HoldLarge(OpState& s, uint32_t len) {
+  if (s.large_len >= len) return true;
+  ReleaseLarge(s);
+  if (large_refused_) return false;  // a GET ahead of this one is waiting for room
+  const std::optional<uint64_t> at = large_.Take(len);
+  if (!at) {
+    large_refused_ = true;
+    return false;
+  }
+  s.large_at = *at;
+  s.large_len = len;
+  return true;
+}
+
+void Client::Impl::ReleaseLarge(OpState& s) {
+  if (s.large_len == 0) return;
+  large_.Give(s.large_at);
+  s.large_len = 0;
+}
+
 void Client::Impl::NewRound(OpState& s, bool retry, const char* why) {
-  // The large buffer stays reserved only for a GET that waits to READ into it.
-  if (large_owner_ == static_cast<int32_t>(IndexOf(s)) && !s.wants_large) large_owner_ = -1;
+  // A range of the large buffer stays held only by a GET that waits to READ into it.
+  if (!s.wants_large) ReleaseLarge(s);
   if (retry) {
     ++stats_.get_retries;
     ++s.restarts;
@@ -262,17 +284,11 @@ void Client::Impl::NextCandidateOrMiss(OpState& s, int from) {
     if (s.entry_len > kOpEntryBytes && s.entry_len > large_cap_) {
       return NewRound(s, /*retry=*/true, "a ref whose size class exceeds the server's largest entry");
     }
-    // The large buffer, if free, is this GET's from now (another GET whose
-    // window READ completed in the same poll waits); if another GET's, this
-    // one waits for it in StageGet, within the round limit.
-    const int32_t idx = static_cast<int32_t>(IndexOf(s));
+    // A range of the large buffer, if it needs one, is taken in StageGet, in
+    // ready_'s order, within the round limit.
     PlanEntryRead(s);
     s.wants_large = UsesLargeBuffer(s);
-    if (s.wants_large && large_owner_ == -1) {
-      large_owner_ = idx;
-    } else if (!s.wants_large && large_owner_ == idx) {
-      large_owner_ = -1;  // reserved at the window READ, but the entry fits the op buffer
-    }
+    if (!s.wants_large) ReleaseLarge(s);  // held since the window READ, but the entry fits the op buffer
     return NextPhase(s, GetPhase::kEntry);
   }
   s.wants_large = false;  // no candidate: nothing to READ into it (NewRound or Finish releases it)
@@ -299,9 +315,9 @@ bool Client::Impl::RoundIsLate(const OpState& s) const {
 }
 
 void Client::Impl::OnEntry(OpState& s) {
-  const bool large = UsesLargeBuffer(s);
-  // The large buffer is ours until we return: nothing posts before then.
-  if (large) large_owner_ = -1;
+  // Its range of the large buffer is given back, but holds its bytes until
+  // we return: nothing posts before then.
+  ReleaseLarge(s);
   const Candidate& c = s.candidate;
   bool refetch = false;
   EntryView v = DecodeEntryRead(s, c.ref, &refetch);

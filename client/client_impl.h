@@ -29,6 +29,7 @@
 
 #include "client/client_internal.h"
 #include "client/fixed_ring.h"
+#include "client/large_buffer.h"
 #include "client/location_cache.h"
 #include "common/format/read_path.h"
 #include "common/format/round_clock.h"
@@ -77,7 +78,8 @@ class Client::Impl {
   static constexpr uint32_t kMaxInFlight = 64;
   // Each in-flight GET's own entry buffer (registered, x kMaxInFlight): 16 KiB
   // holds every exact size class (up to 4092 bytes) and the first 64 coarse
-  // ones, so only entries over 16 KiB use the shared large buffer; 64 op states
+  // ones, so only entries over 16 KiB use the shared large buffer (a range of
+  // it each: LargeBufferRanges); 64 op states
   // take 1 MiB of registered memory.
   static constexpr size_t kOpEntryBytes = 16 << 10;
   static_assert(kOpEntryBytes == SizeClassBytes(kFirstCoarseSizeClass + 2 * kSizeClassSteps));
@@ -136,7 +138,7 @@ class Client::Impl {
  private:
   enum class Step : uint8_t {
     kFree,
-    kGetPost,     // GET: the READs of its phase wait to be posted (credits, large buffer)
+    kGetPost,     // GET: the READs of its phase wait to be posted (credits, large buffer room)
     kGetRead,     // GET: the READs of its phase are in flight
     kSending,     // message op: not all messages sent yet
     kReplies,     // message op: all sent, replies pending
@@ -163,10 +165,13 @@ class Client::Impl {
     Clock::time_point not_before;   // kWindow: not posted before (back-off after a matching move tag)
     uint32_t tag_rounds = 0;        // rounds that a matching move tag sent back (the back-off's exponent)
     int16_t cand = -1;              // kEntry: the window word of the candidate being read
-    // The candidate's entry needs the large buffer. A round that waited for
-    // it past the round limit starts over, and its window READ waits for the
-    // buffer and reserves it (StageGet), so that the entry READ follows at once.
+    // The candidate's entry needs a range of the large buffer. A round that
+    // waited for one past the round limit starts over, and its window READ
+    // waits for the range and holds it (StageGet), so that the entry READ
+    // follows at once.
     bool wants_large = false;
+    uint64_t large_at = 0;          // the range of the large buffer it holds: offset ...
+    uint32_t large_len = 0;         // ... and bytes (0: none; HoldLarge, ReleaseLarge)
     Candidate candidate;        // ... and its entry ref and entry READ
     uint64_t cached_ref = 0;       // kCachedEntry: the location cache's entry ref ...
     uint64_t cached_word = 0;      // ... and the word of the window that held it
@@ -303,13 +308,22 @@ class Client::Impl {
   // The next candidate of the window at or after word `from` (kEntry), or
   // the miss rule when there is none.
   void NextCandidateOrMiss(OpState& s, int from);
-  // kEntry: an entry READ longer than the op buffer holds the large buffer:
-  // the READ goes there, or, for a direct READ, only its header and key go
-  // to the op buffer, but it still takes the large buffer's turn. That turn
-  // paces large READs one at a time per connection: sixteen direct READs of
+  // kEntry: an entry READ longer than the op buffer holds a range of the
+  // large buffer as long as the entry: the READ goes there, or, for a direct
+  // READ, only its header and key go to the op buffer, but it still holds
+  // the range. The ranges pace large READs: at most the large buffer's bytes
+  // (the largest entry) in flight per connection. Sixteen direct READs of
   // 1 MiB in flight at once on Soft-RoCE each took longer than the round
   // limit, then the recheck's, and none completed (0 GETs a second).
   static bool UsesLargeBuffer(const OpState& s) { return s.entry_len > kOpEntryBytes; }
+  // Makes the GET hold a range of `len` bytes of the large buffer (the one
+  // it holds, if that long). False: none free now, or a GET ahead of it in
+  // this staging pass found none (first come, first served: a GET of the
+  // largest entry is not passed over forever by shorter ones).
+  bool HoldLarge(OpState& s, uint32_t len);
+  // Gives its range back (large_at stays: OnEntry decodes from it before
+  // anything is posted again).
+  void ReleaseLarge(OpState& s);
   // Decides whether the entry READ of entry_len bytes about to be staged is
   // a direct READ (OpState::direct).
   void PlanEntryRead(OpState& s) const;
@@ -322,7 +336,7 @@ class Client::Impl {
   EntryView DecodeEntryRead(OpState& s, uint64_t ref, bool* refetch) {
     if (s.direct) return DecodeDirectRead(s, ref, refetch);
     *refetch = false;
-    const uint8_t* bytes = Mem(UsesLargeBuffer(s) ? large_off_ : EntryOff(IndexOf(s)));
+    const uint8_t* bytes = Mem(UsesLargeBuffer(s) ? large_off_ + s.large_at : EntryOff(IndexOf(s)));
     return DecodeEntry({reinterpret_cast<const std::byte*>(bytes), s.entry_len}, s.op->key, ref, params_.seed,
                        /*require_current=*/false);
   }
@@ -390,7 +404,7 @@ class Client::Impl {
   LocationCache cache_;
   std::array<OpState, kMaxInFlight> op_states_;
   std::vector<uint32_t> free_;            // free op state indexes
-  FixedRing<uint32_t> ready_;             // GETs waiting to post (READ budget / large buffer); <= op states
+  FixedRing<uint32_t> ready_;             // GETs waiting to post (READ budget / large buffer room); <= op states
   FixedRing<uint32_t> senders_;           // message ops with messages left to send; <= op states
   FixedRing<PendingReply> replies_;       // in send order; <= credits
   std::vector<Op*> done_;                 // completed: [done_head_, size) not yet handed out
@@ -404,7 +418,8 @@ class Client::Impl {
   uint32_t msgs_in_flight_ = 0;
   uint32_t in_flight_ = 0;
   int32_t frag_owner_ = -1;  // op state sending a fragmented PUT
-  int32_t large_owner_ = -1;  // GET op state whose kEntry READ uses the large buffer
+  LargeBufferRanges<kMaxInFlight> large_;  // the large buffer's ranges that GETs hold (OpState::large_at)
+  bool large_refused_ = false;  // in this staging pass (Post) a GET found no room in the large buffer
   uint64_t next_request_ = 1;
   uint64_t seq_ = 0;         // messages sent; staging buffer = seq % credits
   Status broken_;            // set once the connection failed

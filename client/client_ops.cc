@@ -109,7 +109,7 @@ void Client::Impl::Finish(OpState& s, Status st) {
   }
   op->status = std::move(st);
   uint32_t idx = IndexOf(s);
-  if (large_owner_ == static_cast<int32_t>(idx)) large_owner_ = -1;
+  ReleaseLarge(s);
   if (frag_owner_ == static_cast<int32_t>(idx)) frag_owner_ = -1;
   if (s.window >= 0) DropWindow(s);  // not invalidated: not usable again
   s.step = Step::kFree;
@@ -222,6 +222,7 @@ void Client::Impl::Progress() {
 void Client::Impl::Post() {
   if (!ready_.empty()) {
     if (!now_fresh_) now_ = Clock::now();  // before anything is posted: StageGet's round start
+    large_refused_ = false;
     for (size_t n = ready_.size(); n > 0 && broken_.ok(); --n) {
       uint32_t idx = ready_.front();
       ready_.pop_front();
@@ -291,7 +292,9 @@ void Client::Impl::ResetEngine() {
   msg_batch_.clear();
   msg_batch_.reserve(desc_.credits);
   reads_in_flight_ = msgs_in_flight_ = 0;
-  frag_owner_ = large_owner_ = -1;
+  frag_owner_ = -1;
+  large_.Reset(large_cap_);
+  large_refused_ = false;
   seq_ = 0;
   held_.clear();    // locks belong to the old connection (they lapse with their lease)
   cache_.Clear();   // locations may name another server's memory now

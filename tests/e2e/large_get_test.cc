@@ -15,10 +15,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "client/large_buffer.h"
 #include "common/memory/racy_copy.h"  // KVRDMA_TSAN
 #include "tests/e2e/e2e_util.h"
 
@@ -302,19 +305,19 @@ TEST_P(LargeGetTest, ATornDirectReadIsReadAgainNeverReturned) {
   }
 }
 
-// Sixteen GETs of 1 MiB values in flight on one connection, which has one
-// large buffer: they take it in turn. On 89c93d6 a GET whose entry needed the
-// buffer waited for it after its window READ, so its round aged while the
-// others' READs ran; past the round limit it needed the recheck, which aged
-// too, and it started over, queued behind the same GETs again: at 1 x 16 on
-// Soft-RoCE none completed (0 GETs a second, bench/bandwidth). Now a GET that
-// waited past the round limit reads its window again with the buffer
-// reserved for it. On
+// Sixteen GETs of 1 MiB values in flight on one connection, whose large
+// buffer holds one such entry: they take it in turn. On 89c93d6 a GET whose
+// entry needed the buffer waited for it after its window READ, so its round
+// aged while the others' READs ran; past the round limit it needed the
+// recheck, which aged too, and it started over, queued behind the same GETs
+// again: at 1 x 16 on Soft-RoCE none completed (0 GETs a second,
+// bench/bandwidth). Now a GET that waited past the round limit reads its
+// window again with its range of the buffer held. On
 // loopback each large READ takes 12 ms (the fault hook) against the default
 // round limit of 50 ms (the recheck's limit 150 ms): a queue of 16 is 192 ms.
 // Every GET must return its value, each in a round or two, none restarted.
 // `registered`: the same with every GET into a buffer in registered memory
-// (direct READs): they hold the large buffer's turn too, and without it
+// (direct READs): they hold ranges of the large buffer too, and without them
 // sixteen of them in flight at once outlived the round limit together (on
 // Soft-RoCE none completed; on loopback, with the hook, they restart).
 void SixteenLargeGetsInFlight(Kind kind, bool registered) {
@@ -415,6 +418,282 @@ TEST_P(LargeGetTest, SixteenLargeGetsInFlightOnOneConnectionAllComplete) {
 
 TEST_P(LargeGetTest, SixteenLargeDirectGetsInFlightOnOneConnectionAllComplete) {
   SixteenLargeGetsInFlight(GetParam(), /*registered=*/true);
+}
+
+// Large entry READs of one connection run side by side as long as their
+// entries fit the large buffer together (a range of it each: client/
+// large_buffer.h). Eight GETs of 64 KiB values against a server that
+// accepts 1 MiB ones: on loopback their entry READs are held on the NIC
+// until all eight are queued on the client's QP at once (on 9cbc32c, one
+// large buffer per connection taken in turn, one at a time); then each must
+// return its own value without a restart (ranges that overlapped would
+// hand a GET another READ's bytes). Into strings, and into registered
+// memory (direct READs hold ranges too, for the pace).
+void EightLargeEntryReadsAtOnce(Kind kind, bool registered) {
+  TransportEnv env = TransportEnv::Make(kind);
+  if (!env.skip_reason.empty()) GTEST_SKIP() << env.skip_reason;
+  TestServer server(env);  // max value 1 MiB: the large buffer holds eight 64 KiB entries
+  auto cl = server.Connect(PutMode::kWriteImm);
+  ASSERT_TRUE(cl.ok()) << cl.status().ToString();
+  Client& c = **cl;
+  constexpr int kGets = 8;
+  constexpr size_t kValueBytes = 64 << 10;
+  std::vector<std::string> values(kGets), keys(kGets), got(kGets);
+  for (int i = 0; i < kGets; ++i) {
+    keys[i] = "mid-" + std::to_string(i);
+    values[i].assign(kValueBytes + 17 * static_cast<size_t>(i), static_cast<char>('a' + i));
+    values[i][static_cast<size_t>(i) * 501] = '!';
+    ASSERT_TRUE(c.Put(keys[i], values[i]).ok());
+  }
+  std::vector<std::byte> mem(registered ? size_t{kGets} * (kValueBytes + 4096) : 0);
+  if (registered) {
+    ASSERT_TRUE(c.RegisterMemory(mem).ok());
+  }
+  std::vector<Op> ops(kGets);
+  std::vector<Op*> ptrs(kGets);
+  for (int i = 0; i < kGets; ++i) {
+    ops[i].key = keys[i];
+    if (registered) {
+      ops[i].buffer = std::span(mem).subspan(size_t(i) * (kValueBytes + 4096), kValueBytes + 4096);
+    } else {
+      ops[i].result = &got[i];
+    }
+    ptrs[i] = &ops[i];
+  }
+  std::atomic<bool> hold{env.fabric != nullptr};
+  if (env.fabric) {
+    LoopbackFaults f;
+    f.hold_wr = [&hold](const SendWr& w) {
+      return hold.load() && w.opcode == WrOpcode::kRead && w.local.length + w.local2.length > (16 << 10);
+    };
+    env.fabric->SetFaults(f);
+  }
+  const ClientStats before = c.stats();
+  ASSERT_EQ(c.Submit(ptrs), static_cast<size_t>(kGets));
+  std::vector<Op*> done(kGets);
+  size_t n = 0;
+  if (env.fabric) {
+    uint64_t queued = 0;
+    for (int i = 0; i < 500 && queued < kGets; ++i) {
+      n += c.Wait(std::span(done).subspan(n), 2);  // drives the client; no entry READ completes
+      queued = env.fabric->stats().reads_queued_on_one_qp;
+    }
+    EXPECT_EQ(queued, uint64_t{kGets}) << "large entry READs in flight at once on the client's QP";
+    EXPECT_EQ(n, 0u);
+    hold.store(false);
+  }
+  for (int i = 0; i < 300 && n < static_cast<size_t>(kGets); ++i) n += c.Wait(std::span(done).subspan(n), 100);
+  if (env.fabric) env.fabric->SetFaults(LoopbackFaults{});
+  ASSERT_EQ(n, static_cast<size_t>(kGets));
+  for (int i = 0; i < kGets; ++i) {
+    ASSERT_TRUE(ops[i].status.ok()) << "GET " << i << ": " << ops[i].status.ToString();
+    if (registered) {
+      EXPECT_EQ(ops[i].value_bytes, values[i].size());
+      EXPECT_EQ(0, std::memcmp(ops[i].buffer.data(), values[i].data(), values[i].size())) << "GET " << i;
+    } else {
+      EXPECT_TRUE(got[i] == values[i]) << "GET " << i << " returned another value";
+    }
+  }
+  const ClientStats after = c.stats();
+  EXPECT_EQ(after.get_retries - before.get_retries, 0u);
+  if (registered) {
+    EXPECT_EQ(after.direct_reads - before.direct_reads, uint64_t{kGets});
+  }
+}
+
+TEST_P(LargeGetTest, EightLargeEntryReadsAreInFlightAtOnce) { EightLargeEntryReadsAtOnce(GetParam(), false); }
+
+TEST_P(LargeGetTest, EightLargeDirectReadsAreInFlightAtOnce) { EightLargeEntryReadsAtOnce(GetParam(), true); }
+
+// Large GETs of mixed sizes (20 KiB to 1 MiB, so that their ranges of the
+// large buffer come and go at every offset), 16 in flight on one connection,
+// while another client overwrites the same keys with values of other sizes
+// (the cleaner reuses their segments). Every GET must return a whole value
+// that its key had: the key's own letter throughout, a length the writer
+// used, never NotFound (every key always has a value). Ranges that
+// overlapped would hand a GET another READ's bytes: another key's entry
+// (a NotFound) or a torn one (a restart).
+TEST_P(LargeGetTest, MixedLargeGetsInFlightReturnTheirOwnKeysValues) {
+  TransportEnv env = TransportEnv::Make(GetParam());
+  if (!env.skip_reason.empty()) GTEST_SKIP() << env.skip_reason;
+  TestServer server(env);
+  auto reader_c = server.Connect(PutMode::kWriteImm);
+  auto writer_c = server.Connect(PutMode::kWriteImm);
+  ASSERT_TRUE(reader_c.ok()) << reader_c.status().ToString();
+  ASSERT_TRUE(writer_c.ok()) << writer_c.status().ToString();
+  Client& reader = **reader_c;
+  std::unique_ptr<Client> writer = std::move(writer_c).value();
+  constexpr size_t kSizes[] = {20 << 10, 64 << 10, 100 << 10, 300 << 10, (1 << 20) - 3};
+  constexpr int kKeys = 10;
+  auto value_of = [&](int k, uint64_t n) {
+    return std::string(kSizes[(static_cast<size_t>(k) + n) % std::size(kSizes)], static_cast<char>('a' + k));
+  };
+  std::vector<std::string> keys;
+  for (int k = 0; k < kKeys; ++k) {
+    keys.push_back("mixed-" + std::to_string(k));
+    ASSERT_TRUE(writer->Put(keys[k], value_of(k, 0)).ok());
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> puts{0}, put_errors{0};
+  std::thread w([&] {
+    for (uint64_t n = 1; !stop.load(std::memory_order_relaxed); ++n) {
+      const int k = static_cast<int>(n * 7 % kKeys);
+      if (!writer->Put(keys[k], value_of(k, n)).ok()) put_errors.fetch_add(1, std::memory_order_relaxed);
+      puts.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+  const int gets = env.fabric != nullptr ? 2000 : 200;
+  constexpr int kDepth = 16;
+  std::vector<Op> ops(kDepth);
+  std::vector<std::string> got(kDepth);
+  std::vector<int> key_of(kDepth);
+  int submitted = 0, completed = 0, bad = 0;
+  const ClientStats before = reader.stats();
+  auto submit = [&](size_t slot) {
+    key_of[slot] = (submitted * 3) % kKeys;
+    ops[slot] = Op{};
+    ops[slot].key = keys[key_of[slot]];
+    ops[slot].result = &got[slot];
+    Op* p = &ops[slot];
+    ++submitted;
+    return reader.Submit(std::span(&p, 1)) == 1;
+  };
+  for (size_t i = 0; i < kDepth; ++i) ASSERT_TRUE(submit(i));
+  std::vector<Op*> done(kDepth);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (completed < submitted && std::chrono::steady_clock::now() < deadline) {
+    const size_t n = reader.Wait(done, 100);
+    for (size_t i = 0; i < n; ++i) {
+      const size_t slot = static_cast<size_t>(done[i] - ops.data());
+      ++completed;
+      const int k = key_of[slot];
+      const std::string& v = got[slot];
+      const bool known_size = std::find(std::begin(kSizes), std::end(kSizes), v.size()) != std::end(kSizes);
+      if (!ops[slot].status.ok() || !known_size ||
+          v.find_first_not_of(static_cast<char>('a' + k)) != std::string::npos) {
+        if (++bad <= 5) {
+          ADD_FAILURE() << "GET of " << keys[k] << ": " << ops[slot].status.ToString() << ", " << v.size()
+                        << " bytes";
+        }
+      }
+      if (submitted < gets) {
+        ASSERT_TRUE(submit(slot));
+      }
+    }
+  }
+  stop.store(true);
+  w.join();
+  const ClientStats after = reader.stats();
+  std::printf("[large-get] %s: %d GETs of 20 KiB-1 MiB, 16 in flight, beside %llu PUTs: %llu restarts\n",
+              KindName({GetParam(), 0}).c_str(), completed, static_cast<unsigned long long>(puts.load()),
+              static_cast<unsigned long long>(after.get_retries - before.get_retries));
+  EXPECT_EQ(completed, gets);
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(put_errors.load(), 0u);
+}
+
+// First come, first served (Impl::HoldLarge): a GET of the largest entry
+// that finds no room is not passed over by shorter GETs staged after it.
+// Loopback only (the NIC holds the large entry READs; a held READ holds the
+// READs behind it on its QP too): five GETs submitted at once, two of 64
+// KiB values, one of the largest entry, two more of 64 KiB. Their window
+// READs run; the first two take ranges and their entry READs are held; the
+// largest finds no room, and the two after it must wait too (two large
+// READs queued, not four). Once the READs run every GET returns its value.
+TEST_P(LargeGetTest, AGetOfTheLargestEntryIsNotPassedOverByShorterOnes) {
+  TransportEnv env = TransportEnv::Make(GetParam());
+  if (!env.skip_reason.empty()) GTEST_SKIP() << env.skip_reason;
+  if (!env.fabric) GTEST_SKIP() << "holds READs on the loopback NIC";
+  TestServer server(env);
+  auto cl = server.Connect(PutMode::kWriteImm);
+  ASSERT_TRUE(cl.ok()) << cl.status().ToString();
+  Client& c = **cl;
+  // The largest entry: the longest key (1023 bytes) and value (1 MiB) the
+  // server accepts, whose size class is the whole large buffer.
+  const std::string largest(1023, 'L');
+  std::vector<std::string> keys = {"short-0", "short-1", largest, "short-2", "short-3"};
+  std::vector<std::string> values(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    values[i].assign(i == 2 ? size_t{1} << 20 : size_t{64} << 10, static_cast<char>('k' + i));
+    ASSERT_TRUE(c.Put(keys[i], values[i]).ok());
+  }
+  std::atomic<bool> hold{true};
+  LoopbackFaults f;
+  f.hold_wr = [&hold](const SendWr& w) {
+    return hold.load() && w.opcode == WrOpcode::kRead && w.local.length + w.local2.length > (16 << 10);
+  };
+  env.fabric->SetFaults(f);
+  std::vector<std::string> got(keys.size());
+  std::vector<Op> ops(keys.size());
+  std::vector<Op*> ptrs(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ops[i].key = keys[i];
+    ops[i].result = &got[i];
+    ptrs[i] = &ops[i];
+  }
+  ASSERT_EQ(c.Submit(ptrs), keys.size());
+  std::vector<Op*> done(keys.size());
+  size_t n = 0;
+  for (int i = 0; i < 50; ++i) n += c.Wait(std::span(done).subspan(n), 2);
+  EXPECT_EQ(env.fabric->stats().reads_queued_on_one_qp, 2u) << "a shorter GET took a range ahead of the largest";
+  EXPECT_EQ(n, 0u);
+  hold.store(false);
+  for (int i = 0; i < 300 && n < keys.size(); ++i) n += c.Wait(std::span(done).subspan(n), 100);
+  env.fabric->SetFaults(LoopbackFaults{});
+  ASSERT_EQ(n, keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(ops[i].status.ok()) << "GET " << i << ": " << ops[i].status.ToString();
+    EXPECT_TRUE(got[i] == values[i]) << "GET " << i;
+  }
+}
+
+// The ranges themselves: the lowest gap that fits, never past the buffer,
+// never overlapping, a given-back range reused.
+TEST(LargeBufferRanges, TakesTheLowestGapThatFitsAndNeverOverlaps) {
+  LargeBufferRanges<4> r;
+  r.Reset(100);
+  EXPECT_EQ(r.Take(40), std::optional<uint64_t>(0));
+  EXPECT_EQ(r.Take(40), std::optional<uint64_t>(40));
+  EXPECT_EQ(r.Take(30), std::nullopt);  // 20 left
+  EXPECT_EQ(r.Take(20), std::optional<uint64_t>(80));
+  r.Give(0);
+  EXPECT_EQ(r.Take(41), std::nullopt);  // the gap at 0 is 40
+  EXPECT_EQ(r.Take(25), std::optional<uint64_t>(0));
+  EXPECT_EQ(r.Take(15), std::optional<uint64_t>(25));
+  EXPECT_EQ(r.Take(1), std::nullopt);  // four ranges: full
+  r.Give(40);
+  EXPECT_EQ(r.Take(0), std::nullopt);
+  EXPECT_EQ(r.Take(40), std::optional<uint64_t>(40));
+  EXPECT_EQ(r.ranges(), 4u);
+  r.Reset(10);
+  EXPECT_EQ(r.ranges(), 0u);
+  EXPECT_EQ(r.Take(11), std::nullopt);
+  EXPECT_EQ(r.Take(10), std::optional<uint64_t>(0));
+  // Random takes and gives against a byte map: no byte in two ranges.
+  LargeBufferRanges<64> big;
+  big.Reset(1000);
+  std::vector<int> owner(1000, -1);
+  std::vector<std::pair<uint64_t, uint64_t>> held;
+  uint64_t x = 12345;
+  for (int step = 0; step < 20000; ++step) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    if (!held.empty() && (x >> 60) < 7) {
+      const size_t i = (x >> 20) % held.size();
+      for (uint64_t b = held[i].first; b < held[i].first + held[i].second; ++b) owner[b] = -1;
+      big.Give(held[i].first);
+      held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    const uint64_t len = 1 + (x >> 33) % 400;
+    const std::optional<uint64_t> at = big.Take(len);
+    if (!at) continue;
+    ASSERT_LE(*at + len, 1000u);
+    for (uint64_t b = *at; b < *at + len; ++b) {
+      ASSERT_EQ(owner[b], -1) << "byte " << b << " in two ranges";
+      owner[b] = step;
+    }
+    held.emplace_back(*at, len);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, LargeGetTest, ::testing::Values(Kind::kLoopback), KindName);

@@ -10,6 +10,7 @@
 
 #include "common/format/entry.h"
 #include "common/format/hash.h"
+#include "common/format/simd.h"
 #include "common/format/entry_ref.h"
 #include "common/format/window.h"
 #include "server/store/entry_leader.h"
@@ -110,6 +111,28 @@ TEST(Layout, EncodedEntryBytes) {
   // The checksum covers the lengths: the same bytes with other lengths differ.
   const auto* kv = reinterpret_cast<const std::byte*>("abcvalue!");
   EXPECT_NE(EntryChecksum(PackLengths(3, 6, false), kv, 9, 42), EntryChecksum(PackLengths(4, 5, false), kv, 9, 42));
+}
+
+// The AVX2 long hash (common/format/checksum_avx2.cc, XXH3 with its
+// accumulators in registers) with seed 0, which takes XXH3's default secret
+// instead of one derived from the seed (EntryChecksum's mixed seeds are
+// almost never 0): one piece and two, around every block edge.
+TEST(Layout, TheAvx2LongHashIsXxh3WithSeedZeroToo) {
+#if defined(__x86_64__)  // where common/format builds checksum_avx2.cc
+  if (!detail::CpuHasAvx2()) GTEST_SKIP() << "this CPU has no AVX2";
+  std::vector<std::byte> buf(3 * 4096 + 64);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<std::byte>((i * 2654435761u) >> 13);
+  for (size_t n = 241; n <= 3 * 4096; n += (n < 1100 ? 1 : 61)) {
+    const uint64_t want = XXH3_64bits_withSeed(buf.data() + 1, n, 0);
+    ASSERT_EQ(detail::Xxh3Avx2(buf.data() + 1, n, 0), want) << n;
+    for (size_t cut : {size_t{0}, size_t{1}, size_t{64}, size_t{1023}, size_t{1024}, n / 2, n - 1, n}) {
+      ASSERT_EQ(detail::Xxh3Avx2Pieces(buf.data() + 1, cut, buf.data() + 1 + cut, n - cut, 0), want)
+          << n << " bytes cut at " << cut;
+    }
+  }
+#else
+  GTEST_SKIP() << "no AVX2 kernels on this architecture";
+#endif
 }
 
 // EntryChecksum takes XXH3's AVX2 build for inputs over 240 bytes where the
