@@ -222,12 +222,6 @@ bool Client::Impl::HoldLarge(OpState& s, uint32_t len) {
   return true;
 }
 
-void Client::Impl::ReleaseLarge(OpState& s) {
-  if (s.large_len == 0) return;
-  large_.Give(s.large_at);
-  s.large_len = 0;
-}
-
 void Client::Impl::NewRound(OpState& s, bool retry, const char* why) {
   // A range of the large buffer stays held only by a GET that waits to READ into it.
   if (!s.wants_large) ReleaseLarge(s);

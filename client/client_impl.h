@@ -322,8 +322,12 @@ class Client::Impl {
   // largest entry is not passed over forever by shorter ones).
   bool HoldLarge(OpState& s, uint32_t len);
   // Gives its range back (large_at stays: OnEntry decodes from it before
-  // anything is posted again).
-  void ReleaseLarge(OpState& s);
+  // anything is posted again). Inline: every GET's Finish calls it.
+  void ReleaseLarge(OpState& s) {
+    if (s.large_len == 0) return;
+    large_.Give(s.large_at);
+    s.large_len = 0;
+  }
   // Decides whether the entry READ of entry_len bytes about to be staged is
   // a direct READ (OpState::direct).
   void PlanEntryRead(OpState& s) const;
