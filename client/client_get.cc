@@ -7,7 +7,8 @@
 // (they are in flight; their completion carries WrKind::kGetRead and the op
 // state's index).
 //
-//   StartGet ──cache hit──> kCachedEntry (word + entry) ──word names it──> done
+//   StartGet ──cache hit──> kCachedEntry (word + entry, its READ where kEntry's
+//      │                        would go) ──word names it──> done
 //      │                        └─moved/late/torn/other──┐
 //      └──────────────────────> kWindow <─────────────────┴── NewRound
 //                                   │ probe: candidates; none: the miss rule
@@ -66,7 +67,8 @@ bool Client::Impl::StageGet(OpState& s) {
                   "GET found no consistent read within " + std::to_string(opts_.op_timeout_ms) + " ms: " +
                   std::to_string(s.restarts) + " restarts" +
                   (s.restarts != 0 ? std::string(", the last after ") + s.restart_cause : std::string()) +
-                  ((s.phase == GetPhase::kEntry && UsesLargeBuffer(s)) || (s.phase == GetPhase::kWindow && s.wants_large)
+                  (((s.phase == GetPhase::kEntry || s.phase == GetPhase::kCachedEntry) && UsesLargeBuffer(s)) ||
+                   (s.phase == GetPhase::kWindow && s.wants_large)
                        ? "; it was waiting for room in the large-entry buffer"
                        : "")));
     return true;
@@ -74,22 +76,26 @@ bool Client::Impl::StageGet(OpState& s) {
   if (s.phase == GetPhase::kCachedEntry) {
     const uint64_t len = SizeClassBytes(RefSizeClass(s.cached_ref));
     s.direct = false;
-    // The cached READ goes into the op buffer. OnEntry caches only refs
-    // whose READ fits it; anything else cannot be: treat it as stale and take
-    // the index path.
-    if (RefLogOffset(s.cached_ref) + len > desc_.log.length || len > kOpEntryBytes ||
+    // The cached READ goes into the op buffer, or a range of the large one.
+    // OnEntry caches only refs whose READ fits one of them; anything else
+    // cannot be: treat it as stale and take the index path.
+    if (RefLogOffset(s.cached_ref) + len > desc_.log.length || (len > kOpEntryBytes && len > large_cap_) ||
         s.cached_word >= params_.window_words) {
       cache_.Erase(s.kw.hash.hash);
       s.phase = GetPhase::kWindow;
+    } else {
+      s.entry_len = static_cast<uint32_t>(len);
     }
   }
   if (s.phase == GetPhase::kWindow && now < s.not_before) return false;  // backing off (NextCandidateOrMiss)
   // Every step posts one READ but kCachedEntry, which posts two.
   const uint32_t reads = s.phase == GetPhase::kCachedEntry ? 2 : 1;
   if (reads_in_flight_ + reads > std::max<uint32_t>(conn_->max_rd_atomic(), 2)) return false;
-  if ((s.phase == GetPhase::kEntry && UsesLargeBuffer(s)) || (s.phase == GetPhase::kWindow && s.wants_large)) {
-    // kWindow: entry_len is still the last candidate's.
-    if (!HoldLarge(s, s.entry_len)) return false;  // released in OnEntry, NextCandidateOrMiss, NewRound or Finish
+  if (((s.phase == GetPhase::kEntry || s.phase == GetPhase::kCachedEntry) && UsesLargeBuffer(s)) ||
+      (s.phase == GetPhase::kWindow && s.wants_large)) {
+    // kWindow: entry_len is still the last candidate's. A cached round
+    // starts when its READs are posted: waiting for room does not age it.
+    if (!HoldLarge(s, s.entry_len)) return false;  // released in On(Cached)Entry, NextCandidateOrMiss, NewRound, Finish
     if (s.phase == GetPhase::kEntry && RoundIsLate(s)) {
       // It waited for room (other GETs' large READs) past the round limit:
       // its READ now would need the recheck, which ages the same way (with
@@ -104,8 +110,7 @@ bool Client::Impl::StageGet(OpState& s) {
     case GetPhase::kCachedEntry:
       // The word first, then the entry, in one doorbell: the QP's READs run
       // in order at the server, so the entry's bytes are read after the word.
-      s.round_start = now;
-      s.entry_len = static_cast<uint32_t>(SizeClassBytes(RefSizeClass(s.cached_ref)));  // <= kOpEntryBytes
+      s.round_start = now;  // entry_len: set above, <= the buffer it goes to
       PlanEntryRead(s);
       PostGetRead(idx, desc_.index, s.kw.read.offset + s.cached_word * kWordBytes,
                   WindowOff(idx) + s.cached_word * kWordBytes, kWordBytes, false);
@@ -240,6 +245,7 @@ void Client::Impl::OnCachedEntry(OpState& s) {
   // reused before the entry READ (DESIGN.md, "Location cache"). A checksum
   // and a clear NOT-CURRENT bit alone prove nothing at an old location: the
   // bytes there may be another client's value.
+  ReleaseLarge(s);  // its bytes stay until we return: nothing posts before then
   const bool named = WordRef(WindowWord(s, s.cached_word)) == s.cached_ref && !RoundIsLate(s);
   bool refetch = false;  // a direct READ short of the entry: the index path reads it whole
   EntryView v = named ? DecodeEntryRead(s, s.cached_ref, &refetch) : EntryView{};
@@ -336,12 +342,9 @@ void Client::Impl::OnEntry(OpState& s) {
   }
   switch (v.verdict) {
     case EntryVerdict::kValue:
-      // Cached only if the cached READ fits the op buffer.
-      if (s.entry_len <= kOpEntryBytes) {
-        cache_.Insert(s.kw.hash.hash, {c.ref, static_cast<uint64_t>(s.cand)});
-      } else {
-        cache_.Erase(s.kw.hash.hash);
-      }
+      // Its READ fit the op buffer or the large one (NextCandidateOrMiss), as
+      // the cached READ will.
+      cache_.Insert(s.kw.hash.hash, {c.ref, static_cast<uint64_t>(s.cand)});
       return Finish(s, DeliverValue(s, v.value));
     case EntryVerdict::kTombstone:
       cache_.Erase(s.kw.hash.hash);

@@ -308,10 +308,10 @@ class Client::Impl {
   // The next candidate of the window at or after word `from` (kEntry), or
   // the miss rule when there is none.
   void NextCandidateOrMiss(OpState& s, int from);
-  // kEntry: an entry READ longer than the op buffer holds a range of the
-  // large buffer as long as the entry: the READ goes there, or, for a direct
-  // READ, only its header and key go to the op buffer, but it still holds
-  // the range. The ranges pace large READs: at most the large buffer's bytes
+  // kEntry and kCachedEntry: an entry READ longer than the op buffer holds a
+  // range of the large buffer as long as the entry: the READ goes there, or,
+  // for a direct READ, only its header and key go to the op buffer, but it
+  // still holds the range. The ranges pace large READs: at most the large buffer's bytes
   // (the largest entry) in flight per connection. Sixteen direct READs of
   // 1 MiB in flight at once on Soft-RoCE each took longer than the round
   // limit, then the recheck's, and none completed (0 GETs a second).

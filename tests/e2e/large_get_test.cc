@@ -508,7 +508,7 @@ TEST_P(LargeGetTest, EightLargeDirectReadsAreInFlightAtOnce) { EightLargeEntryRe
 // Large GETs of mixed sizes (20 KiB to 1 MiB, so that their ranges of the
 // large buffer come and go at every offset), 16 in flight on one connection,
 // while another client overwrites the same keys with values of other sizes
-// (the cleaner reuses their segments). Every GET must return a whole value
+// (the cleaner reuses their segments; cached locations go stale). Every GET must return a whole value
 // that its key had: the key's own letter throughout, a length the writer
 // used, never NotFound (every key always has a value). Ranges that
 // overlapped would hand a GET another READ's bytes: another key's entry
@@ -584,9 +584,13 @@ TEST_P(LargeGetTest, MixedLargeGetsInFlightReturnTheirOwnKeysValues) {
   stop.store(true);
   w.join();
   const ClientStats after = reader.stats();
-  std::printf("[large-get] %s: %d GETs of 20 KiB-1 MiB, 16 in flight, beside %llu PUTs: %llu restarts\n",
+  std::printf("[large-get] %s: %d GETs of 20 KiB-1 MiB, 16 in flight, beside %llu PUTs: %llu restarts, "
+              "%llu from the location cache, %llu stale locations\n",
               KindName({GetParam(), 0}).c_str(), completed, static_cast<unsigned long long>(puts.load()),
-              static_cast<unsigned long long>(after.get_retries - before.get_retries));
+              static_cast<unsigned long long>(after.get_retries - before.get_retries),
+              static_cast<unsigned long long>(after.cache_hits - before.cache_hits),
+              static_cast<unsigned long long>(after.cache_stale - before.cache_stale));
+  EXPECT_GT(after.cache_hits - before.cache_hits, 0u);  // large entries are cached too (LocationCacheTest)
   EXPECT_EQ(completed, gets);
   EXPECT_EQ(bad, 0);
   EXPECT_EQ(put_errors.load(), 0u);

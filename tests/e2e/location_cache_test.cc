@@ -55,6 +55,35 @@ TEST_P(LocationCacheTest, CachedUnchangedKeyIsOneRoundTrip) {
   EXPECT_EQ(reader_->stats().cache_hits, 20u);
 }
 
+// Entries longer than the GET's own 16 KiB buffer are cached too (since
+// stop 40): their cached READ takes a range of the large buffer (or, into
+// registered memory, is a direct READ), as the index path's entry READ does.
+// A 64 KiB and a 1 MiB value: one round trip after the first GET, the value
+// whole; after an update the cached location is stale and the index path
+// returns the new value.
+TEST_P(LocationCacheTest, LargeEntriesAreCachedToo) {
+  for (size_t len : {size_t{64} << 10, (size_t{1} << 20) - 100}) {
+    const std::string key = "large-" + std::to_string(len);
+    const std::string v1(len, 'a'), v2(len - 7, 'b');
+    ASSERT_TRUE(writer_->Put(key, v1).ok());
+    Status st;
+    std::string v;
+    EXPECT_EQ(ReadsFor(key, &st, &v), 2u) << len;  // window + entry, then cached
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    const uint64_t hits = reader_->stats().cache_hits;
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(ReadsFor(key, &st, &v), kCachedGetReads) << len;
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      EXPECT_TRUE(v == v1) << len;
+    }
+    EXPECT_EQ(reader_->stats().cache_hits - hits, 3u) << len;
+    ASSERT_TRUE(writer_->Put(key, v2).ok());
+    ASSERT_TRUE(reader_->Get(key, &v).ok());
+    EXPECT_TRUE(v == v2) << len;
+    EXPECT_EQ(reader_->stats().cache_hits - hits, 3u) << len;  // the stale location was not used
+  }
+}
+
 // The per-outcome counters kvbench prints (READs per GET hit, rounds per
 // miss) add up what each GET cost, and only GETs with that outcome.
 TEST_P(LocationCacheTest, GetCountersSplitHitsAndMisses) {
