@@ -305,6 +305,22 @@ TEST_P(LargeGetTest, ATornDirectReadIsReadAgainNeverReturned) {
   }
 }
 
+// Each GET of `ops` succeeded with values[i]: in got[i], or (registered)
+// at the start of its buffer.
+void ExpectValues(const std::vector<Op>& ops, const std::vector<std::string>& got,
+                  const std::vector<std::string>& values, bool registered) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    EXPECT_TRUE(ops[i].status.ok()) << "GET " << i << ": " << ops[i].status.ToString();
+    if (registered) {
+      EXPECT_EQ(ops[i].value_bytes, values[i].size());
+      EXPECT_EQ(0, std::memcmp(ops[i].buffer.data(), values[i].data(), values[i].size()))
+          << "GET " << i << " returned another value";
+    } else {
+      EXPECT_TRUE(got[i] == values[i]) << "GET " << i << " returned another value";
+    }
+  }
+}
+
 // Sixteen GETs of 1 MiB values in flight on one connection, whose large
 // buffer holds one such entry: they take it in turn. On 89c93d6 a GET whose
 // entry needed the buffer waited for it after its window READ, so its round
@@ -372,16 +388,7 @@ void SixteenLargeGetsInFlight(Kind kind, bool registered) {
   }
   if (env.fabric) env.fabric->SetFaults(LoopbackFaults{});
   ASSERT_EQ(n, static_cast<size_t>(kGets));
-  for (int i = 0; i < kGets; ++i) {
-    EXPECT_TRUE(ops[i].status.ok()) << "GET " << i << ": " << ops[i].status.ToString();
-    if (registered) {
-      EXPECT_EQ(ops[i].value_bytes, values[i].size());
-      EXPECT_EQ(0, std::memcmp(mem.data() + (size_t(i) << 20), values[i].data(), values[i].size()))
-          << "GET " << i << " returned another value";
-    } else {
-      EXPECT_TRUE(got[i] == values[i]) << "GET " << i << " returned another value";
-    }
-  }
+  ExpectValues(ops, got, values, registered);
   const ClientStats after = c.stats();
   if (registered) {
     EXPECT_GE(after.direct_reads - before.direct_reads, uint64_t{kGets});
@@ -485,15 +492,7 @@ void EightLargeEntryReadsAtOnce(Kind kind, bool registered) {
   for (int i = 0; i < 300 && n < static_cast<size_t>(kGets); ++i) n += c.Wait(std::span(done).subspan(n), 100);
   if (env.fabric) env.fabric->SetFaults(LoopbackFaults{});
   ASSERT_EQ(n, static_cast<size_t>(kGets));
-  for (int i = 0; i < kGets; ++i) {
-    ASSERT_TRUE(ops[i].status.ok()) << "GET " << i << ": " << ops[i].status.ToString();
-    if (registered) {
-      EXPECT_EQ(ops[i].value_bytes, values[i].size());
-      EXPECT_EQ(0, std::memcmp(ops[i].buffer.data(), values[i].data(), values[i].size())) << "GET " << i;
-    } else {
-      EXPECT_TRUE(got[i] == values[i]) << "GET " << i << " returned another value";
-    }
-  }
+  ExpectValues(ops, got, values, registered);
   const ClientStats after = c.stats();
   EXPECT_EQ(after.get_retries - before.get_retries, 0u);
   if (registered) {
