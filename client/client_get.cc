@@ -47,7 +47,7 @@ void Client::Impl::StartGet(OpState& s) {
     s.registered = RegisteredRegionOf(s.op->buffer.data(), s.op->buffer.size());
   }
   const LocationCache::Location loc = cache_.Lookup(s.kw.hash.hash);
-  s.cached_ref = loc.ref;
+  s.cached_ref = loc.confirmed ? loc.ref : 0;
   s.cached_word = loc.word;
   s.phase = s.cached_ref != 0 ? GetPhase::kCachedEntry : GetPhase::kWindow;
   s.step = Step::kGetPost;
@@ -341,11 +341,17 @@ void Client::Impl::OnEntry(OpState& s) {
     return NextPhase(s, GetPhase::kRecheck);
   }
   switch (v.verdict) {
-    case EntryVerdict::kValue:
+    case EntryVerdict::kValue: {
       // Its READ fit the op buffer or the large one (NextCandidateOrMiss), as
-      // the cached READ will.
-      cache_.Insert(s.kw.hash.hash, {c.ref, static_cast<uint64_t>(s.cand)});
+      // the cached READ will. A large entry's location is READ from the
+      // cache only once two GETs in a row found the same ref (confirmed): a
+      // cached READ of a stale location costs the whole entry for nothing,
+      // and a key rewritten between its GETs (a large value under updates)
+      // would pay that every time.
+      const bool confirmed = !UsesLargeBuffer(s) || cache_.Lookup(s.kw.hash.hash).ref == c.ref;
+      cache_.Insert(s.kw.hash.hash, {c.ref, static_cast<uint64_t>(s.cand), confirmed});
       return Finish(s, DeliverValue(s, v.value));
+    }
     case EntryVerdict::kTombstone:
       cache_.Erase(s.kw.hash.hash);
       return Finish(s, Status::NotFound());

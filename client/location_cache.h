@@ -34,10 +34,14 @@ class LocationCache {
     e_ = std::make_unique<Entry[]>(sets * kWays);
   }
   // A cached location: `ref` (0 = none) and the word of the key's window
-  // (0 .. window words - 1) that held it.
+  // (0 .. window words - 1) that held it. `confirmed`: a GET may READ from
+  // it; an unconfirmed location is only remembered, so that the next GET
+  // that finds the same ref there confirms it (the client caches large
+  // entries this way: client_get.cc, OnEntry).
   struct Location {
     uint64_t ref = 0;
     uint64_t word = 0;
+    bool confirmed = true;
   };
 
   bool enabled() const noexcept { return sets_ != 0; }
@@ -54,7 +58,7 @@ class LocationCache {
     for (size_t w = 0; w < kWays; ++w) {
       if (set[w].hash == hash && set[w].ref != 0) {
         set[w].used = ++clock_;
-        return {set[w].ref, set[w].word};
+        return {set[w].ref, set[w].word, set[w].confirmed};
       }
     }
     return {};
@@ -70,7 +74,7 @@ class LocationCache {
       }
       if (set[w].used < victim->used) victim = &set[w];
     }
-    *victim = Entry{hash, loc.ref, loc.word, ++clock_};
+    *victim = Entry{hash, loc.ref, loc.word, ++clock_, loc.confirmed};
     inserted_ = true;
   }
   void Erase(uint64_t hash) noexcept {
@@ -91,6 +95,7 @@ class LocationCache {
     uint64_t ref = 0;   // 0 = empty
     uint64_t word = 0;  // the word of the key's window that held ref
     uint64_t used = 0;  // last use (clock_ value)
+    bool confirmed = true;
   };
   Entry* Set(uint64_t hash) noexcept {
     // The low bits pick the home on the server; mix before taking the set.
