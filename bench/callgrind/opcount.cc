@@ -261,7 +261,11 @@ int Main(int argc, char** argv) {
       std::exit(1);
     }
   };
-  for (uint32_t i = 0; i < a.ops; ++i) run(i);  // warm-up
+  // Warm-up. Cached GETs go over their keys twice: a large entry's location
+  // is READ from the cache only once a second GET confirmed it (client_get.cc).
+  for (int pass = 0; pass < (a.kind == Kind::kGetCached ? 2 : 1); ++pass) {
+    for (uint32_t i = 0; i < a.ops; ++i) run(i);
+  }
   const ClientStats before = c.stats();
   polls = 0;
   CALLGRIND_ZERO_STATS;
