@@ -79,8 +79,8 @@ class Client::Impl {
   // Each in-flight GET's own entry buffer (registered, x kMaxInFlight): 16 KiB
   // holds every exact size class (up to 4092 bytes) and the first 64 coarse
   // ones, so only entries over 16 KiB use the shared large buffer (a range of
-  // it each: LargeBufferRanges); 64 op states
-  // take 1 MiB of registered memory.
+  // it each: LargeBufferRanges); 64 op states take 1 MiB of registered
+  // memory.
   static constexpr size_t kOpEntryBytes = 16 << 10;
   static_assert(kOpEntryBytes == SizeClassBytes(kFirstCoarseSizeClass + 2 * kSizeClassSteps));
   static_assert(kOpEntryBytes >= kMaxExactEntryBytes);
@@ -311,10 +311,11 @@ class Client::Impl {
   // kEntry and kCachedEntry: an entry READ longer than the op buffer holds a
   // range of the large buffer as long as the entry: the READ goes there, or,
   // for a direct READ, only its header and key go to the op buffer, but it
-  // still holds the range. The ranges pace large READs: at most the large buffer's bytes
-  // (the largest entry) in flight per connection. Sixteen direct READs of
-  // 1 MiB in flight at once on Soft-RoCE each took longer than the round
-  // limit, then the recheck's, and none completed (0 GETs a second).
+  // still holds the range. The ranges pace large READs: at most the large
+  // buffer's bytes (the largest entry) in flight per connection. Sixteen
+  // direct READs of 1 MiB in flight at once on Soft-RoCE each took longer
+  // than the round limit, then the recheck's, and none completed (0 GETs a
+  // second).
   static bool UsesLargeBuffer(const OpState& s) { return s.entry_len > kOpEntryBytes; }
   // Makes the GET hold a range of `len` bytes of the large buffer (the one
   // it holds, if that long). False: none free now, or a GET ahead of it in
