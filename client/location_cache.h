@@ -58,7 +58,7 @@ class LocationCache {
     for (size_t w = 0; w < kWays; ++w) {
       if (set[w].hash == hash && set[w].ref != 0) {
         set[w].used = ++clock_;
-        return {set[w].ref, set[w].word, set[w].confirmed};
+        return {set[w].ref, set[w].word & ~kConfirmedBit, (set[w].word & kConfirmedBit) != 0};
       }
     }
     return {};
@@ -74,7 +74,7 @@ class LocationCache {
       }
       if (set[w].used < victim->used) victim = &set[w];
     }
-    *victim = Entry{hash, loc.ref, loc.word, ++clock_, loc.confirmed};
+    *victim = Entry{hash, loc.ref, loc.word | (loc.confirmed ? kConfirmedBit : 0), ++clock_};
     inserted_ = true;
   }
   void Erase(uint64_t hash) noexcept {
@@ -90,13 +90,15 @@ class LocationCache {
   }
 
  private:
+  // Location::confirmed, in the top bit of Entry::word (a word index is < 128).
+  static constexpr uint64_t kConfirmedBit = uint64_t{1} << 63;
   struct Entry {
     uint64_t hash = 0;
     uint64_t ref = 0;   // 0 = empty
-    uint64_t word = 0;  // the word of the key's window that held ref
+    uint64_t word = 0;  // the word of the key's window that held ref, and kConfirmedBit
     uint64_t used = 0;  // last use (clock_ value)
-    bool confirmed = true;
   };
+  static_assert(sizeof(Entry) == 32, "ClientOptions::location_cache_entries documents 32 bytes per entry");
   Entry* Set(uint64_t hash) noexcept {
     // The low bits pick the home on the server; mix before taking the set.
     uint64_t h = hash * 0x9E3779B97F4A7C15ull;
