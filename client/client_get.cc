@@ -67,10 +67,7 @@ bool Client::Impl::StageGet(OpState& s) {
                   "GET found no consistent read within " + std::to_string(opts_.op_timeout_ms) + " ms: " +
                   std::to_string(s.restarts) + " restarts" +
                   (s.restarts != 0 ? std::string(", the last after ") + s.restart_cause : std::string()) +
-                  (((s.phase == GetPhase::kEntry || s.phase == GetPhase::kCachedEntry) && UsesLargeBuffer(s)) ||
-                   (s.phase == GetPhase::kWindow && s.wants_large)
-                       ? "; it was waiting for room in the large-entry buffer"
-                       : "")));
+                  (NeedsLargeRange(s) ? "; it was waiting for room in the large-entry buffer" : "")));
     return true;
   }
   if (s.phase == GetPhase::kCachedEntry) {
@@ -91,10 +88,9 @@ bool Client::Impl::StageGet(OpState& s) {
   // Every step posts one READ but kCachedEntry, which posts two.
   const uint32_t reads = s.phase == GetPhase::kCachedEntry ? 2 : 1;
   if (reads_in_flight_ + reads > std::max<uint32_t>(conn_->max_rd_atomic(), 2)) return false;
-  if (((s.phase == GetPhase::kEntry || s.phase == GetPhase::kCachedEntry) && UsesLargeBuffer(s)) ||
-      (s.phase == GetPhase::kWindow && s.wants_large)) {
-    // kWindow: entry_len is still the last candidate's. A cached round
-    // starts when its READs are posted: waiting for room does not age it.
+  if (NeedsLargeRange(s)) {
+    // A cached round starts when its READs are posted: waiting for room
+    // does not age it.
     if (!HoldLarge(s, s.entry_len)) return false;  // released in On(Cached)Entry, NextCandidateOrMiss, NewRound, Finish
     if (s.phase == GetPhase::kEntry && RoundIsLate(s)) {
       // It waited for room (other GETs' large READs) past the round limit:

@@ -317,6 +317,15 @@ class Client::Impl {
   // than the round limit, then the recheck's, and none completed (0 GETs a
   // second).
   static bool UsesLargeBuffer(const OpState& s) { return s.entry_len > kOpEntryBytes; }
+  // Whether the READs of the GET's phase, about to be staged, need a range
+  // of entry_len bytes of the large buffer: an entry READ (kEntry,
+  // kCachedEntry) that uses it, or the window READ of a round that waited
+  // for room past the round limit (wants_large; entry_len is still the last
+  // candidate's).
+  static bool NeedsLargeRange(const OpState& s) {
+    return ((s.phase == GetPhase::kEntry || s.phase == GetPhase::kCachedEntry) && UsesLargeBuffer(s)) ||
+           (s.phase == GetPhase::kWindow && s.wants_large);
+  }
   // Makes the GET hold a range of `len` bytes of the large buffer (the one
   // it holds, if that long). False: none free now, or a GET ahead of it in
   // this staging pass found none (first come, first served: a GET of the

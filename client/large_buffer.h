@@ -52,7 +52,6 @@ class LargeBufferRanges {
     }
   }
   size_t ranges() const { return n_; }
-  uint64_t bytes() const { return bytes_; }
 
  private:
   struct Range {

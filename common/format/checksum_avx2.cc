@@ -25,7 +25,6 @@
 
 namespace kvrdma::detail {
 
-
 #if XXH_VERSION_NUMBER == 801
 namespace {
 
