@@ -150,7 +150,7 @@ struct ClientStats {
   uint64_t get_rounds = 0;   // window-READ rounds (1 per GET without races)
   uint64_t get_retries = 0;  // rounds repeated: torn/superseded entry, concurrent move
   uint64_t reads = 0;        // RDMA READs posted
-  uint64_t cache_hits = 0;   // GETs answered by one READ at a cached location
+  uint64_t cache_hits = 0;   // GETs answered at a cached location (its word and entry READ in one round trip)
   uint64_t cache_stale = 0;  // cached locations found superseded/recycled (fell back to the index)
   uint64_t direct_reads = 0; // entry READs that put the value straight into registered memory (RegisterMemory)
   uint64_t puts = 0;         // PUTs the server acknowledged
