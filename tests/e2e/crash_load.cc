@@ -1,7 +1,8 @@
 // kvrdma_crash_load: the client half of the kill -9 test (kill9_test.sh).
 //
 // Load:  kvrdma_crash_load --server ADDR:PORT --keys N --state FILE --seed S
-//                          [--threads T] [--value-size A-B] [--state-in PREV]
+//                          [--threads T] [--value-size A-B] [--large PCT:A-B]
+//                          [--rendezvous-bytes R] [--state-in PREV]
 //   T threads, each with its own Client and one write in flight, PUT (80 %)
 //   and DELETE (20 %) keys ck-<i> of their own (key i belongs to thread
 //   i % T, so a key's writes are one thread's, in order) until the server
@@ -14,7 +15,10 @@
 //   every key is exact while the server is up (PREV is resolved, each key
 //   has one writer), a DELETE that finds nothing where a value is expected,
 //   or finds a value where none is, or a version that does not grow, is a
-//   violation already here.
+//   violation already here. With --large PCT:A-B, PCT % of the PUTs carry a
+//   value of A-B bytes instead: above a message's bytes they go in
+//   fragments, from --rendezvous-bytes as rendezvous PUTs (the server READs
+//   the value), so that a kill lands amid those too.
 //   SIGTERM ends the load at once (kill9_test.sh sends it once the server is
 //   dead, instead of waiting out the operation timeout): a write still in
 //   flight then is unknown, as if its connection had broken.
@@ -169,11 +173,19 @@ struct LoadConfig {
   uint64_t seed = 1;
   unsigned threads = 4;
   size_t vmin = 16, vmax = 200;
+  // --large: this share of PUTs (percent) has a value of lmin..lmax bytes
+  // instead (in fragments above a message, rendezvous PUTs from
+  // rendezvous_bytes).
+  unsigned large_pct = 0;
+  size_t lmin = 0, lmax = 0;
+  int64_t rendezvous_bytes = -1;  // ClientOptions::rendezvous_bytes; -1: the library's default
   int op_timeout_ms = 3000;
 };
 
 struct ThreadTally {
   uint64_t puts = 0, deletes = 0, delete_misses = 0, unknown = 0;
+  uint64_t large_puts = 0;  // acknowledged PUTs of more than a message's bytes (fragments or rendezvous)
+  uint64_t rendezvous = 0;  // the client's rendezvous PUTs (ClientStats)
   bool connected = false;
   std::string stop_reason;
 };
@@ -204,6 +216,7 @@ void LoadThread(const LoadConfig& cfg, unsigned t, StateFile* st, ThreadTally* t
   o.connect_timeout_ms = 3000;
   o.max_in_flight = 2;
   o.put_mode = t % 2 == 0 ? PutMode::kSend : PutMode::kWriteImm;  // both request paths
+  if (cfg.rendezvous_bytes >= 0) o.rendezvous_bytes = static_cast<uint32_t>(cfg.rendezvous_bytes);
   auto connected = Client::Connect(o);
   if (!connected.ok()) {
     tally->stop_reason = "connect: " + connected.status().ToString();
@@ -216,6 +229,7 @@ void LoadThread(const LoadConfig& cfg, unsigned t, StateFile* st, ThreadTally* t
   const uint64_t mine = (cfg.keys - t + cfg.threads - 1) / cfg.threads;  // keys t, t+T, ... < keys
   std::uniform_int_distribution<uint64_t> pick(0, mine - 1);
   std::uniform_int_distribution<size_t> size(cfg.vmin, cfg.vmax);
+  std::uniform_int_distribution<size_t> large(cfg.lmin, cfg.lmax);
   std::uniform_int_distribution<int> pct(0, 99);
   for (uint64_t seq = 1; !g_fatal.load(std::memory_order_relaxed); ++seq) {
     const uint64_t i = t + cfg.threads * pick(rng);
@@ -232,7 +246,7 @@ void LoadThread(const LoadConfig& cfg, unsigned t, StateFile* st, ThreadTally* t
       char head[96];
       std::snprintf(head, sizeof head, "%" PRIx64 ".%u.%" PRIx64 ".%" PRIx64 ":", i, t, seq, cfg.seed);
       value = head;
-      const size_t want = size(rng);
+      const size_t want = cfg.large_pct > 0 && static_cast<unsigned>(pct(rng)) < cfg.large_pct ? large(rng) : size(rng);
       for (size_t p = value.size(); p < want; ++p) value.push_back(static_cast<char>('a' + (p * 7 + seq) % 26));
       op.value = value;
     }
@@ -284,10 +298,12 @@ void LoadThread(const LoadConfig& cfg, unsigned t, StateFile* st, ThreadTally* t
                  ", not above the version of its previous write " + std::to_string(s.version));
       ++g_violations;
     }
+    tally->rendezvous = client.stats().rendezvous_puts;
     if (op.type == Op::Type::kPut) {
       s.present = true;
       s.value = value;
       ++tally->puts;
+      if (value.size() > 4096) ++tally->large_puts;
     } else {
       if (!s.present) {
         Report("VIOLATION in load: DELETE %s found a value, expected the key absent%s\n", key);
@@ -343,16 +359,18 @@ int RunLoad(const LoadConfig& cfg) {
     std::fprintf(stderr, "kvrdma_crash_load: cannot write %s\n", cfg.state.c_str());
     return 2;
   }
-  uint64_t puts = 0, deletes = 0, misses = 0, unknown = 0;
+  uint64_t puts = 0, deletes = 0, misses = 0, unknown = 0, large_puts = 0, rendezvous = 0;
   unsigned connected = 0;
   for (const ThreadTally& x : tally) {
     puts += x.puts, deletes += x.deletes, misses += x.delete_misses, unknown += x.unknown;
+    large_puts += x.large_puts, rendezvous += x.rendezvous;
     connected += x.connected;
   }
   std::printf("load: threads %u (%u connected), acked writes %" PRIu64 " (puts %" PRIu64 ", deletes %" PRIu64
-              ", deletes of absent keys %" PRIu64 "), unknown %" PRIu64 ", %.2f s, violations %" PRIu64 "\n",
+              ", deletes of absent keys %" PRIu64 "), unknown %" PRIu64 ", %.2f s, violations %" PRIu64
+              ", large puts %" PRIu64 ", rendezvous puts %" PRIu64 "\n",
               cfg.threads, connected, puts + deletes + misses, puts, deletes, misses, unknown, secs,
-              g_violations.load());
+              g_violations.load(), large_puts, rendezvous);
   for (unsigned t = 0; t < cfg.threads; ++t) std::printf("  thread %u stopped: %s\n", t, tally[t].stop_reason.c_str());
   std::fflush(stdout);
   std::fflush(stderr);
@@ -392,7 +410,8 @@ bool RunAll(Client& c, std::vector<Pending>& v, size_t depth, int op_timeout_ms)
   return true;
 }
 
-int RunCheck(const std::string& server, const std::string& path, const std::string& resolved, int op_timeout_ms) {
+int RunCheck(const std::string& server, const std::string& path, const std::string& resolved, int op_timeout_ms,
+             int64_t rendezvous_bytes) {
   StateFile st;
   std::string err;
   if (!ReadState(path, &st, &err)) {
@@ -406,6 +425,7 @@ int RunCheck(const std::string& server, const std::string& path, const std::stri
   }
   o.op_timeout_ms = op_timeout_ms;
   o.max_in_flight = 32;
+  if (rendezvous_bytes >= 0) o.rendezvous_bytes = static_cast<uint32_t>(rendezvous_bytes);
   auto c = Client::Connect(o);
   if (!c.ok()) {
     std::fprintf(stderr, "kvrdma_crash_load: connect: %s\n", c.status().ToString().c_str());
@@ -565,7 +585,7 @@ int RunCheck(const std::string& server, const std::string& path, const std::stri
 
 int main(int argc, char** argv) {
   kvrdma::LoadConfig cfg;
-  std::string check, resolved, value_size = "16-200";
+  std::string check, resolved, value_size = "16-200", large_size;
   CLI::App app{"kvrdma_crash_load: writes until the server dies and records what was acknowledged (load), "
                "or checks a restarted server against that record (--check)"};
   app.add_option("--server", cfg.server, "ADDR:PORT")->required();
@@ -577,6 +597,12 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1, 64));
   app.add_option("--value-size", value_size, "Load: value sizes A-B (a value is never shorter than its name)")
       ->capture_default_str();
+  app.add_option("--large", large_size,
+                 "Load: PCT:A-B, PCT % of the PUTs with a value of A-B bytes instead (e.g. 10:3000-60000: "
+                 "fragmented and rendezvous PUTs)");
+  app.add_option("--rendezvous-bytes", cfg.rendezvous_bytes,
+                 "Load and check: ClientOptions::rendezvous_bytes (PUTs of at least this many bytes are "
+                 "rendezvous PUTs; 0: none; default: the library's)");
   app.add_option("--op-timeout-ms", cfg.op_timeout_ms, "Per operation")->capture_default_str();
   app.add_option("--check", check, "Check the server against this state file");
   app.add_option("--resolved", resolved, "Check: write the resolved expectations here (input of the next load)");
@@ -589,7 +615,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!check.empty()) return kvrdma::RunCheck(cfg.server, check, resolved, cfg.op_timeout_ms);
+  if (!check.empty()) return kvrdma::RunCheck(cfg.server, check, resolved, cfg.op_timeout_ms, cfg.rendezvous_bytes);
   struct sigaction sa = {};
   sa.sa_handler = kvrdma::OnSigterm;
   sa.sa_flags = SA_RESTART;
@@ -600,6 +626,11 @@ int main(int argc, char** argv) {
   }
   if (std::sscanf(value_size.c_str(), "%zu-%zu", &cfg.vmin, &cfg.vmax) != 2 || cfg.vmin > cfg.vmax) {
     std::fprintf(stderr, "kvrdma_crash_load: --value-size A-B\n");
+    return 2;
+  }
+  if (!large_size.empty() && (std::sscanf(large_size.c_str(), "%u:%zu-%zu", &cfg.large_pct, &cfg.lmin, &cfg.lmax) != 3 ||
+                              cfg.large_pct > 100 || cfg.lmin > cfg.lmax)) {
+    std::fprintf(stderr, "kvrdma_crash_load: --large PCT:A-B (PCT 0..100, A <= B)\n");
     return 2;
   }
   if (cfg.threads > cfg.keys) cfg.threads = static_cast<unsigned>(cfg.keys);

@@ -6,7 +6,9 @@
 # A cycle: kvserver starts on the data dir (--fsync always, everysec, no in
 # turn; it recovers what the earlier cycles left), kvrdma_crash_load writes
 # (4 connections, one write in flight each, PUT 80 % / DELETE 20 % of keys
-# ck-0 .. ck-(KEYS-1), the same keys every cycle) starting from the resolved
+# ck-0 .. ck-(KEYS-1), the same keys every cycle; values of 16-200 bytes,
+# and in every other cycle one PUT in ten of 3,000-60,000 bytes: fragmented
+# and rendezvous PUTs) starting from the resolved
 # expectations of the cycle before, kvserver is killed with SIGKILL after a
 # random 0.3-2.0 s, restarted on the same dir with the same mode, and
 # `kvrdma_crash_load --check` compares it with every key's last acknowledged
@@ -106,8 +108,13 @@ for cycle in $(seq 1 "$CYCLES"); do
   mode=${MODES[$(( (cycle - 1) % 3 ))]}
   start_server "$mode" a
   seed=$(( (RANDOM << 15 | RANDOM) * 1000 + cycle ))
+  # Every other cycle, one PUT in ten carries 3,000-60,000 bytes: in
+  # fragments up to 16 KiB, rendezvous PUTs above (the server READs the
+  # value into a staging slot, then the store copies it into the log).
+  LARGE=()
+  [ $((cycle % 2)) = 0 ] && LARGE=(--large 10:3000-60000 --rendezvous-bytes 16384)
   "$LOAD" --server "$ADDR:$PORT" --keys "$KEYS" --seed "$seed" --state "$DIR/state.$cycle" \
-    ${PREV:+--state-in "$PREV"} > "$DIR/load.$cycle.log" 2>&1 &
+    ${PREV:+--state-in "$PREV"} "${LARGE[@]}" > "$DIR/load.$cycle.log" 2>&1 &
   LPID=$!
   ms=$((300 + RANDOM % 1701))
   sleep "$((ms / 1000)).$(printf %03d $((ms % 1000)))"
@@ -129,6 +136,8 @@ for cycle in $(seq 1 "$CYCLES"); do
     *) cat "$DIR/load.$cycle.log"; fail "cycle $cycle ($mode): the load exited with $lrc" ;;
   esac
   acked=$(field "acked writes" "$DIR/load.$cycle.log")
+  large=$(field "large puts" "$DIR/load.$cycle.log")
+  rdv=$(field "rendezvous puts" "$DIR/load.$cycle.log")
   unknown=$(field "unknown" "$DIR/load.$cycle.log")
   t0=$(now_ms)
   start_server "$mode" b
@@ -136,7 +145,8 @@ for cycle in $(seq 1 "$CYCLES"); do
   rec=$(recovery_of "$SLOG")
   [ -n "$rec" ] || fail "cycle $cycle ($mode): no 'store: recovered' line in the restarted kvserver's log"
   t0=$(now_ms)
-  "$LOAD" --server "$ADDR:$PORT" --check "$DIR/state.$cycle" --resolved "$DIR/resolved.$cycle" > "$DIR/check.$cycle.log" 2>&1
+  "$LOAD" --server "$ADDR:$PORT" --check "$DIR/state.$cycle" --resolved "$DIR/resolved.$cycle" "${LARGE[@]:2}" \
+    > "$DIR/check.$cycle.log" 2>&1
   crc=$?
   check_ms=$(( $(now_ms) - t0 ))
   if [ $crc != 0 ]; then
@@ -146,8 +156,8 @@ for cycle in $(seq 1 "$CYCLES"); do
   keys=$(field "check: keys" "$DIR/check.$cycle.log")
   versions=$(field "acked versions verified" "$DIR/check.$cycle.log")
   applied=$(field "unknown applied" "$DIR/check.$cycle.log")
-  printf 'cycle %3d  %-8s  killed after %4d ms  acked %6d  unknown %d (applied %d)  restart: recovered %s  checked %d keys, %d versions  (ms: kill %d, load stop %d, restart %d, check %d)\n' \
-    "$cycle" "$mode" "$ms" "$acked" "$unknown" "$applied" "$rec" "$keys" "$versions" "$kill_ms" "$stop_ms" "$start_ms" "$check_ms"
+  printf 'cycle %3d  %-8s  killed after %4d ms  acked %6d (large %d, rendezvous %d)  unknown %d (applied %d)  restart: recovered %s  checked %d keys, %d versions  (ms: kill %d, load stop %d, restart %d, check %d)\n' \
+    "$cycle" "$mode" "$ms" "$acked" "${large:-0}" "${rdv:-0}" "$unknown" "$applied" "$rec" "$keys" "$versions" "$kill_ms" "$stop_ms" "$start_ms" "$check_ms"
   TOTAL_ACKED=$((TOTAL_ACKED + acked)) TOTAL_KEYS=$((TOTAL_KEYS + keys)) TOTAL_VERSIONS=$((TOTAL_VERSIONS + versions))
   TOTAL_UNKNOWN=$((TOTAL_UNKNOWN + unknown)) TOTAL_APPLIED=$((TOTAL_APPLIED + applied))
   PREV=$DIR/resolved.$cycle

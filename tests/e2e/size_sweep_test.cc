@@ -22,7 +22,9 @@
 //     memory (direct READs); DELETEs of present and absent keys.
 // Keys are overwritten with values of other sizes, so a cached location
 // names an entry of another size class. At the end every key is read by both
-// clients, twice (the second through the location cache).
+// clients, twice (the second through the location cache). The durable form
+// stops and starts the server on its data dir every 150 turns (50 over
+// verbs): the model, versions included, must survive each restart.
 // Seeds 1-4 over loopback, 1200 turns each (under ThreadSanitizer seed 2,
 // 400 turns), 1-2 over verbs, 200 turns each; each seed chooses the two
 // clients' options. KVRDMA_SWEEP_SEED=<seed> runs that one (and
@@ -46,6 +48,7 @@
 #include "common/format/format_constants.h"
 #include "common/memory/racy_copy.h"  // KVRDMA_TSAN
 #include "common/protocol/messages.h"
+#include "server/store/durable_log.h"  // FsyncModeName
 #include "tests/e2e/e2e_util.h"
 
 namespace kvrdma::testing {
@@ -80,15 +83,30 @@ std::string ValueOf(size_t len, uint64_t n) {
 class SizeSweepTest : public ::testing::TestWithParam<Kind> {};
 
 // One seed: a server of its own, two clients with options the seed chooses.
-void Sweep(TransportEnv& env, uint64_t seed, uint64_t turns) {
+// A durable server (data_dir not empty) is stopped and started again on its
+// data dir every `restart_every` turns, and the clients connect anew: the
+// model must hold across the restarts, versions too (conditional writes).
+void Sweep(TransportEnv& env, uint64_t seed, uint64_t turns, const std::string& data_dir = {},
+           uint64_t restart_every = 0) {
   std::mt19937_64 rng(seed);
   auto pick = [&](uint64_t n) { return n == 0 ? 0 : static_cast<uint64_t>(rng() % n); };
   SCOPED_TRACE("KVRDMA_SWEEP_SEED=" + std::to_string(seed));
 
   server::ServerConfig cfg = TestServer::Defaults();
+  constexpr FsyncMode kModes[] = {FsyncMode::kAlways, FsyncMode::kEverySec, FsyncMode::kNo};
+  const FsyncMode fsync = kModes[(seed - 1) % 3];
   // 128 MiB of log: the live data stays under a third of it (at most 40
   // keys of up to 1 MiB), so that a PUT is never refused for room.
-  TestServer server(env, cfg, [](StoreConfig& sc) { sc.log_bytes = 128 << 20; });
+  auto start = [&] {
+    return std::make_unique<TestServer>(env, cfg, [&](StoreConfig& sc) {
+      sc.log_bytes = 128 << 20;
+      if (!data_dir.empty()) {
+        sc.data_dir = data_dir;
+        sc.fsync = fsync;
+      }
+    });
+  };
+  std::unique_ptr<TestServer> server = start();
   const size_t max_key = cfg.max_key_bytes, max_value = cfg.max_value_bytes, msg = cfg.message_bytes;
 
   struct Side {
@@ -97,10 +115,16 @@ void Sweep(TransportEnv& env, uint64_t seed, uint64_t turns) {
     std::vector<std::byte> arena;  // registered (RegisterMemory)
   };
   Side side[2];
+  auto connect = [&](Side& sd) {
+    sd.o.port = server->port();
+    auto r = ClientFactory::ConnectWith(env.client, sd.o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    sd.c = std::move(r).value();
+    ASSERT_TRUE(sd.c->RegisterMemory(sd.arena).ok());
+  };
   for (int i = 0; i < 2; ++i) {
     ClientOptions& o = side[i].o;
     o.host = env.addr;
-    o.port = server.port();
     o.op_timeout_ms = 20000;
     o.put_mode = i == 0 ? PutMode::kSend : PutMode::kWriteImm;
     const uint32_t rdv[] = {0, 1, 4096, 64 << 10, 128 << 10, static_cast<uint32_t>(1 + pick(300'000))};
@@ -112,11 +136,9 @@ void Sweep(TransportEnv& env, uint64_t seed, uint64_t turns) {
     std::printf("[sweep] client %d: %s, rendezvous_bytes %u, location_cache_entries %zu, max_in_flight %u\n", i,
                 o.put_mode == PutMode::kSend ? "send" : "writeimm", o.rendezvous_bytes, o.location_cache_entries,
                 o.max_in_flight);
-    auto r = ClientFactory::ConnectWith(env.client, o);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    side[i].c = std::move(r).value();
     side[i].arena.assign(size_t{6} << 20, std::byte{0x5A});
-    ASSERT_TRUE(side[i].c->RegisterMemory(side[i].arena).ok());
+    connect(side[i]);
+    if (::testing::Test::HasFatalFailure()) return;
   }
 
   // The keys: sizes around the boundaries too (each key keeps its size).
@@ -234,7 +256,25 @@ void Sweep(TransportEnv& env, uint64_t seed, uint64_t turns) {
   };
 
   std::vector<Pending> batch(8);
+  uint64_t restarts = 0;
+  uint64_t direct_reads = 0, cache_hits = 0, rendezvous_puts = 0, messages = 0;  // of clients gone
+  auto count = [&](const Client& c) {
+    const ClientStats st = c.stats();
+    direct_reads += st.direct_reads, cache_hits += st.cache_hits;
+    rendezvous_puts += st.rendezvous_puts, messages += st.messages;
+  };
   for (uint64_t turn = 0; turn < turns && !::testing::Test::HasFatalFailure(); ++turn) {
+    if (restart_every != 0 && turn != 0 && turn % restart_every == 0) {
+      for (Side& sd : side) {
+        count(*sd.c);
+        sd.c.reset();
+      }
+      server.reset();  // stops, as SIGTERM does: every answered write is in its file
+      server = start();
+      for (Side& sd : side) connect(sd);
+      if (::testing::Test::HasFatalFailure()) return;
+      ++restarts;
+    }
     Side& s = side[pick(2)];
     const size_t n = 1 + pick(8);
     size_t arena_used = 0;
@@ -380,7 +420,11 @@ void Sweep(TransportEnv& env, uint64_t seed, uint64_t turns) {
       }
     }
   }
-  ClientStats st[2] = {side[0].c->stats(), side[1].c->stats()};
+  for (Side& sd : side) count(*sd.c);
+  if (!data_dir.empty()) {
+    std::printf("[sweep] durable (fsync %s): %llu restarts\n", FsyncModeName(fsync),
+                static_cast<unsigned long long>(restarts));
+  }
   std::printf("[sweep] seed %llu, %llu turns: %llu GETs, %llu PUTs (%llu rendezvous-sized, %llu fragmented), "
               "%llu DELETEs, %llu conditional, %llu too large; direct READs %llu, cache hits %llu, rendezvous PUTs "
               "%llu, messages %llu; %zu keys with a value\n",
@@ -389,10 +433,9 @@ void Sweep(TransportEnv& env, uint64_t seed, uint64_t turns) {
               static_cast<unsigned long long>(counts[5]), static_cast<unsigned long long>(counts[6]),
               static_cast<unsigned long long>(counts[2]), static_cast<unsigned long long>(counts[3]),
               static_cast<unsigned long long>(counts[4]),
-              static_cast<unsigned long long>(st[0].direct_reads + st[1].direct_reads),
-              static_cast<unsigned long long>(st[0].cache_hits + st[1].cache_hits),
-              static_cast<unsigned long long>(st[0].rendezvous_puts + st[1].rendezvous_puts),
-              static_cast<unsigned long long>(st[0].messages + st[1].messages), model.size());
+              static_cast<unsigned long long>(direct_reads), static_cast<unsigned long long>(cache_hits),
+              static_cast<unsigned long long>(rendezvous_puts), static_cast<unsigned long long>(messages),
+              model.size());
 }
 
 TEST_P(SizeSweepTest, KeysAndValuesAroundEveryBoundaryMatchAModel) {
@@ -410,6 +453,30 @@ TEST_P(SizeSweepTest, KeysAndValuesAroundEveryBoundaryMatchAModel) {
       EnvOr("KVRDMA_SWEEP_SEEDS", std::getenv("KVRDMA_SWEEP_SEED") != nullptr ? 1 : loopback ? kSeeds : 2);
   const uint64_t turns = EnvOr("KVRDMA_SWEEP_TURNS", loopback ? kTurns : 200);
   for (uint64_t seed = first; seed < first + seeds && !HasFailure(); ++seed) Sweep(env, seed, turns);
+}
+
+// The same with a durable server, stopped and started again on its data dir
+// every 150 turns (50 over verbs); fsync always, everysec and no by seed.
+TEST_P(SizeSweepTest, DurableKeysAndValuesAroundEveryBoundarySurviveRestarts) {
+  TransportEnv env = TransportEnv::Make(GetParam());
+  if (!env.skip_reason.empty()) GTEST_SKIP() << env.skip_reason;
+  const bool loopback = GetParam() == Kind::kLoopback;
+#ifdef KVRDMA_TSAN
+  constexpr uint64_t kFirst = 2, kSeeds = 1, kTurns = 300;
+#else
+  constexpr uint64_t kFirst = 1, kSeeds = 3, kTurns = 600;
+#endif
+  const uint64_t first = EnvOr("KVRDMA_SWEEP_SEED", loopback ? kFirst : 2);
+  const uint64_t seeds =
+      EnvOr("KVRDMA_SWEEP_SEEDS", std::getenv("KVRDMA_SWEEP_SEED") != nullptr ? 1 : loopback ? kSeeds : 1);
+  const uint64_t turns = EnvOr("KVRDMA_SWEEP_TURNS", loopback ? kTurns : 150);
+  for (uint64_t seed = first; seed < first + seeds && !HasFailure(); ++seed) {
+    char tmpl[] = "/tmp/kvrdma-sweep-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    const std::string root = tmpl;
+    Sweep(env, seed, turns, root + "/data", loopback ? 150 : 50);
+    std::system(("rm -rf " + root).c_str());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, SizeSweepTest, ::testing::Values(Kind::kLoopback));
