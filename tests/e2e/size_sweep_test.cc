@@ -206,6 +206,13 @@ void Sweep(TransportEnv& env, uint64_t seed, uint64_t turns, const std::string& 
       return;
     }
     const Stored* cur = p.before ? &*p.before : nullptr;
+    const uint64_t have = cur != nullptr ? cur->version : 0;  // 0: no value
+    if (op.type != Op::Type::kGet && op.if_version != kAnyVersion && op.if_version != have) {
+      // A write whose condition does not hold: refused, with the current version.
+      EXPECT_TRUE(op.status.IsVersionMismatch()) << op.status.ToString();
+      EXPECT_EQ(op.version, have);
+      return;
+    }
     switch (op.type) {
       case Op::Type::kGet: {
         if (cur == nullptr) {
@@ -226,24 +233,12 @@ void Sweep(TransportEnv& env, uint64_t seed, uint64_t turns, const std::string& 
         return;
       }
       case Op::Type::kPut: {
-        const uint64_t have = cur != nullptr ? cur->version : 0;
-        if (op.if_version != kAnyVersion && op.if_version != have) {
-          EXPECT_TRUE(op.status.IsVersionMismatch()) << op.status.ToString();
-          EXPECT_EQ(op.version, have);
-          return;
-        }
         ASSERT_TRUE(op.status.ok()) << op.status.ToString();
         EXPECT_GT(op.version, have);
         model[key] = {p.value, op.version};
         return;
       }
       case Op::Type::kDelete: {
-        const uint64_t have = cur != nullptr ? cur->version : 0;
-        if (op.if_version != kAnyVersion && op.if_version != have) {
-          EXPECT_TRUE(op.status.IsVersionMismatch()) << op.status.ToString();
-          EXPECT_EQ(op.version, have);
-          return;
-        }
         if (cur == nullptr) {
           EXPECT_TRUE(op.status.IsNotFound()) << op.status.ToString();
           return;
@@ -438,21 +433,27 @@ void Sweep(TransportEnv& env, uint64_t seed, uint64_t turns, const std::string& 
               model.size());
 }
 
+// The seeds and turns a form runs: its own, or KVRDMA_SWEEP_SEED (that seed,
+// or KVRDMA_SWEEP_SEEDS from it) and KVRDMA_SWEEP_TURNS.
+struct SweepRun {
+  uint64_t first, seeds, turns;
+};
+SweepRun FromEnv(SweepRun defaults) {
+  const bool one = std::getenv("KVRDMA_SWEEP_SEED") != nullptr;
+  return {EnvOr("KVRDMA_SWEEP_SEED", defaults.first), EnvOr("KVRDMA_SWEEP_SEEDS", one ? 1 : defaults.seeds),
+          EnvOr("KVRDMA_SWEEP_TURNS", defaults.turns)};
+}
+
 TEST_P(SizeSweepTest, KeysAndValuesAroundEveryBoundaryMatchAModel) {
   TransportEnv env = TransportEnv::Make(GetParam());
   if (!env.skip_reason.empty()) GTEST_SKIP() << env.skip_reason;
-  const bool loopback = GetParam() == Kind::kLoopback;
 #ifdef KVRDMA_TSAN
   // ~15x slower: seed 2 alone (both clients with 64 operations in flight).
-  constexpr uint64_t kFirst = 2, kSeeds = 1, kTurns = 400;
+  const SweepRun r = FromEnv({2, 1, 400});
 #else
-  constexpr uint64_t kFirst = 1, kSeeds = 4, kTurns = 1200;
+  const SweepRun r = FromEnv(GetParam() == Kind::kLoopback ? SweepRun{1, 4, 1200} : SweepRun{1, 2, 200});
 #endif
-  const uint64_t first = EnvOr("KVRDMA_SWEEP_SEED", kFirst);
-  const uint64_t seeds =
-      EnvOr("KVRDMA_SWEEP_SEEDS", std::getenv("KVRDMA_SWEEP_SEED") != nullptr ? 1 : loopback ? kSeeds : 2);
-  const uint64_t turns = EnvOr("KVRDMA_SWEEP_TURNS", loopback ? kTurns : 200);
-  for (uint64_t seed = first; seed < first + seeds && !HasFailure(); ++seed) Sweep(env, seed, turns);
+  for (uint64_t seed = r.first; seed < r.first + r.seeds && !HasFailure(); ++seed) Sweep(env, seed, r.turns);
 }
 
 // The same with a durable server, stopped and started again on its data dir
@@ -462,19 +463,15 @@ TEST_P(SizeSweepTest, DurableKeysAndValuesAroundEveryBoundarySurviveRestarts) {
   if (!env.skip_reason.empty()) GTEST_SKIP() << env.skip_reason;
   const bool loopback = GetParam() == Kind::kLoopback;
 #ifdef KVRDMA_TSAN
-  constexpr uint64_t kFirst = 2, kSeeds = 1, kTurns = 300;
+  const SweepRun r = FromEnv({2, 1, 300});
 #else
-  constexpr uint64_t kFirst = 1, kSeeds = 3, kTurns = 600;
+  const SweepRun r = FromEnv(loopback ? SweepRun{1, 3, 600} : SweepRun{2, 1, 150});
 #endif
-  const uint64_t first = EnvOr("KVRDMA_SWEEP_SEED", loopback ? kFirst : 2);
-  const uint64_t seeds =
-      EnvOr("KVRDMA_SWEEP_SEEDS", std::getenv("KVRDMA_SWEEP_SEED") != nullptr ? 1 : loopback ? kSeeds : 1);
-  const uint64_t turns = EnvOr("KVRDMA_SWEEP_TURNS", loopback ? kTurns : 150);
-  for (uint64_t seed = first; seed < first + seeds && !HasFailure(); ++seed) {
+  for (uint64_t seed = r.first; seed < r.first + r.seeds && !HasFailure(); ++seed) {
     char tmpl[] = "/tmp/kvrdma-sweep-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     const std::string root = tmpl;
-    Sweep(env, seed, turns, root + "/data", loopback ? 150 : 50);
+    Sweep(env, seed, r.turns, root + "/data", loopback ? 150 : 50);
     std::system(("rm -rf " + root).c_str());
   }
 }
