@@ -94,11 +94,12 @@ void OnBusError(int sig, siginfo_t* info, void* context) {
 // of a file keeps a prefix of the bytes: a write torn as recovery expects
 // (DESIGN "Durability": a torn tail is cut; a write whose first bytes are
 // missing while later ones are there is damage). memcpy promises no order,
-// and glibc's does not keep one: above a few hundred bytes it stores the
-// first bytes last, and above the caches' size it copies several pages
-// side by side (kill9_test.sh found a segment file holding a value after 40
-// zero bytes where its leader, header and key belonged, and kvserver refused
-// to start).
+// and glibc's (2.36) does not keep one: for `rep movsb` (from ~2-4 KiB) it
+// aligns the destination to 64 bytes and stores the bytes before that
+// boundary last. kill9_test.sh found a segment file holding a value after
+// 40 zero bytes where its leader, header and key belonged, and kvserver
+// refused to start; PosixFileSystemTest.AWriteMappedCutByKill9LeavesAPrefix
+// OfItsBytes shows the same 40 bytes with memcpy.
 void OrderedCopy(std::byte* dst, const std::byte* src, size_t n) noexcept {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
