@@ -3,6 +3,8 @@
 // DurableStore.*: reopen a data dir on the real file system.
 // CrashExploration.*: a search for counterexamples. Each seed runs a random
 // workload (PUTs, DELETEs, overwrites, conditional writes, both workers' heads,
+// PUTs checked against a checksum as a durable store applies a rendezvous
+// PUT (a tenth of them with a wrong one: refused, their entry left dead),
 // the cleaner compacting and segments reused) on a FaultFileSystem that
 // crashes at a random I/O step, sometimes tearing that write; then a restart
 // after a kill -9 or a power cut, and every key is checked against the
@@ -31,6 +33,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/format/entry.h"
 #include "server/store/segment_file.h"
 #include "tests/store/fault_file_system.h"
 #include "tests/store/store_test_util.h"
@@ -428,7 +431,7 @@ struct Write {
 
 struct Outcome {
   uint64_t seeds = 0, crashes = 0, torn = 0, power_cuts = 0, acked = 0, checked_keys = 0, violations = 0,
-           segments_cleaned = 0, marks = 0, from_spares = 0;
+           segments_cleaned = 0, marks = 0, from_spares = 0, checked_puts = 0, refused = 0;
   std::string first_violation;
 };
 
@@ -470,6 +473,9 @@ void DumpDisk(FaultFileSystem& fs, const std::string& dir) {
 int RunOneCrash(uint64_t seed, Outcome* out, std::string* why) {
   std::mt19937_64 rng(seed);
   auto pick = [&](uint64_t n) { return static_cast<uint64_t>(rng() % n); };
+  // Which PUTs are checked against a checksum (a rendezvous PUT's path in a
+  // durable store), from a generator of their own.
+  std::mt19937_64 rng_checked(seed ^ 0x3c6ef372fe94f82bull);
   const FsyncMode mode = seed % 3 == 0 ? FsyncMode::kEverySec : seed % 3 == 1 ? FsyncMode::kAlways : FsyncMode::kNo;
   const bool power_cut = mode == FsyncMode::kAlways && pick(2) == 0;
   constexpr int kKeys = 10;
@@ -502,7 +508,26 @@ int RunOneCrash(uint64_t seed, Outcome* out, std::string* why) {
       } else {
         wr.value = key + "=" + std::to_string(seed) + "." + std::to_string(op) + "#";
         wr.value.resize(1 + pick(r < 90 ? 60 : 500), static_cast<char>('a' + op % 26));
-        v = s->Put(w, key, wr.value);
+        const uint64_t checked = rng_checked() % 10;
+        if (checked < 3) {
+          // The entry is written unpublished (version 0) and checked over
+          // the log's copy before the commit point; a wrong checksum leaves
+          // it dead in the log, a write that never happened.
+          uint64_t sum = EntryChecksumOf(key, std::as_bytes(std::span(wr.value)), s->index_params().seed);
+          if (checked == 0) sum ^= 1;
+          v = s->Put(w, key, wr.value, {}, /*wait_for_space=*/true, &sum);
+          if (checked == 0) {
+            ++out->refused;
+            if (v.ok()) {  // InvalidArgument (or IOError once the file system has crashed)
+              *why = "a PUT with a wrong checksum was applied, version " + std::to_string(*v);
+              return 1;
+            }
+          } else {
+            ++out->checked_puts;
+          }
+        } else {
+          v = s->Put(w, key, wr.value);
+        }
       }
       if (v.ok()) {
         wr.version = *v;
@@ -622,12 +647,14 @@ TEST(CrashExploration, EveryAcknowledgedWriteSurvivesAnyCrashPoint) {
   }
   std::printf("crash exploration: %llu seeds (%llu crashed mid-run, %llu torn writes, %llu power cuts; "
               "%llu segments compacted and their files removed, %llu marks written, %llu segment files from "
-              "spares), "
+              "spares; %llu PUTs checked against a checksum, %llu refused), "
               "%llu acknowledged writes, %llu keys checked, %llu violations%s%s\n",
               static_cast<unsigned long long>(out.seeds), static_cast<unsigned long long>(out.crashes),
               static_cast<unsigned long long>(out.torn), static_cast<unsigned long long>(out.power_cuts),
               static_cast<unsigned long long>(out.segments_cleaned), static_cast<unsigned long long>(out.marks),
-              static_cast<unsigned long long>(out.from_spares), static_cast<unsigned long long>(out.acked), static_cast<unsigned long long>(out.checked_keys),
+              static_cast<unsigned long long>(out.from_spares), static_cast<unsigned long long>(out.checked_puts),
+              static_cast<unsigned long long>(out.refused), static_cast<unsigned long long>(out.acked),
+              static_cast<unsigned long long>(out.checked_keys),
               static_cast<unsigned long long>(out.violations),
               first_bad_seed >= 0 ? "; first at seed " : "",
               first_bad_seed >= 0 ? std::to_string(first_bad_seed).c_str() : "");
