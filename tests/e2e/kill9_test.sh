@@ -111,10 +111,10 @@ for cycle in $(seq 1 "$CYCLES"); do
   # Every other cycle, one PUT in ten carries 3,000-60,000 bytes: in
   # fragments up to 16 KiB, rendezvous PUTs above (the server READs the
   # value into a staging slot, then the store copies it into the log).
-  LARGE=()
-  [ $((cycle % 2)) = 0 ] && LARGE=(--large 10:3000-60000 --rendezvous-bytes 16384)
+  LARGE=() RDV=()
+  if [ $((cycle % 2)) = 0 ]; then LARGE=(--large 10:3000-60000) RDV=(--rendezvous-bytes 16384); fi
   "$LOAD" --server "$ADDR:$PORT" --keys "$KEYS" --seed "$seed" --state "$DIR/state.$cycle" \
-    ${PREV:+--state-in "$PREV"} "${LARGE[@]}" > "$DIR/load.$cycle.log" 2>&1 &
+    ${PREV:+--state-in "$PREV"} "${LARGE[@]}" "${RDV[@]}" > "$DIR/load.$cycle.log" 2>&1 &
   LPID=$!
   ms=$((300 + RANDOM % 1701))
   sleep "$((ms / 1000)).$(printf %03d $((ms % 1000)))"
@@ -145,7 +145,7 @@ for cycle in $(seq 1 "$CYCLES"); do
   rec=$(recovery_of "$SLOG")
   [ -n "$rec" ] || fail "cycle $cycle ($mode): no 'store: recovered' line in the restarted kvserver's log"
   t0=$(now_ms)
-  "$LOAD" --server "$ADDR:$PORT" --check "$DIR/state.$cycle" --resolved "$DIR/resolved.$cycle" "${LARGE[@]:2}" \
+  "$LOAD" --server "$ADDR:$PORT" --check "$DIR/state.$cycle" --resolved "$DIR/resolved.$cycle" "${RDV[@]}" \
     > "$DIR/check.$cycle.log" 2>&1
   crc=$?
   check_ms=$(( $(now_ms) - t0 ))

@@ -192,7 +192,10 @@ void Sweep(TransportEnv& env, uint64_t seed, uint64_t turns, const std::string& 
     std::optional<Stored> before;  // the model's, when the batch started
     bool too_large = false;       // expected TooLarge (key or value over the limit)
   };
-  uint64_t counts[7] = {};  // GETs, PUTs, DELETEs, conditional, too large, rendezvous-sized PUTs, fragmented PUTs
+  struct Counts {
+    uint64_t gets = 0, puts = 0, deletes = 0, conditional = 0, too_large = 0;
+    uint64_t rendezvous_sized = 0, fragmented = 0;  // PUTs at or over the threshold, and over one message
+  } counts;
   auto check = [&](Pending& p) {
     Op& op = p.op;
     const std::string key(op.key);
@@ -294,7 +297,7 @@ void Sweep(TransportEnv& env, uint64_t seed, uint64_t turns, const std::string& 
       }
       if (what < 45) {
         p.op.type = Op::Type::kGet;
-        ++counts[0];
+        ++counts.gets;
         const uint64_t into = pick(4);
         const size_t want = p.before ? p.before->value.size() : pick(5000);
         if (into == 0) {
@@ -318,7 +321,7 @@ void Sweep(TransportEnv& env, uint64_t seed, uint64_t turns, const std::string& 
         }
       } else if (what < 85) {
         p.op.type = Op::Type::kPut;
-        ++counts[1];
+        ++counts.puts;
         size_t len = value_len(key, s);
         if (!long_key && pick(100) == 0) {
           len = max_value + 1;
@@ -334,19 +337,19 @@ void Sweep(TransportEnv& env, uint64_t seed, uint64_t turns, const std::string& 
           arena_used += len;
         }
         const bool rendezvous = !p.too_large && s.o.rendezvous_bytes != 0 && len >= s.o.rendezvous_bytes;
-        if (rendezvous) ++counts[5];
-        if (!rendezvous && !p.too_large && len + kRequestHeaderSize + key.size() > msg) ++counts[6];
+        if (rendezvous) ++counts.rendezvous_sized;
+        if (!rendezvous && !p.too_large && len + kRequestHeaderSize + key.size() > msg) ++counts.fragmented;
       } else {
         p.op.type = Op::Type::kDelete;
-        ++counts[2];
+        ++counts.deletes;
       }
       if (p.op.type != Op::Type::kGet && !p.too_large && pick(4) == 0) {  // conditional
-        ++counts[3];
+        ++counts.conditional;
         const uint64_t have = p.before ? p.before->version : 0;
         p.op.if_version = pick(2) == 0 ? have : have + 1 + pick(3);
         if (p.op.type == Op::Type::kDelete && p.op.if_version == kIfAbsent) p.op.if_version = 1;  // not for DELETE
       }
-      if (p.too_large) ++counts[4];
+      if (p.too_large) ++counts.too_large;
     }
     if (n == 1 && pick(3) == 0) {  // the synchronous calls
       Pending& p = batch[0];
@@ -424,10 +427,10 @@ void Sweep(TransportEnv& env, uint64_t seed, uint64_t turns, const std::string& 
               "%llu DELETEs, %llu conditional, %llu too large; direct READs %llu, cache hits %llu, rendezvous PUTs "
               "%llu, messages %llu; %zu keys with a value\n",
               static_cast<unsigned long long>(seed), static_cast<unsigned long long>(turns),
-              static_cast<unsigned long long>(counts[0]), static_cast<unsigned long long>(counts[1]),
-              static_cast<unsigned long long>(counts[5]), static_cast<unsigned long long>(counts[6]),
-              static_cast<unsigned long long>(counts[2]), static_cast<unsigned long long>(counts[3]),
-              static_cast<unsigned long long>(counts[4]),
+              static_cast<unsigned long long>(counts.gets), static_cast<unsigned long long>(counts.puts),
+              static_cast<unsigned long long>(counts.rendezvous_sized), static_cast<unsigned long long>(counts.fragmented),
+              static_cast<unsigned long long>(counts.deletes), static_cast<unsigned long long>(counts.conditional),
+              static_cast<unsigned long long>(counts.too_large),
               static_cast<unsigned long long>(direct_reads), static_cast<unsigned long long>(cache_hits),
               static_cast<unsigned long long>(rendezvous_puts), static_cast<unsigned long long>(messages),
               model.size());
