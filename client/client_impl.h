@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -151,8 +152,13 @@ class Client::Impl {
                    // buffer if they fit, else the shared large buffer (UsesLargeBuffer)
     kRecheck,      // a late round's entry was decoded: its word again (one READ)
   };
-  struct OpState {
+  // An operation's state. Its plain fields (OpFields: trivially copyable)
+  // are reset by copying a fresh instance (Start: a block copy, ~40
+  // instructions, where building the whole state member by member took ~75);
+  // the two Status members, which own their messages, follow it.
+  struct OpFields {
     Op* op = nullptr;
+    uint8_t index = 0;  // in op_states_ (IndexOf); set once, kept across resets
     Step step = Step::kFree;
     Opcode opcode = Opcode::kPut;  // message ops (kStats for Stats())
     Clock::time_point deadline;
@@ -175,8 +181,8 @@ class Client::Impl {
     Candidate candidate;        // ... and its entry ref and entry READ
     uint64_t cached_ref = 0;       // kCachedEntry: the location cache's entry ref ...
     uint64_t cached_word = 0;      // ... and the word of the window that held it
-    bool recheck_found = false;    // kRecheck: the decoded entry was a value (else a tombstone) ...
-    Status recheck_delivered;      // ... handed to the caller with this outcome (DeliverValue)
+    bool recheck_found = false;    // kRecheck: the decoded entry was a value (else a tombstone),
+                                   // handed to the caller with recheck_delivered (DeliverValue)
     uint32_t entry_len = 0;         // bytes of the entry READ
     // The caller's buffer lies in registered memory (Client::RegisterMemory):
     // `registered` is that region. A direct READ is an entry READ in two
@@ -194,10 +200,23 @@ class Client::Impl {
     size_t sent = 0;         // value bytes sent
     bool first = true;
     uint32_t outstanding = 0;  // messages awaiting replies
-    Status result;             // first error seen
     bool rendezvous = false;   // a rendezvous PUT (ClientOptions::rendezvous_bytes)
     int8_t window = -1;        // rendezvous: its window in rdv_ (bound, or being invalidated)
   };
+  static_assert(std::is_trivially_copyable_v<OpFields>);
+  struct OpState : OpFields {
+    Status recheck_delivered;  // kRecheck: the outcome handed to the caller if the recheck confirms it
+    Status result;             // messages: first error seen
+    // A fresh state for a new operation; keeps `index`.
+    void Reset() {
+      const uint8_t i = index;
+      static_cast<OpFields&>(*this) = kFreshOpFields;
+      index = i;
+      if (!recheck_delivered.ok()) recheck_delivered = Status::OK();
+      if (!result.ok()) result = Status::OK();
+    }
+  };
+  static const OpFields kFreshOpFields;  // client_ops.cc
   struct PendingReply {
     uint32_t op;  // index into op_states_ (of the message's first request)
     uint64_t request_id;  // of the message's first request
@@ -231,7 +250,7 @@ class Client::Impl {
     int32_t owner = -1;                   // op state whose PUT holds it (bound, or being invalidated)
   };
 
-  uint32_t IndexOf(const OpState& s) const { return static_cast<uint32_t>(&s - op_states_.data()); }
+  static uint32_t IndexOf(const OpState& s) { return s.index; }
   uint8_t* Mem(size_t off) { return mem_.get() + off; }
   size_t WindowOff(uint32_t i) const { return op_buffers_off_ + size_t{i} * OpBufferBytes(); }
   size_t EntryOff(uint32_t i) const { return WindowOff(i) + kMaxWindowWords * kWordBytes; }

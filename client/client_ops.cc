@@ -6,8 +6,8 @@
 #include "common/log.h"
 
 namespace kvrdma {
-namespace {
-}  // namespace
+
+const Client::Impl::OpFields Client::Impl::kFreshOpFields{};
 
 Status Client::Impl::CheckKey(std::string_view key) const {
   if (key.empty()) return Status::InvalidArgument("empty key");
@@ -30,7 +30,7 @@ void Client::Impl::NoticeDisconnectWhileIdle(Clock::time_point now) {
 void Client::Impl::Start(Op* op, std::optional<Opcode> query) {
   const bool keyless = query.has_value();  // a STATS or CLOCK request: no key
   // A failed connection is rebuilt when nothing is in flight on it any more.
-  NoticeDisconnectWhileIdle(now_);  // now_: read by the caller (Submit, RunSync)
+  if (in_flight_ == 0) NoticeDisconnectWhileIdle(now_);  // now_: read by the caller (Submit, RunSync)
   Status reconnect;
   if (!broken_.ok() && in_flight_ == 0) {
     reconnect = Reconnect();
@@ -41,8 +41,7 @@ void Client::Impl::Start(Op* op, std::optional<Opcode> query) {
   free_.pop_back();
   ++in_flight_;
   OpState& s = op_states_[idx];
-  std::destroy_at(&s);  // a fresh state, built in place (no temporary moved in, field by field)
-  std::construct_at(&s);
+  s.Reset();
   s.op = op;
   op->status = Status::OK();
   op->version = 0;
@@ -94,10 +93,7 @@ void Client::Impl::Start(Op* op, std::optional<Opcode> query) {
 
 void Client::Impl::Finish(OpState& s, Status st) {
   Op* op = s.op;
-  if (st.ok()) {
-    if (s.opcode == Opcode::kPut && s.step == Step::kReplies) ++stats_.puts;
-    if (s.opcode == Opcode::kDelete && s.step == Step::kReplies) ++stats_.deletes;
-  }
+  const uint32_t idx = IndexOf(s);
   if (s.step == Step::kGetPost || s.step == Step::kGetRead) {
     if (st.ok()) {
       ++stats_.get_hits;
@@ -106,12 +102,16 @@ void Client::Impl::Finish(OpState& s, Status st) {
       ++stats_.get_misses;
       stats_.get_miss_rounds += s.rounds;
     }
+    ReleaseLarge(s);  // only GETs hold ranges of the large buffer
+  } else {
+    if (st.ok() && s.step == Step::kReplies) {
+      if (s.opcode == Opcode::kPut) ++stats_.puts;
+      if (s.opcode == Opcode::kDelete) ++stats_.deletes;
+    }
+    if (frag_owner_ == static_cast<int32_t>(idx)) frag_owner_ = -1;
+    if (s.window >= 0) DropWindow(s);  // not invalidated: not usable again
   }
   op->status = std::move(st);
-  uint32_t idx = IndexOf(s);
-  ReleaseLarge(s);
-  if (frag_owner_ == static_cast<int32_t>(idx)) frag_owner_ = -1;
-  if (s.window >= 0) DropWindow(s);  // not invalidated: not usable again
   s.step = Step::kFree;
   s.op = nullptr;
   free_.push_back(idx);
@@ -282,7 +282,10 @@ void Client::Impl::IdleWait(Clock::time_point deadline) {
 }
 
 void Client::Impl::ResetEngine() {
-  for (OpState& s : op_states_) s = OpState{};
+  for (size_t i = 0; i < op_states_.size(); ++i) {
+    op_states_[i] = OpState{};
+    op_states_[i].index = static_cast<uint8_t>(i);
+  }
   free_.clear();
   for (uint32_t i = max_in_flight_; i > 0; --i) free_.push_back(i - 1);
   ready_.Reserve(kMaxInFlight);
@@ -522,7 +525,7 @@ void Client::Impl::OnReply(const Completion& c) {
   if (Status st = conn_->PostRecv({&r, 1}); !st.ok()) return FailAll(Status::ConnectionLost(st.ToString()));
   if (s.step == Step::kReplies && s.outstanding == 0) {
     if (s.window >= 0) return InvalidateWindow(s);
-    Finish(s, s.result);
+    Finish(s, std::move(s.result));  // Reset clears what the move leaves
   }
 }
 
@@ -612,7 +615,7 @@ void Client::Impl::OnWindowInvalidated(OpState& s) {
   w.bound = nullptr;
   w.mr.reset();
   s.window = -1;
-  Finish(s, s.result);
+  Finish(s, std::move(s.result));
 }
 
 void Client::Impl::ResetWindows() {

@@ -226,16 +226,17 @@ size_t EncodeReply(const ReplyHeader& h, std::span<const uint8_t> body, std::spa
 }
 
 Result<ParsedReply> ParseReply(std::span<const uint8_t> msg) noexcept {
-  wire::Reader r(msg);
+  // The fixed header is checked for length once and read at its offsets
+  // (every PUT's reply comes here: a field-by-field reader checked each one).
+  if (msg.size() < kReplyHeaderSize) return Status::Protocol("malformed reply");
+  const uint8_t code = msg[0];
   ParsedReply p;
-  uint8_t code = r.U8();
-  p.header.flags = r.U8();
-  r.U16();
-  uint32_t body_len = r.U32();
-  p.header.request_id = r.U64();
-  p.header.version = r.U64();
-  p.body = r.Bytes(body_len);
-  if (!r.ok()) return Status::Protocol("malformed reply");
+  p.header.flags = msg[1];
+  const uint32_t body_len = wire::LoadLe<uint32_t>(msg.data() + 4);
+  p.header.request_id = wire::LoadLe<uint64_t>(msg.data() + 8);
+  p.header.version = wire::LoadLe<uint64_t>(msg.data() + 16);
+  if (body_len > msg.size() - kReplyHeaderSize) return Status::Protocol("malformed reply");
+  p.body = msg.subspan(kReplyHeaderSize, body_len);
   if (code > static_cast<uint8_t>(Status::kLastCode)) return Status::Protocol("reply with unknown status");
   p.header.status = static_cast<Status::Code>(code);
   return p;

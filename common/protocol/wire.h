@@ -12,6 +12,18 @@
 
 namespace kvrdma::wire {
 
+// The little-endian integer at `p` (the caller checked that its bytes are there).
+template <typename T>
+inline T LoadLe(const uint8_t* p) noexcept {
+  T v = 0;
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(&v, p, sizeof(T));
+  } else {
+    for (size_t i = 0; i < sizeof(T); ++i) v = static_cast<T>(v | (T{p[i]} << (8 * i)));
+  }
+  return v;
+}
+
 // Appends to a fixed buffer; ok() is false once anything did not fit.
 class Writer {
  public:
