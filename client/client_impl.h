@@ -20,7 +20,9 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -152,17 +154,34 @@ class Client::Impl {
                    // buffer if they fit, else the shared large buffer (UsesLargeBuffer)
     kRecheck,      // a late round's entry was decoded: its word again (one READ)
   };
-  // An operation's state. Its plain fields (OpFields: trivially copyable)
-  // are reset by copying a fresh instance (Start: a block copy, ~40
-  // instructions, where building the whole state member by member took ~75);
-  // the two Status members, which own their messages, follow it.
+  // An operation's state: a part every operation uses, then a part for
+  // message operations (PUT/DELETE/STATS/CLOCK: steps kSending, kReplies)
+  // and one for GETs (kGetPost, kGetRead). An operation reads only the common
+  // part and its own kind's, so Start resets just those: the plain fields
+  // (OpFields, trivially copyable) by a block copy from a fresh instance
+  // (rebuilding the whole state member by member took ~75 instructions per
+  // operation), the Status of its kind after them.
   struct OpFields {
+    // ---- every operation
     Op* op = nullptr;
     uint8_t index = 0;  // in op_states_ (IndexOf); set once, kept across resets
     Step step = Step::kFree;
     Opcode opcode = Opcode::kPut;  // message ops (kStats for Stats())
     Clock::time_point deadline;
-    // GET
+    // The caller's buffer lies in registered memory (Client::RegisterMemory):
+    // `registered` is that region (GETs only; UnregisterMemory looks at every
+    // operation's). A direct READ is an entry READ in two pieces, header and
+    // key into the op buffer and the rest straight into op->buffer
+    // (SendWr::local2), so that the value needs no copy.
+    const MemoryRegion* registered = nullptr;
+    // ---- message operations
+    RequestHeader hdr;
+    size_t sent = 0;         // value bytes sent
+    bool first = true;
+    uint32_t outstanding = 0;  // messages awaiting replies
+    bool rendezvous = false;   // a rendezvous PUT (ClientOptions::rendezvous_bytes)
+    int8_t window = -1;        // rendezvous: its window in rdv_ (bound, or being invalidated)
+    // ---- GETs
     KeyWindow kw;
     WindowProbe probe;              // of the last window READ (its bytes stay in the op buffer's window part)
     RoundClock::time_point round_start;  // of the round (or cached READ) in progress; BOOTTIME (round_clock.h)
@@ -184,36 +203,45 @@ class Client::Impl {
     bool recheck_found = false;    // kRecheck: the decoded entry was a value (else a tombstone),
                                    // handed to the caller with recheck_delivered (DeliverValue)
     uint32_t entry_len = 0;         // bytes of the entry READ
-    // The caller's buffer lies in registered memory (Client::RegisterMemory):
-    // `registered` is that region. A direct READ is an entry READ in two
-    // pieces, header and key into the op buffer and the rest straight into
-    // op->buffer (SendWr::local2), so that the value needs no copy.
-    const MemoryRegion* registered = nullptr;
     bool direct = false;            // the entry READ of this phase is a direct READ
     bool direct_refused = false;    // an entry did not fit the buffer: no more direct READs for this GET
     uint32_t restarts = 0;           // rounds thrown away (NewRound with retry)
     uint32_t reads = 0;              // READs this GET posted
     uint32_t rounds = 0;             // window-READ rounds this GET took
     const char* restart_cause = "";  // why the last one was
-    // messages
-    RequestHeader hdr;
-    size_t sent = 0;         // value bytes sent
-    bool first = true;
-    uint32_t outstanding = 0;  // messages awaiting replies
-    bool rendezvous = false;   // a rendezvous PUT (ClientOptions::rendezvous_bytes)
-    int8_t window = -1;        // rendezvous: its window in rdv_ (bound, or being invalidated)
   };
-  static_assert(std::is_trivially_copyable_v<OpFields>);
+  static_assert(std::is_trivially_copyable_v<OpFields> && std::is_standard_layout_v<OpFields>);
+  // Where the message part and the GET part of OpFields start.
+  static constexpr size_t kMessageFieldsAt = offsetof(OpFields, hdr);
+  static constexpr size_t kGetFieldsAt = offsetof(OpFields, kw);
+  static_assert(offsetof(OpFields, index) < kMessageFieldsAt && kMessageFieldsAt < kGetFieldsAt);
   struct OpState : OpFields {
-    Status recheck_delivered;  // kRecheck: the outcome handed to the caller if the recheck confirms it
     Status result;             // messages: first error seen
-    // A fresh state for a new operation; keeps `index`.
-    void Reset() {
-      const uint8_t i = index;
-      static_cast<OpFields&>(*this) = kFreshOpFields;
-      index = i;
+    Status recheck_delivered;  // GETs, kRecheck: the outcome handed to the caller if the recheck confirms it
+    // A fresh state for a new GET or message operation (the common part and
+    // that kind's); keeps `index`.
+    void ResetForGet() {
+      CopyFresh(0, kMessageFieldsAt);
+      CopyFresh(kGetFieldsAt, sizeof(OpFields));
       if (!recheck_delivered.ok()) recheck_delivered = Status::OK();
+    }
+    void ResetForMessage() {
+      CopyFresh(0, kGetFieldsAt);
       if (!result.ok()) result = Status::OK();
+    }
+    // Everything fresh (ResetEngine).
+    void ResetAll() {
+      CopyFresh(0, sizeof(OpFields));
+      result = Status::OK();
+      recheck_delivered = Status::OK();
+    }
+
+   private:
+    void CopyFresh(size_t from, size_t to) {
+      const uint8_t i = index;
+      std::memcpy(reinterpret_cast<char*>(static_cast<OpFields*>(this)) + from,
+                  reinterpret_cast<const char*>(&kFreshOpFields) + from, to - from);
+      index = i;
     }
   };
   static const OpFields kFreshOpFields;  // client_ops.cc
