@@ -154,6 +154,7 @@ void Worker::Run() {
     // not the worker is idle: a worker kept busy by other connections must
     // not let a stalled assembly hold its bytes (one clock read per batch).
     const auto now = Clock::now();
+    service_start_ = now;  // the first request this iteration serves is timed from here
     const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
     // After work, the busy poll counts from this read, the first after that
     // work's replies were posted: one clock read per iteration, not two.

@@ -26,6 +26,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -291,6 +292,10 @@ class Worker {
   std::vector<ConnState*> ready_;
   size_t ready_head_ = 0;
   int64_t last_expiry_ms_ = 0;
+  // Where the next request's service time starts (metrics::ServiceTimer):
+  // Run's clock reading before its drain, then the end of the request
+  // served before it (one clock reading per request).
+  std::chrono::steady_clock::time_point service_start_ = std::chrono::steady_clock::now();
   // Rendezvous staging (SetRendezvous): slot i is rdv_mr_ at i * max_value_bytes.
   struct RendezvousSlot {
     bool busy = false;         // a READ posted into it, not completed (or not given back)

@@ -46,7 +46,7 @@ inline void Worker::HandleWrite(ConnState& cs, const ParsedRequest& r) {
 }
 
 void Worker::HandleRequest(ConnState& cs, std::span<const uint8_t> msg) {
-  metrics::ServiceTimer service_timer(counters_.request_metrics.service_time(index_));
+  metrics::ServiceTimer service_timer(counters_.request_metrics.service_time(index_), service_start_);
   // Every request of the message is validated before any is applied: a
   // malformed one anywhere refuses the whole message with one error record
   // (to its first request's id), as a malformed lone request always was.
