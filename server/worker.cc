@@ -126,9 +126,7 @@ void Worker::ApplyControl() {
   }
 }
 
-ConnState* Worker::Find(uint32_t qp_num) {
-  if (ConnState* c = conns_.Find(qp_num)) return c;
-  // A connection accepted since the last batch: its Add may be pending.
+ConnState* Worker::FindAfterControl(uint32_t qp_num) {
   if (!control_pending_.load(std::memory_order_acquire)) return nullptr;
   ApplyControl();
   return conns_.Find(qp_num);
@@ -136,6 +134,28 @@ ConnState* Worker::Find(uint32_t qp_num) {
 
 int64_t Worker::caught_up_ms() const {
   return sleeping_.load(std::memory_order_acquire) ? SteadyMs() : caught_up_ms_.load(std::memory_order_relaxed);
+}
+
+[[gnu::always_inline]] inline int Worker::Drain(int64_t now_ms) {
+  int total = 0;
+  for (int polls = 0; polls < 32; ++polls) {
+    // Read before the poll: the first poll's is the caller's (read just
+    // before), a later one's its own (the poll before it found a full batch).
+    const int64_t start_ms = polls == 0 ? now_ms : SteadyMs();
+    const int n = cq_->Poll(wc_);
+    if (n < 0) {
+      KVRDMA_LOG_ERROR("worker %u: polling the completion queue failed", index_);
+      break;
+    }
+    for (int i = 0; i < n; ++i) Dispatch(wc_[i]);
+    total += n;
+    if (static_cast<size_t>(n) < wc_.size()) {
+      // Every completion that arrived before start_ms has been handled.
+      caught_up_ms_.store(start_ms, std::memory_order_relaxed);
+      break;
+    }
+  }
+  return total;
 }
 
 void Worker::Run() {
@@ -201,28 +221,6 @@ void Worker::Run() {
     caught_up_ms_.store(now_ms, std::memory_order_relaxed);
     sleeping_.store(false, std::memory_order_release);
   }
-}
-
-int Worker::Drain(int64_t now_ms) {
-  int total = 0;
-  for (int polls = 0; polls < 32; ++polls) {
-    // Read before the poll: the first poll's is the caller's (read just
-    // before), a later one's its own (the poll before it found a full batch).
-    const int64_t start_ms = polls == 0 ? now_ms : SteadyMs();
-    const int n = cq_->Poll(wc_);
-    if (n < 0) {
-      KVRDMA_LOG_ERROR("worker %u: polling the completion queue failed", index_);
-      break;
-    }
-    for (int i = 0; i < n; ++i) Dispatch(wc_[i]);
-    total += n;
-    if (static_cast<size_t>(n) < wc_.size()) {
-      // Every completion that arrived before start_ms has been handled.
-      caught_up_ms_.store(start_ms, std::memory_order_relaxed);
-      break;
-    }
-  }
-  return total;
 }
 
 void Worker::ServeRound() {
@@ -294,16 +292,6 @@ void Worker::RequestClose(ConnState& cs, ConnState::CloseReason why) {
   // stops receiving and the client learns at once; the manager still owns
   // the connection and frees it after Remove.
   if (!cs.qp->broken()) cs.qp->Disconnect();
-}
-
-void Worker::Dispatch(const Completion& c) {
-  if (c.wr_id & kReplyTag) {
-    OnReplySent(c);
-  } else if (c.wr_id & kReadTag) {
-    OnRendezvousRead(c);
-  } else {
-    OnReceive(c);
-  }
 }
 
 void Worker::OnReceive(const Completion& c) {
