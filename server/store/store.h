@@ -270,6 +270,17 @@ class Store {
   std::thread cleaner_;
 };
 
+// Inline: its checks cost a few compares, and StoreBackend::Put then calls
+// Write directly (a call less per PUT).
+inline Result<uint64_t> Store::Put(uint32_t worker, std::string_view key, std::string_view value,
+                                   const CommitCheck& check, bool wait_for_space, const uint64_t* expected_checksum) {
+  if (worker >= cfg_.workers) return Status::InvalidArgument("bad worker id");
+  // CheckKey's refusal; a valid key costs two compares here, not a call and a Status.
+  if (key.empty() || key.size() > cfg_.max_key_bytes) return CheckKey(key);
+  if (value.size() > cfg_.max_value_bytes) return Status::TooLarge("value longer than max_value_bytes");
+  return Write(worker, key, value, /*tombstone=*/false, check, wait_for_space, expected_checksum);
+}
+
 // The small accessors every write calls (some several times), inline here
 // rather than calls into store.cc: cleaner.cc uses them too.
 inline uint64_t Store::LoadLeader(uint64_t off) const noexcept {
