@@ -168,16 +168,23 @@ void Worker::Run() {
   const auto busy_poll = std::chrono::microseconds(cfg_.busy_poll_us);
   Clock::time_point busy_until{};  // start asleep
   bool worked = false;              // the last iteration handled completions or served messages
+  // The last iteration served messages, and service_start_ holds the end of
+  // the last one (ServiceTimer's reading), taken after that work.
+  bool served_reading = false;
   for (;;) {
     if (control_pending_.load(std::memory_order_acquire)) ApplyControl();
     // Abandoned assemblies are looked for every kExpiryCheckMs whether or
     // not the worker is idle: a worker kept busy by other connections must
     // not let a stalled assembly hold its bytes (one clock read per batch).
-    const auto now = Clock::now();
+    // The reading: the end of the last message served if the iteration
+    // before served any (its replies were posted after it: the reading is
+    // a few microseconds early, and a message costs one clock read, not
+    // two), else one of its own.
+    const auto now = served_reading ? service_start_ : Clock::now();
     service_start_ = now;  // the first request this iteration serves is timed from here
     const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-    // After work, the busy poll counts from this read, the first after that
-    // work's replies were posted: one clock read per iteration, not two.
+    // After work, the busy poll counts from this reading, the first after
+    // that work (one clock read per iteration, not two).
     if (worked) busy_until = now + busy_poll;
     if (now_ms - last_expiry_ms_ >= kExpiryCheckMs) {
       ExpireAssemblies(now_ms);
@@ -200,6 +207,9 @@ void Worker::Run() {
     // round still serves every connection once, in turn.
     for (uint32_t r = 1; durable_ && r < kReplyBatch && HasReady(); ++r) ServeRound();
     worked = n > 0 || serve;
+    // Not after a durable store's Commit (FlushReplies): a flush may take
+    // milliseconds, which the busy poll must not lose.
+    served_reading = serve && !durable_;
     if (worked) {
       FlushReplies();
       continue;
