@@ -318,8 +318,8 @@ Result<uint64_t> Store::ReserveSpace(uint32_t head, uint64_t bytes, bool wait_fo
   }
 }
 
-void Store::WriteEntry(uint64_t off, std::string_view key, std::string_view value, bool tombstone,
-                       uint64_t version) noexcept {
+inline void Store::WriteEntry(uint64_t off, std::string_view key, std::string_view value, bool tombstone,
+                              uint64_t version) noexcept {
   const uint32_t lengths = WriteEntryFrame(off, key, static_cast<uint32_t>(value.size()), tombstone, version);
   if (!value.empty()) RacyStore(log_->data() + off + kEntryKeyOffset + key.size(), value.data(), value.size());
   ChecksumEntry(off, lengths);
@@ -363,7 +363,7 @@ Status Store::MeetsChecksum(uint64_t off, uint64_t expected) const {
                                  "nothing written");
 }
 
-Store::Found Store::FindKey(const KeyHash& kh, std::string_view key, uint64_t* first_empty) const {
+inline Store::Found Store::FindKey(const KeyHash& kh, std::string_view key, uint64_t* first_empty) const {
   // The first empty word in a local, stored once (not through the pointer at
   // every word), and the window's end computed once.
   uint64_t empty = Found::kNone;

@@ -187,8 +187,9 @@ class Store {
   // Writes the leader (with `version`, 0 for a write that is refused) and the
   // entry into reserved log space (`off`: the entry's offset, after its
   // leader; RacyStore; checksum last), not current (unpublished) until
-  // Publish.
-  void WriteEntry(uint64_t off, std::string_view key, std::string_view value, bool tombstone,
+  // Publish. Inline, as FindKey (a small PUT's path: a call, and its saved
+  // registers, less each).
+  [[gnu::always_inline]] void WriteEntry(uint64_t off, std::string_view key, std::string_view value, bool tombstone,
                   uint64_t version) noexcept;
   // WriteEntry in two steps: everything but the value's bytes and the guard
   // (leader, lengths, key, padding: WriteEntryFrame), then the checksum over
@@ -216,7 +217,8 @@ class Store {
   // REQUIRES: kh's window lock. The ref of `key` (found() false: none).
   // `first_empty` (if given): the first word of the window whose ref is
   // empty, or Found::kNone (the same scan: a write needs both).
-  Found FindKey(const KeyHash& kh, std::string_view key, uint64_t* first_empty = nullptr) const;
+  [[gnu::always_inline]] Found FindKey(const KeyHash& kh, std::string_view key,
+                                       uint64_t* first_empty = nullptr) const;
   // FindKey for recovery, where no other thread writes the index (the
   // workers and the cleaner start after it): the window's words are read
   // plainly through ProbeWindow's vector filter (the clients' read path),
