@@ -233,28 +233,6 @@ void Worker::Run() {
   }
 }
 
-void Worker::ServeRound() {
-  const size_t end = ready_.size();
-  while (ready_head_ < end) {
-    ConnState* cs = ready_[ready_head_++];
-    if (cs->rendezvous_count > 0 && !cs->qp->broken() && !TakesBehindRendezvous(*cs)) {
-      // Waits for the connection's rendezvous PUTs (OnRendezvousRead puts it back).
-      cs->in_ready = false;
-      continue;
-    }
-    if (!cs->qp->broken()) HandleNext(*cs);
-    if (cs->qp->broken()) {
-      DropPending(*cs);
-    } else if (cs->pending_count > 0) {
-      ready_.push_back(cs);  // within the capacity reserved at Add
-      continue;
-    }
-    cs->in_ready = false;
-  }
-  ready_.erase(ready_.begin(), ready_.begin() + static_cast<ptrdiff_t>(ready_head_));
-  ready_head_ = 0;
-}
-
 // Inline into HandleNext, its one caller (a call less per message).
 [[gnu::always_inline]] inline std::span<const uint8_t> Worker::CopyRequest(ConnState& cs, const Completion& c) {
   uint32_t len;
@@ -278,7 +256,8 @@ void Worker::ServeRound() {
   return {request_.get(), len};
 }
 
-void Worker::HandleNext(ConnState& cs) {
+// Inline into ServeRound, its one caller (a call less per message).
+[[gnu::always_inline]] inline void Worker::HandleNext(ConnState& cs) {
   const Completion c = cs.pending[cs.pending_head];
   if (++cs.pending_head == cs.pending.size()) cs.pending_head = 0;  // a ring: no division per message
   --cs.pending_count;
@@ -288,6 +267,28 @@ void Worker::HandleNext(ConnState& cs) {
     KVRDMA_LOG_ERROR("worker %u: reposting a receive buffer failed: %s", index_, st.ToString().c_str());
   }
   if (!msg.empty()) HandleRequest(cs, msg);
+}
+
+void Worker::ServeRound() {
+  const size_t end = ready_.size();
+  while (ready_head_ < end) {
+    ConnState* cs = ready_[ready_head_++];
+    if (cs->rendezvous_count > 0 && !cs->qp->broken() && !TakesBehindRendezvous(*cs)) {
+      // Waits for the connection's rendezvous PUTs (OnRendezvousRead puts it back).
+      cs->in_ready = false;
+      continue;
+    }
+    if (!cs->qp->broken()) HandleNext(*cs);
+    if (cs->qp->broken()) {
+      DropPending(*cs);
+    } else if (cs->pending_count > 0) {
+      ready_.push_back(cs);  // within the capacity reserved at Add
+      continue;
+    }
+    cs->in_ready = false;
+  }
+  ready_.erase(ready_.begin(), ready_.begin() + static_cast<ptrdiff_t>(ready_head_));
+  ready_head_ = 0;
 }
 
 void Worker::DropPending(ConnState& cs) {
