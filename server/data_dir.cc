@@ -46,7 +46,7 @@ int VerifyDataDir(const std::string& dir) {
   std::printf("%s: %llu segment files of %llu bytes, %llu writes (%llu bytes) checked: %s\n", dir.c_str(),
               static_cast<unsigned long long>(sum->files), static_cast<unsigned long long>(sum->segment_bytes),
               static_cast<unsigned long long>(sum->writes), static_cast<unsigned long long>(sum->bytes),
-              sum->damaged == 0 ? (warnings == 0 ? "OK" : "OK (see the warnings: a crash's torn tail is cut at start)")
+              sum->damaged == 0 ? (warnings == 0 ? "OK" : "OK (see the warnings: a torn tail, or a tail a power cut left unsynced, is cut at start)")
                                 : "DAMAGED (kvserver refuses to start on it)");
   return sum->damaged == 0 ? 0 : 1;
 }

@@ -173,10 +173,14 @@ namespace {
 // for log offset `base`: calls write(entry_off, version) for each valid
 // write with a version. Returns the bytes of valid writes; a torn tail
 // (nothing but zeros after the write that fails) is cut (zeroed) and
-// reported; anything else is damage: reported, and Corruption.
+// reported; so is a write that fails at or after the file's synced bound
+// (segment_file.h; kSyncedBoundUnknown: none) with data after it, the tail a
+// power cut left unsynced; anything else is damage: reported, and
+// Corruption.
 template <typename WriteFn>
 Result<uint64_t> WalkSegment(std::byte* mem, uint64_t seg_bytes, uint64_t base, uint64_t hash_seed,
-                             const std::string& path, const WriteFn& write, const DurableLog::Report& report) {
+                             uint64_t synced_bound, const std::string& path, const WriteFn& write,
+                             const DurableLog::Report& report) {
   uint64_t pos = 0;
   const char* bad = nullptr;
   uint64_t claimed = 0;  // bytes the write that failed claims (for the tail test)
@@ -223,8 +227,26 @@ Result<uint64_t> WalkSegment(std::byte* mem, uint64_t seg_bytes, uint64_t base, 
     std::memset(mem + pos, 0, seg_bytes - pos);
     return pos;
   }
+  // Data follows. A sync covers whole writes, and every write before the
+  // last sync that returned; the bytes it covered come back intact after a
+  // power cut, and the synced bound is at most where they end. So a write
+  // that fails at or after the bound may lie in the unsynced tail, which a
+  // power cut can bring back in any order (a hole, then data): never
+  // answered under --fsync always, cut. Before the bound it is damage.
+  if (synced_bound != kSyncedBoundUnknown && pos >= synced_bound) {
+    report(At(path, kSegmentHeaderBytes + pos) + " (in-segment offset " + std::to_string(pos) + "): " + bad +
+               ", and data follows it, at or after the synced bound (in-segment offset " +
+               std::to_string(synced_bound) + "): an unsynced tail a power cut left with a hole, cut",
+           false);
+    std::memset(mem + pos, 0, seg_bytes - pos);
+    return pos;
+  }
   const std::string what = At(path, kSegmentHeaderBytes + pos) + ": " + bad +
-                           ", and data follows it (damage, not a torn tail)";
+                           ", and data follows it" +
+                           (synced_bound == kSyncedBoundUnknown
+                                ? std::string(" (damage, not a torn tail; the file records no synced bound)")
+                                : " before the synced bound (in-segment offset " + std::to_string(synced_bound) +
+                                      "): damage, not a torn tail");
   report(what, true);
   return Status::Corruption(what + "; run kvserver --verify");
 }
@@ -236,10 +258,12 @@ Result<uint64_t> WalkSegment(std::byte* mem, uint64_t seg_bytes, uint64_t base, 
 // was never written to), Corruption if its header does not decode or is not
 // this dir's.
 Result<bool> DurableLog::ReadSegmentFile(FileSystem& fs, const std::string& path, uint64_t seq, uint64_t dir_id,
-                                         uint64_t seg_bytes, std::byte* mem, const Report& report) {
+                                         uint64_t seg_bytes, std::byte* mem, uint64_t* synced_bound,
+                                         const Report& report) {
+  *synced_bound = kSyncedBoundUnknown;
   auto f = fs.Open(path, OpenMode::kReadOnly);
   if (!f.ok()) return f.status();
-  std::byte hdr[kSegmentHeaderUsedBytes];
+  std::byte hdr[kSyncedBoundOffsets[1] + kSyncedBoundBytes];  // the header and both synced bound records
   size_t got = 0;
   KVRDMA_RETURN_IF_ERROR((*f)->ReadAt(0, hdr, &got));
   auto h = DecodeSegmentHeader({hdr, got}, path);
@@ -262,6 +286,7 @@ Result<bool> DurableLog::ReadSegmentFile(FileSystem& fs, const std::string& path
                               std::to_string(h->segment_bytes) + "-byte segments; expected " + std::to_string(seq) +
                               " and " + std::to_string(seg_bytes));
   }
+  *synced_bound = DecodeSyncedBound({hdr, got}, seq, seg_bytes);
   return true;
 }
 
@@ -294,6 +319,7 @@ Result<std::vector<DurableLog::Segment>> DurableLog::Load(const InstallVisitor& 
     uint32_t slot = 0;
     bool whole = true;   // false: a file whose creation a crash interrupted (removed)
     bool walked = false; // its entries checked and its writes listed (by either thread)
+    uint64_t synced_bound = kSyncedBoundUnknown;  // its header's (segment_file.h)
     uint64_t used = 0;   // walked: bytes of valid writes (the torn tail cut)
     std::vector<Write> writes;  // walked: its valid writes, in file order
     std::vector<std::pair<std::string, bool>> reports;  // ReadSegmentFile's, for `report`
@@ -311,7 +337,7 @@ Result<std::vector<DurableLog::Segment>> DurableLog::Load(const InstallVisitor& 
     const uint64_t base = uint64_t{c.slot} * seg_bytes;
     c.writes.clear();
     auto used = WalkSegment(
-        cfg_.log_base + base, seg_bytes, base, hash_seed_, PathOf(c.seq),
+        cfg_.log_base + base, seg_bytes, base, hash_seed_, c.synced_bound, PathOf(c.seq),
         [&](uint64_t off, uint64_t version, uint32_t lengths) {
           const std::string_view key(reinterpret_cast<const char*>(cfg_.log_base + off + kEntryKeyOffset),
                                      LengthsKey(lengths));
@@ -361,7 +387,7 @@ Result<std::vector<DurableLog::Segment>> DurableLog::Load(const InstallVisitor& 
       } else {
         std::byte* mem = cfg_.log_base + uint64_t{slot} * seg_bytes;
         const uint64_t t0 = NowNs();
-        auto whole = ReadSegmentFile(*cfg_.fs, path, c.seq, data_dir_id_, seg_bytes, mem, keep);
+        auto whole = ReadSegmentFile(*cfg_.fs, path, c.seq, data_dir_id_, seg_bytes, mem, &c.synced_bound, keep);
         const uint64_t t1 = NowNs();
         read_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
         if (!whole.ok()) {
@@ -457,6 +483,11 @@ Result<std::vector<DurableLog::Segment>> DurableLog::Load(const InstallVisitor& 
       slots_[c.slot].file = std::move(f).value();
       slots_[c.slot].open_seq = c.seq;
       slots_[c.slot].persisted.store(seg_bytes, std::memory_order_release);  // all of it is in the file
+      // No synced bound records: nothing more is written to it but marks,
+      // and a bound past a cut tail (still in the file) would make the
+      // next recovery call that tail damage.
+      std::lock_guard<std::mutex> b(slots_[c.slot].bound_mu);
+      slots_[c.slot].bound_seq = 0;
     }
     segments_on_disk_.fetch_add(1, std::memory_order_relaxed);
     out.push_back(Segment{c.slot, c.seq, c.used});
@@ -478,14 +509,16 @@ Result<DurableLog::VerifySummary> DurableLog::Verify(FileSystem& fs, const std::
   for (const uint64_t seq : *seqs) {
     const std::string path = dir + "/" + SegmentFileName(seq);
     ++sum.files;
-    auto whole = ReadSegmentFile(fs, path, seq, meta->data_dir_id, meta->segment_bytes, mem.data(), report);
+    uint64_t synced_bound;
+    auto whole =
+        ReadSegmentFile(fs, path, seq, meta->data_dir_id, meta->segment_bytes, mem.data(), &synced_bound, report);
     if (!whole.ok()) {
       report(whole.status().message(), true);
       ++sum.damaged;
       continue;
     }
     if (!*whole) continue;
-    auto used = WalkSegment(mem.data(), meta->segment_bytes, 0, meta->hash_seed, path,
+    auto used = WalkSegment(mem.data(), meta->segment_bytes, 0, meta->hash_seed, synced_bound, path,
                             [&](uint64_t, uint64_t, uint32_t) { ++sum.writes; }, report);
     if (!used.ok()) {
       ++sum.damaged;
@@ -498,6 +531,17 @@ Result<DurableLog::VerifySummary> DurableLog::Verify(FileSystem& fs, const std::
 
 Status DurableLog::OpenSegment(uint32_t slot, uint64_t open_seq) {
   const std::string path = PathOf(open_seq);
+  // The header and, unless kNo (which never syncs), the first synced bound
+  // record (bound 0) in slot 0: one write.
+  std::byte hdr[kSegmentFirstWriteBytes] = {};
+  EncodeSegmentHeader({data_dir_id_, open_seq, cfg_.segment_bytes},
+                      std::span<std::byte, kSegmentHeaderUsedBytes>(hdr, kSegmentHeaderUsedBytes));
+  const bool bounds = cfg_.fsync != FsyncMode::kNo;
+  if (bounds) {
+    EncodeSyncedBound(open_seq, 0,
+                      std::span<std::byte, kSyncedBoundBytes>(hdr + kSyncedBoundOffsets[0], kSyncedBoundBytes));
+  }
+  const std::span<const std::byte> first(hdr, bounds ? kSegmentFirstWriteBytes : kSegmentHeaderUsedBytes);
   Result<std::unique_ptr<File>> f = TakeSpare(path);
   Status st;
   if (*f == nullptr) {
@@ -509,13 +553,22 @@ Status DurableLog::OpenSegment(uint32_t slot, uint64_t open_seq) {
     st = (*f)->Allocate(kSegmentHeaderBytes + cfg_.segment_bytes);
     // kAlways without a spare ready (the first segment of each head, or
     // segments that fill faster than the spare is made): written whole here,
-    // once, so that its commits' syncs do not convert unwritten extents.
-    if (st.ok() && cfg_.fsync == FsyncMode::kAlways) st = WriteZeros(**f);
+    // once, so that its commits' syncs do not convert unwritten extents; the
+    // header goes in before that sync.
+    if (st.ok() && cfg_.fsync == FsyncMode::kAlways) {
+      st = WriteZeros(**f, first);
+    } else if (st.ok()) {
+      st = (*f)->WriteAt(0, first);
+    }
+  } else {
+    // kAlways, the spare: its header synced before any write in it. A power
+    // cut may persist a file's unsynced writes in any order: a commit's data
+    // without the header (written just before it, synced with it) would
+    // leave a file recovery cannot read, and a synced bound record needs the
+    // header's first record (bound 0) durable. One sync per segment opened.
+    st = (*f)->WriteAt(0, first);
+    if (st.ok()) st = (*f)->Sync();
   }
-  std::byte hdr[kSegmentHeaderUsedBytes];
-  EncodeSegmentHeader({data_dir_id_, open_seq, cfg_.segment_bytes},
-                      std::span<std::byte, kSegmentHeaderUsedBytes>(hdr));
-  if (st.ok()) st = (*f)->WriteAt(0, hdr);
   // The name must survive a power cut before any write in the file is
   // acknowledged as durable (kAlways), or flushed (kEverySec).
   if (st.ok() && cfg_.fsync != FsyncMode::kNo) st = cfg_.fs->SyncDir(cfg_.dir);
@@ -535,6 +588,11 @@ Status DurableLog::OpenSegment(uint32_t slot, uint64_t open_seq) {
     sf.persisted.store(0, std::memory_order_release);
     sf.dirty.store(true, std::memory_order_relaxed);  // the header
     sf.open_seq.store(open_seq, std::memory_order_release);
+    std::lock_guard<std::mutex> b(sf.bound_mu);
+    sf.bound_seq = bounds ? open_seq : 0;
+    sf.bound = 0;
+    sf.bound_records = 1;  // the header's, in slot 0
+    sf.bound_durable = cfg_.fsync == FsyncMode::kAlways ? 1 : 0;  // kAlways synced it above
   }
   {
     // Marks queued for the slot's previous file after it went (their
@@ -576,12 +634,13 @@ std::unique_ptr<File> DurableLog::TakeSpare(const std::string& path) {
   return f.ok() ? std::move(f).value() : nullptr;
 }
 
-Status DurableLog::WriteZeros(File& f) {
+Status DurableLog::WriteZeros(File& f, std::span<const std::byte> first) {
   static const std::vector<std::byte> zeros(size_t{1} << 20);
   const uint64_t bytes = kSegmentHeaderBytes + cfg_.segment_bytes;
   for (uint64_t off = 0; off < bytes; off += zeros.size()) {
     KVRDMA_RETURN_IF_ERROR(f.WriteAt(off, {zeros.data(), std::min<uint64_t>(zeros.size(), bytes - off)}));
   }
+  if (!first.empty()) KVRDMA_RETURN_IF_ERROR(f.WriteAt(0, first));
   return f.Sync();
 }
 
@@ -716,10 +775,13 @@ Status DurableLog::SyncHeadFiles(Head& h) {
     // entries' copies made durable first (Settle).
     if (!f || seq != r.open_seq) continue;
     ++synced;
+    const SyncCover cover = BeforeSync(r.slot, r.open_seq);
     if (Status st = f->Sync(); !st.ok()) {
       io_errors_.fetch_add(1, std::memory_order_relaxed);
       if (result.ok()) result = st;
       h.unsynced[kept++] = r;
+    } else {
+      RecordSyncedBound(r.slot, *f, cover);
     }
   }
   h.unsynced.resize(kept);
@@ -829,6 +891,8 @@ Status DurableLog::RemoveSegment(uint32_t slot) {
     slots_[slot].file.reset();  // closed once the flusher lets go of it too
     slots_[slot].open_seq.store(0, std::memory_order_release);
     slots_[slot].dirty.store(false, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> b(slots_[slot].bound_mu);
+    slots_[slot].bound_seq = 0;  // its file takes no more records
   }
   {
     // The marks of the file's entries go with it, all at once.
@@ -894,13 +958,17 @@ Status DurableLog::FlushRound() {
     bool any = false;
     for (uint32_t s = 0; s < cfg_.segment_count; ++s) {
       if (!slots_[s].dirty.exchange(false, std::memory_order_acq_rel)) continue;
-      std::shared_ptr<File> f = FileOf(s);
+      uint64_t seq;
+      std::shared_ptr<File> f = FileOf(s, &seq);
       if (!f) continue;  // removed meanwhile
       any = true;
+      const SyncCover cover = BeforeSync(s, seq);
       if (Status st = f->Sync(); !st.ok()) {
         slots_[s].dirty.store(true, std::memory_order_relaxed);  // flushed again next round
         io_errors_.fetch_add(1, std::memory_order_relaxed);
         if (result.ok()) result = st;
+      } else {
+        RecordSyncedBound(s, *f, cover);
       }
     }
     if (any) CountFlush(NowNs() - t0);
@@ -932,6 +1000,51 @@ Status DurableLog::FlushRound() {
   }
   marks_out_min_seq_.store(UINT64_MAX, std::memory_order_release);  // after they were written or put back
   return result;
+}
+
+DurableLog::SyncCover DurableLog::BeforeSync(uint32_t slot, uint64_t open_seq) {
+  SlotFile& sf = slots_[slot];
+  std::lock_guard<std::mutex> l(sf.bound_mu);
+  SyncCover c;
+  if (sf.bound_seq == 0 || sf.bound_seq != open_seq) return c;  // the file takes no records
+  c.open_seq = open_seq;
+  c.records = sf.bound_records;
+  // The bytes written to the file before the sync starts: it covers them.
+  // Read under bound_mu with the file's seq still in bound_seq: the slot's
+  // next file resets `persisted` and then takes bound_mu, and its writes
+  // come after that.
+  c.bound = sf.persisted.load(std::memory_order_acquire);
+  return c;
+}
+
+void DurableLog::RecordSyncedBound(uint32_t slot, File& f, const SyncCover& c) {
+  if (c.open_seq == 0) return;
+  SlotFile& sf = slots_[slot];
+  std::lock_guard<std::mutex> l(sf.bound_mu);
+  if (sf.bound_seq != c.open_seq) return;  // removed meanwhile
+  // The records written before the sync started are durable now.
+  sf.bound_durable = std::max(sf.bound_durable, c.records);
+  if (c.bound <= sf.bound) return;  // nothing new to say
+  // A record overwrites the slot that does not hold the newest record, and
+  // only once that newest one is durable: whatever a crash does to this
+  // write, the other slot holds a durable record that checks. Otherwise the
+  // next sync writes it (it covers the newest record).
+  if (sf.bound_durable < sf.bound_records) return;
+  std::byte rec[kSyncedBoundBytes];
+  EncodeSyncedBound(c.open_seq, c.bound, rec);
+  const uint64_t at = kSyncedBoundOffsets[sf.bound_records % 2];
+  // kAlways: a pwrite (its files are written whole, and the next commit
+  // syncs); else a store into the mapping, as the heads write.
+  const Status st = cfg_.fsync == FsyncMode::kAlways ? f.WriteAt(at, rec) : f.WriteMapped(at, rec);
+  if (!st.ok()) {
+    // The slot may hold part of it: the next record goes to the same slot;
+    // the other one still holds the newest durable record.
+    io_errors_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  ++sf.bound_records;
+  sf.bound = c.bound;
+  sf.dirty.store(true, std::memory_order_release);  // made durable by the next sync (a round's, or the head's)
 }
 
 void DurableLog::CountFlush(uint64_t ns) {

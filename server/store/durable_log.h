@@ -32,6 +32,16 @@
 //   marks written too if the compaction drops tombstones), then
 //   RemoveSegment.
 //
+// - After every sync of a segment file that returned (a head's own, kAlways;
+//   a flush round's): the file's synced bound record (segment_file.h), one
+//   small write into its header region (kAlways: pwrite; else through the
+//   mapping), made durable by the file's next sync. It is never ahead of
+//   what a sync covered, so recovery may cut a hole it finds at or after it
+//   as a power cut's unsynced tail. A segment opened under kAlways has its
+//   header (and first record, bound 0) synced before any write in it: the
+//   zeros' sync when it is allocated at open, one sync of its own when it
+//   takes the spare.
+//
 // Threads: a flusher thread runs the flush rounds (fdatasync of every file
 // written since the last round, then the marks queued before the round
 // began): on demand (Settle), and at least once a second while something
@@ -107,8 +117,12 @@ class DurableLog {
   // version is a write refused or known to be superseded). After a file's
   // last valid write: a torn tail if nothing but zeros follows the write
   // that fails to validate (the write a crash interrupted: cut, and reported
-  // through `report` as a warning); otherwise damage: reported, and
-  // Corruption naming the file, the offset and what was expected.
+  // through `report` as a warning); if data follows it, an unsynced tail a
+  // power cut left with a hole when the write starts at or after the file's
+  // synced bound (segment_file.h; cut, and reported as a warning naming the
+  // file, the offset and the bound); otherwise (before the bound, or a file
+  // that records none) damage: reported, and Corruption naming the file,
+  // the offset and what was expected.
   //
   // Two threads: a reading thread reads the files into their slots (up to
   // kLoadAhead files ahead) and checks their headers, while the calling
@@ -237,12 +251,33 @@ class DurableLog {
     // marks_mu): they go with the file, all at once, when it is removed.
     std::mutex marks_mu;
     std::vector<Mark> marks;
+    // The file's synced bound records (segment_file.h), guarded by bound_mu
+    // (taken after slots_mu_ when both are held): the open seq of the file
+    // that takes them (0: none: kNo, a recovered file, removed); the newest
+    // record's bound; records written to it (the next goes to slot
+    // bound_records % 2; the header's is the first); and how many of those a
+    // sync that returned covers.
+    std::mutex bound_mu;
+    uint64_t bound_seq = 0;
+    uint64_t bound = 0;
+    uint64_t bound_records = 0;
+    uint64_t bound_durable = 0;
+  };
+  // What a sync of a file is about to cover (BeforeSync): the bytes written
+  // to it from 0, and its synced bound records written so far (open_seq 0:
+  // the file takes no records).
+  struct SyncCover {
+    uint64_t open_seq = 0;
+    uint64_t bound = 0;
+    uint64_t records = 0;
   };
 
   explicit DurableLog(const DurableLogConfig& cfg);
   static Result<std::vector<uint64_t>> ListSegments(FileSystem& fs, const std::string& dir, const Report& report);
+  // Also sets *synced_bound: the header's (kSyncedBoundUnknown: none).
   static Result<bool> ReadSegmentFile(FileSystem& fs, const std::string& path, uint64_t seq, uint64_t dir_id,
-                                      uint64_t seg_bytes, std::byte* mem, const Report& report);
+                                      uint64_t seg_bytes, std::byte* mem, uint64_t* synced_bound,
+                                      const Report& report);
   std::string PathOf(uint64_t open_seq) const;
   std::shared_ptr<File> FileOf(uint32_t slot, uint64_t* open_seq = nullptr) const;
   Status WriteRange(const Range& r);
@@ -273,8 +308,15 @@ class DurableLog {
   // OpenSegment's part: the spare renamed to `path`, or null (none ready,
   // or the rename failed: the caller allocates a file as without spares).
   std::unique_ptr<File> TakeSpare(const std::string& path);
-  // Writes a segment file whole with zeros (header and segment), then syncs.
-  Status WriteZeros(File& f);
+  // Writes a segment file whole with zeros (header and segment), then
+  // `first` at 0 (the header), then syncs.
+  Status WriteZeros(File& f, std::span<const std::byte> first = {});
+  // Around every sync of a segment file (a head's, a flush round's): before
+  // it, what it will cover; after it returned OK, the file's synced bound
+  // record is written (one small write; none if the bound did not grow, or
+  // the newest record is not durable yet: the next sync writes it).
+  SyncCover BeforeSync(uint32_t slot, uint64_t open_seq);
+  void RecordSyncedBound(uint32_t slot, File& f, const SyncCover& c);
 
   const DurableLogConfig cfg_;
   uint64_t data_dir_id_ = 0;

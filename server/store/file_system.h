@@ -9,9 +9,13 @@
 // Durability contract (what the store relies on, and what FaultFileSystem
 // models):
 // - A File's bytes written with WriteAt (or WriteMapped) are durable once a later Sync() of
-//   that file returns OK. Until then a power cut may keep any subset of them
-//   (FaultFileSystem keeps the first k of them in call order, and may tear
-//   the next one at any byte).
+//   that file returns OK. Until then a power cut may keep any subset of them,
+//   in any order: a hole, then data (FaultFileSystem's kPowerCut keeps the
+//   first k of them in call order, and may tear the next one at any byte;
+//   kPowerCutAnyOrder keeps any subset of their sectors, or of the writes).
+//   The durable store records, after each sync, where the file's synced
+//   bytes end (segment_file.h, the synced bound), so that recovery can tell
+//   such a hole from damage.
 // - A name created by Open(kCreate), removed by Remove or moved by Rename is
 //   durable once a later SyncDir() of its directory returns OK; until then a
 //   power cut may undo it (a created file vanishes, a removed one comes back,

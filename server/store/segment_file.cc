@@ -14,6 +14,7 @@ static_assert(std::endian::native == std::endian::little, "the disk format is li
 
 constexpr uint64_t kMetaMagic = 0x4154454d4452564bull;     // "KVRDMETA"
 constexpr uint64_t kSegmentMagic = 0x4745534d4452564bull;  // "KVRDMSEG"
+constexpr uint64_t kSyncedBoundMagic = 0x434e59534452564bull;  // "KVRDSYNC"
 
 void Put64(std::byte* p, uint64_t v) noexcept { std::memcpy(p, &v, 8); }
 void Put32(std::byte* p, uint32_t v) noexcept { std::memcpy(p, &v, 4); }
@@ -97,6 +98,28 @@ Result<SegmentHeader> DecodeSegmentHeader(std::span<const std::byte> in, const s
                               std::to_string(kSegmentHeaderBytes));
   }
   return SegmentHeader{f[0], f[1], f[2]};
+}
+
+void EncodeSyncedBound(uint64_t open_seq, uint64_t bound, std::span<std::byte, kSyncedBoundBytes> out) noexcept {
+  std::byte* p = out.data();
+  Put64(p, kSyncedBoundMagic);
+  Put64(p + 8, open_seq);
+  Put64(p + 16, bound);
+  Put64(p + 24, XXH3_64bits(p, 24));
+}
+
+uint64_t DecodeSyncedBound(std::span<const std::byte> header_region, uint64_t open_seq,
+                           uint64_t segment_bytes) noexcept {
+  uint64_t best = kSyncedBoundUnknown;
+  for (const size_t at : kSyncedBoundOffsets) {
+    if (header_region.size() < at + kSyncedBoundBytes) continue;
+    const std::byte* p = header_region.data() + at;
+    if (Get64(p) != kSyncedBoundMagic || Get64(p + 8) != open_seq || Get64(p + 24) != XXH3_64bits(p, 24)) continue;
+    const uint64_t bound = Get64(p + 16);
+    if (bound > segment_bytes) continue;  // cannot be this file's: not a record
+    if (best == kSyncedBoundUnknown || bound > best) best = bound;
+  }
+  return best;
 }
 
 std::string SegmentFileName(uint64_t open_seq) {

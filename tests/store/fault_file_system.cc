@@ -297,21 +297,52 @@ std::vector<std::byte> FaultFileSystem::SurvivingBytes(const Inode& inode, std::
   return bytes;
 }
 
-void FaultFileSystem::PowerCut(uint64_t seed) {
+// kPowerCutAnyOrder: per file, a prefix (as above, one time in four), a
+// random subset of the sectors the unsynced writes touched (two in four),
+// or a random subset of the writes (one in four).
+std::vector<std::byte> FaultFileSystem::SurvivingBytesAnyOrder(const Inode& inode, uint64_t sector,
+                                                               std::mt19937_64& rng) {
+  const uint64_t how = rng() % 4;  // 0: a prefix, 1: writes, 2 and 3: sectors
+  if (how == 0 || inode.unsynced.empty()) return SurvivingBytes(inode, rng);
+  Bytes bytes = inode.durable;
+  if (how >= 2) {
+    // Sectors: a kept sector is as the page cache holds it now (every write
+    // applied), a dropped one as the last Sync left it.
+    Bytes now = inode.durable;
+    std::set<uint64_t> sectors;
+    for (const Inode::Write& w : inode.unsynced) {
+      Apply(now, w.offset, w.bytes);
+      for (uint64_t s = w.offset / sector; s * sector < w.offset + w.bytes.size(); ++s) sectors.insert(s);
+    }
+    for (const uint64_t s : sectors) {
+      if (rng() % 2 == 0) continue;
+      const uint64_t from = s * sector, to = std::min<uint64_t>(now.size(), from + sector);
+      if (from < to) Apply(bytes, from, std::span<const std::byte>(now).subspan(from, to - from));
+    }
+  } else {
+    for (const Inode::Write& w : inode.unsynced) {
+      if (rng() % 2 == 0) Apply(bytes, w.offset, w.bytes);
+    }
+  }
+  if (bytes.size() < inode.allocated) bytes.resize(inode.allocated);
+  return bytes;
+}
+
+void FaultFileSystem::PowerCut(uint64_t seed, bool any_order) {
   // One generator for all files, in path order, so that a seed names one
   // outcome of the whole disk.
   std::mt19937_64 rng(seed);
   std::set<const Inode*> done;  // a file under two durable names is cut once
   for (const auto& [path, inode] : durable_names_) {
     if (!done.insert(inode.get()).second) continue;
-    inode->current = SurvivingBytes(*inode, rng);
+    inode->current = any_order ? SurvivingBytesAnyOrder(*inode, sector_bytes_, rng) : SurvivingBytes(*inode, rng);
   }
   names_ = durable_names_;
 }
 
 void FaultFileSystem::Restart(CrashKind kind, uint64_t seed) {
   std::lock_guard lock(mu_);
-  if (kind == CrashKind::kPowerCut) PowerCut(seed);
+  if (kind != CrashKind::kProcess) PowerCut(seed, kind == CrashKind::kPowerCutAnyOrder);
   // After a reboot (or once the killed process is gone and the kernel has
   // written back) everything on disk is durable: the new baseline.
   for (const auto& [path, inode] : names_) {
@@ -347,6 +378,11 @@ void FaultFileSystem::DelayWrites(const std::string& part, std::chrono::millisec
   std::lock_guard lock(mu_);
   delay_part_ = part;
   delay_ = delay;
+}
+
+void FaultFileSystem::SetSectorBytes(uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  sector_bytes_ = bytes;
 }
 
 void FaultFileSystem::SetSpaceLimit(uint64_t bytes) {

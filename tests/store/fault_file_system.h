@@ -22,6 +22,19 @@
 //   durable by SyncDir is undone. A file that comes back (removed, or renamed
 //   away, without SyncDir) gets the same treatment as any other: durable bytes
 //   plus a prefix of its unsynced writes. Restart(kProcess) keeps everything.
+// - Restart(kPowerCutAnyOrder, seed): the same, except that what each file
+//   keeps of its unsynced writes need not be a prefix: the kernel's
+//   writeback and the disk persist a file's dirty pages, and a page's
+//   sectors, in any order. Per file, the seed chooses one of: a prefix (one
+//   time in four), as
+//   kPowerCut (the (k+1)-th write torn at a byte); each sector (512 bytes
+//   unless SetSectorBytes: what a disk writes whole; a 4 KiB page's sectors
+//   too may land in any order) an unsynced write touched kept (as it is
+//   now) or not (as it was at the last Sync), each with probability 1/2
+//   (two in four); or each unsynced write kept or dropped, each with
+//   probability 1/2, in call order (one in four).
+//   A write at the crash step that tore (CrashAtStep with tear) is one of
+//   the unsynced writes, as it is.
 //
 // Error messages have the shape of PosixFileSystem's ("PATH: writing N bytes
 // at OFFSET: No space left on device").
@@ -58,7 +71,8 @@ class FaultFileSystem final : public FileSystem {
   enum class Op : uint8_t { kWrite, kSync, kAllocate, kCreate, kRemove, kRename, kSyncDir };
   enum class CrashKind : uint8_t {
     kProcess,   // kill -9: every call that returned stays
-    kPowerCut,  // only what Sync / SyncDir made durable is sure to stay
+    kPowerCut,  // only what Sync / SyncDir made durable is sure to stay; a prefix of the rest
+    kPowerCutAnyOrder,  // as kPowerCut, but any subset of the rest (sectors or writes)
   };
 
   FaultFileSystem();
@@ -96,6 +110,11 @@ class FaultFileSystem final : public FileSystem {
   // would exceed `bytes`; a write inside a file's current size never does.
   // 0 = unlimited.
   void SetSpaceLimit(uint64_t bytes);
+  // The unit kPowerCutAnyOrder keeps or drops (a power of two, at least 8:
+  // an aligned 8-byte store, a leader or a mark, is never split). A test
+  // whose segments are scaled down may scale its sectors down too, so that
+  // a commit of a few small writes spans several.
+  void SetSectorBytes(uint64_t bytes);
 
   // WriteAt calls through files opened under a path that contains `part`
   // wait `delay` before they take effect (without holding the file system:
@@ -132,8 +151,9 @@ class FaultFileSystem final : public FileSystem {
   uint64_t TotalBytes() const;
   Status CheckGeneration(uint64_t generation, const std::string& what) const;
   bool DirExists(const std::string& dir) const;
-  void PowerCut(uint64_t seed);
+  void PowerCut(uint64_t seed, bool any_order);
   static std::vector<std::byte> SurvivingBytes(const Inode& inode, std::mt19937_64& rng);
+  static std::vector<std::byte> SurvivingBytesAnyOrder(const Inode& inode, uint64_t sector, std::mt19937_64& rng);
 
   // The File calls; each takes mu_.
   Status FileWrite(FaultFile& f, uint64_t offset, std::span<const std::byte> data);
@@ -154,6 +174,7 @@ class FaultFileSystem final : public FileSystem {
   bool crashed_ = false;
   std::array<Injected, 7> injected_{};  // by Op
   uint64_t space_limit_ = 0;
+  uint64_t sector_bytes_ = 512;
   std::string delay_part_;  // DelayWrites
   std::chrono::milliseconds delay_{0};
   uint64_t syncs_ = 0;
