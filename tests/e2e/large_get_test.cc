@@ -541,7 +541,15 @@ TEST_P(LargeGetTest, MixedLargeGetsInFlightReturnTheirOwnKeysValues) {
       puts.fetch_add(1, std::memory_order_relaxed);
     }
   });
-  const int gets = env.fabric != nullptr ? 2000 : 200;
+  // Under ThreadSanitizer 500 loopback GETs: it judges every racing access
+  // it sees, and each GET's are the same. 2000 did not finish within the 30 s
+  // this loop had on this bed (1,230-1,310 of them, ff650dc's code too).
+#if defined(__SANITIZE_THREAD__)
+  constexpr bool kTsan = true;
+#else
+  constexpr bool kTsan = false;
+#endif
+  const int gets = env.fabric != nullptr ? (kTsan ? 500 : 2000) : 200;
   constexpr int kDepth = 16;
   std::vector<Op> ops(kDepth);
   std::vector<std::string> got(kDepth);
@@ -559,7 +567,7 @@ TEST_P(LargeGetTest, MixedLargeGetsInFlightReturnTheirOwnKeysValues) {
   };
   for (size_t i = 0; i < kDepth; ++i) ASSERT_TRUE(submit(i));
   std::vector<Op*> done(kDepth);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (completed < submitted && std::chrono::steady_clock::now() < deadline) {
     const size_t n = reader.Wait(done, 100);
     for (size_t i = 0; i < n; ++i) {
