@@ -23,18 +23,9 @@ void EncodeRequestHeader(const RequestHeader& h, uint8_t* out) noexcept {
 
 namespace {
 
-// A little-endian integer at p (a header field at a fixed offset: the
-// caller checked the message holds the whole header).
-template <typename T>
-T LoadLe(const uint8_t* p) noexcept {
-  T v = 0;
-  if constexpr (std::endian::native == std::endian::little) {
-    std::memcpy(&v, p, sizeof(T));
-  } else {
-    for (size_t i = 0; i < sizeof(T); ++i) v = static_cast<T>(v | (T{p[i]} << (8 * i)));
-  }
-  return v;
-}
+// The header's fields at their fixed offsets (the caller checked that the
+// message holds the whole header).
+using wire::LoadLe;
 
 // One request at the start of msg, into *p (unspecified on error); *used:
 // its length. Without MORE it must end msg; with MORE (allowed only in
@@ -250,9 +241,9 @@ Result<ParsedReply> ParseReply(std::span<const uint8_t> msg) noexcept {
   const uint8_t code = msg[0];
   ParsedReply p;
   p.header.flags = msg[1];
-  const uint32_t body_len = wire::LoadLe<uint32_t>(msg.data() + 4);
-  p.header.request_id = wire::LoadLe<uint64_t>(msg.data() + 8);
-  p.header.version = wire::LoadLe<uint64_t>(msg.data() + 16);
+  const uint32_t body_len = LoadLe<uint32_t>(msg.data() + 4);
+  p.header.request_id = LoadLe<uint64_t>(msg.data() + 8);
+  p.header.version = LoadLe<uint64_t>(msg.data() + 16);
   if (body_len > msg.size() - kReplyHeaderSize) return Status::Protocol("malformed reply");
   p.body = msg.subspan(kReplyHeaderSize, body_len);
   if (code > static_cast<uint8_t>(Status::kLastCode)) return Status::Protocol("reply with unknown status");
