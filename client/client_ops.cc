@@ -532,7 +532,7 @@ void Client::Impl::OnReply(const Completion& c) {
   if (Status st = conn_->PostRecv({&r, 1}); !st.ok()) return FailAll(Status::ConnectionLost(st.ToString()));
   if (s.step == Step::kReplies && s.outstanding == 0) {
     if (s.window >= 0) return InvalidateWindow(s);
-    Finish(s, std::move(s.result));  // Reset clears what the move leaves
+    Finish(s, std::move(s.result));  // ResetForMessage clears what the move leaves
   }
 }
 
