@@ -33,7 +33,18 @@ class LargeGetTest : public ::testing::TestWithParam<Kind> {};
 TEST_P(LargeGetTest, OneMiBGetBesideFourBusyReadersAndTwoWritersCompletes) {
   TransportEnv env = TransportEnv::Make(GetParam());
   if (!env.skip_reason.empty()) GTEST_SKIP() << env.skip_reason;
-  TestServer server(env);  // default grace period (100 ms): round limit 50 ms
+  // Loopback: the default grace period (100 ms; round limit 50 ms, a late
+  // round's recheck within 150 ms). Soft-RoCE in the test bed's guest, with
+  // the six busy clients below on its two CPUs, moves one 1 MiB READ in
+  // 100-200 ms: past the recheck limit about as often as not (ff650dc and
+  // b97e520 alike: p50 0.3-2.6 s, 160-300 restarts per 20 GETs, a GET past
+  // its 5 s deadline in 5 of 7 runs, 2026-11-28). There the grace period is
+  // 1 s (round limit 500 ms): the test is about the large buffer and late
+  // rounds beside busy clients, not the bed's READ speed. A link that slow
+  // needs a longer --grace-ms in production too (kvserver --help).
+  server::ServerConfig cfg = TestServer::Defaults();
+  if (GetParam() == Kind::kVerbs) cfg.grace_period_ms = 1000;
+  TestServer server(env, cfg);
   const char* env_rounds = std::getenv("KVRDMA_LARGE_GET_ROUNDS");
   const int rounds = env_rounds != nullptr ? std::atoi(env_rounds) : 20;
 
