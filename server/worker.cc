@@ -126,9 +126,7 @@ void Worker::ApplyControl() {
   }
 }
 
-ConnState* Worker::Find(uint32_t qp_num) {
-  if (ConnState* c = conns_.Find(qp_num)) return c;
-  // A connection accepted since the last batch: its Add may be pending.
+ConnState* Worker::FindAfterControl(uint32_t qp_num) {
   if (!control_pending_.load(std::memory_order_acquire)) return nullptr;
   ApplyControl();
   return conns_.Find(qp_num);
@@ -136,6 +134,28 @@ ConnState* Worker::Find(uint32_t qp_num) {
 
 int64_t Worker::caught_up_ms() const {
   return sleeping_.load(std::memory_order_acquire) ? SteadyMs() : caught_up_ms_.load(std::memory_order_relaxed);
+}
+
+[[gnu::always_inline]] inline int Worker::Drain(int64_t now_ms) {
+  int total = 0;
+  for (int polls = 0; polls < 32; ++polls) {
+    // Read before the poll: the first poll's is the caller's (read just
+    // before), a later one's its own (the poll before it found a full batch).
+    const int64_t start_ms = polls == 0 ? now_ms : SteadyMs();
+    const int n = cq_->Poll(wc_);
+    if (n < 0) {
+      KVRDMA_LOG_ERROR("worker %u: polling the completion queue failed", index_);
+      break;
+    }
+    for (int i = 0; i < n; ++i) Dispatch(wc_[i]);
+    total += n;
+    if (static_cast<size_t>(n) < wc_.size()) {
+      // Every completion that arrived before start_ms has been handled.
+      caught_up_ms_.store(start_ms, std::memory_order_relaxed);
+      break;
+    }
+  }
+  return total;
 }
 
 void Worker::Run() {
@@ -148,15 +168,23 @@ void Worker::Run() {
   const auto busy_poll = std::chrono::microseconds(cfg_.busy_poll_us);
   Clock::time_point busy_until{};  // start asleep
   bool worked = false;              // the last iteration handled completions or served messages
+  // The last iteration served messages, and service_start_ holds the end of
+  // the last one (ServiceTimer's reading), taken after that work.
+  bool served_reading = false;
   for (;;) {
     if (control_pending_.load(std::memory_order_acquire)) ApplyControl();
     // Abandoned assemblies are looked for every kExpiryCheckMs whether or
     // not the worker is idle: a worker kept busy by other connections must
     // not let a stalled assembly hold its bytes (one clock read per batch).
-    const auto now = Clock::now();
+    // The reading: the end of the last message served if the iteration
+    // before served any (its replies were posted after it: the reading is
+    // a few microseconds early, and a message costs one clock read, not
+    // two), else one of its own.
+    const auto now = served_reading ? service_start_ : Clock::now();
+    service_start_ = now;  // the first request this iteration serves is timed from here
     const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-    // After work, the busy poll counts from this read, the first after that
-    // work's replies were posted: one clock read per iteration, not two.
+    // After work, the busy poll counts from this reading, the first after
+    // that work (one clock read per iteration, not two).
     if (worked) busy_until = now + busy_poll;
     if (now_ms - last_expiry_ms_ >= kExpiryCheckMs) {
       ExpireAssemblies(now_ms);
@@ -179,6 +207,9 @@ void Worker::Run() {
     // round still serves every connection once, in turn.
     for (uint32_t r = 1; durable_ && r < kReplyBatch && HasReady(); ++r) ServeRound();
     worked = n > 0 || serve;
+    // Not after a durable store's Commit (FlushReplies): a flush may take
+    // milliseconds, which the busy poll must not lose.
+    served_reading = serve && !durable_;
     if (worked) {
       FlushReplies();
       continue;
@@ -202,26 +233,40 @@ void Worker::Run() {
   }
 }
 
-int Worker::Drain(int64_t now_ms) {
-  int total = 0;
-  for (int polls = 0; polls < 32; ++polls) {
-    // Read before the poll: the first poll's is the caller's (read just
-    // before), a later one's its own (the poll before it found a full batch).
-    const int64_t start_ms = polls == 0 ? now_ms : SteadyMs();
-    const int n = cq_->Poll(wc_);
-    if (n < 0) {
-      KVRDMA_LOG_ERROR("worker %u: polling the completion queue failed", index_);
-      break;
-    }
-    for (int i = 0; i < n; ++i) Dispatch(wc_[i]);
-    total += n;
-    if (static_cast<size_t>(n) < wc_.size()) {
-      // Every completion that arrived before start_ms has been handled.
-      caught_up_ms_.store(start_ms, std::memory_order_relaxed);
-      break;
-    }
+// Inline into HandleNext, its one caller (a call less per message).
+[[gnu::always_inline]] inline std::span<const uint8_t> Worker::CopyRequest(ConnState& cs, const Completion& c) {
+  uint32_t len;
+  // A ring's request: the client wrote it and may write it again at any
+  // time; the only read of it is this copy.
+  const uint8_t* src = MessageAt(cs, c, &len);
+  if (src == nullptr) {
+    counters_.errors.fetch_add(1, std::memory_order_relaxed);
+    ReplyError(cs, 0,
+               Status::InvalidArgument("ring position " + std::to_string(c.imm >> 24) + " / length " +
+                                       std::to_string(len) + " out of range (" + std::to_string(cfg_.credits) +
+                                       " positions of " + std::to_string(cfg_.message_bytes) + " bytes)"));
+    return {};
   }
-  return total;
+  RacyLoad(request_.get(), src, len);  // the ring may be written meanwhile (by design, harmless)
+  if (len == 0) {  // not even a header: answered like any short request
+    counters_.errors.fetch_add(1, std::memory_order_relaxed);
+    ReplyError(cs, 0, Status::InvalidArgument("request shorter than its header (0 bytes)"));
+    return {};
+  }
+  return {request_.get(), len};
+}
+
+// Inline into ServeRound, its one caller (a call less per message).
+[[gnu::always_inline]] inline void Worker::HandleNext(ConnState& cs) {
+  const Completion c = cs.pending[cs.pending_head];
+  if (++cs.pending_head == cs.pending.size()) cs.pending_head = 0;  // a ring: no division per message
+  --cs.pending_count;
+  std::span<const uint8_t> msg = CopyRequest(cs, c);
+  // The request is copied (or answered): its receive buffer is free again.
+  if (Status st = pool_.Repost(c.wr_id); !st.ok()) {
+    KVRDMA_LOG_ERROR("worker %u: reposting a receive buffer failed: %s", index_, st.ToString().c_str());
+  }
+  if (!msg.empty()) HandleRequest(cs, msg);
 }
 
 void Worker::ServeRound() {
@@ -244,18 +289,6 @@ void Worker::ServeRound() {
   }
   ready_.erase(ready_.begin(), ready_.begin() + static_cast<ptrdiff_t>(ready_head_));
   ready_head_ = 0;
-}
-
-void Worker::HandleNext(ConnState& cs) {
-  const Completion c = cs.pending[cs.pending_head];
-  if (++cs.pending_head == cs.pending.size()) cs.pending_head = 0;  // a ring: no division per message
-  --cs.pending_count;
-  std::span<const uint8_t> msg = CopyRequest(cs, c);
-  // The request is copied (or answered): its receive buffer is free again.
-  if (Status st = pool_.Repost(c.wr_id); !st.ok()) {
-    KVRDMA_LOG_ERROR("worker %u: reposting a receive buffer failed: %s", index_, st.ToString().c_str());
-  }
-  if (!msg.empty()) HandleRequest(cs, msg);
 }
 
 void Worker::DropPending(ConnState& cs) {
@@ -293,16 +326,6 @@ void Worker::RequestClose(ConnState& cs, ConnState::CloseReason why) {
   // stops receiving and the client learns at once; the manager still owns
   // the connection and frees it after Remove.
   if (!cs.qp->broken()) cs.qp->Disconnect();
-}
-
-void Worker::Dispatch(const Completion& c) {
-  if (c.wr_id & kReplyTag) {
-    OnReplySent(c);
-  } else if (c.wr_id & kReadTag) {
-    OnRendezvousRead(c);
-  } else {
-    OnReceive(c);
-  }
 }
 
 void Worker::OnReceive(const Completion& c) {
@@ -356,28 +379,6 @@ const uint8_t* Worker::MessageAt(const ConnState& cs, const Completion& c, uint3
   *len = c.imm & 0xffffff;
   if (pos >= cfg_.credits || *len > cfg_.message_bytes) return nullptr;
   return cs.ring.get() + size_t{pos} * cfg_.message_bytes;
-}
-
-std::span<const uint8_t> Worker::CopyRequest(ConnState& cs, const Completion& c) {
-  uint32_t len;
-  // A ring's request: the client wrote it and may write it again at any
-  // time; the only read of it is this copy.
-  const uint8_t* src = MessageAt(cs, c, &len);
-  if (src == nullptr) {
-    counters_.errors.fetch_add(1, std::memory_order_relaxed);
-    ReplyError(cs, 0,
-               Status::InvalidArgument("ring position " + std::to_string(c.imm >> 24) + " / length " +
-                                       std::to_string(len) + " out of range (" + std::to_string(cfg_.credits) +
-                                       " positions of " + std::to_string(cfg_.message_bytes) + " bytes)"));
-    return {};
-  }
-  RacyLoad(request_.get(), src, len);  // the ring may be written meanwhile (by design, harmless)
-  if (len == 0) {  // not even a header: answered like any short request
-    counters_.errors.fetch_add(1, std::memory_order_relaxed);
-    ReplyError(cs, 0, Status::InvalidArgument("request shorter than its header (0 bytes)"));
-    return {};
-  }
-  return {request_.get(), len};
 }
 
 }  // namespace kvrdma::server

@@ -31,38 +31,9 @@ constexpr uint32_t kSignalEvery = 16;
 
 }  // namespace
 
-void Worker::ReplyError(ConnState& cs, uint64_t request_id, const Status& st, uint64_t version) {
-  counters_.request_metrics.CountFailure(st.code());
-  ReplyHeader h;
-  h.status = st.code();
-  h.request_id = request_id;
-  h.version = version;
-  const std::string& m = st.message();
-  // Error texts are cut to what fits inline, so errors never hold a buffer.
-  size_t room = cs.qp->max_inline() > kReplyHeaderSize ? cs.qp->max_inline() - kReplyHeaderSize : m.size();
-  Reply(cs, h, {reinterpret_cast<const uint8_t*>(m.data()), std::min(m.size(), room)});
-}
-
-void Worker::Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t> body) {
-  // Encoded straight into the buffer it is sent from (EncodeReply's length:
-  // the header and as much of the body as fits kMaxReplySize), not into the
-  // stack and copied there.
-  const size_t len = kReplyHeaderSize + std::min(body.size(), kMaxReplySize - kReplyHeaderSize);
-  uint8_t* buf = QueueReply(cs, len);
-  if (buf == nullptr) return;
-  EncodeReply(h, body, {buf, kMaxReplySize});
-  ReplyWritten(cs);
-}
-
-void Worker::ReplyEncoded(ConnState& cs, std::span<const uint8_t> reply) {
-  const size_t len = std::min(reply.size(), kMaxReplySize);
-  uint8_t* buf = QueueReply(cs, len);
-  if (buf == nullptr) return;
-  std::memcpy(buf, reply.data(), len);
-  ReplyWritten(cs);
-}
-
-uint8_t* Worker::QueueReply(ConnState& cs, size_t len) {
+// QueueReply and ReplyWritten: inline into Reply and ReplyEncoded, their
+// two callers (a call, and its saved registers, less per reply).
+[[gnu::always_inline]] inline uint8_t* Worker::QueueReply(ConnState& cs, size_t len) {
   ConnState::Replies& r = cs.replies;
   const uint32_t buffers = static_cast<uint32_t>(r.busy.size());
   const bool inline_data = len <= cs.qp->max_inline();
@@ -97,8 +68,39 @@ uint8_t* Worker::QueueReply(ConnState& cs, size_t len) {
   return static_cast<uint8_t*>(cs.reply_mr->addr()) + size_t{buffer} * kMaxReplySize;
 }
 
-void Worker::ReplyWritten(ConnState& cs) {
+[[gnu::always_inline]] inline void Worker::ReplyWritten(ConnState& cs) {
   if (cs.replies.queued.size() == kReplyBatch) FlushReplies(cs);  // the scratch buffers are all in use
+}
+
+void Worker::ReplyError(ConnState& cs, uint64_t request_id, const Status& st, uint64_t version) {
+  counters_.request_metrics.CountFailure(st.code());
+  ReplyHeader h;
+  h.status = st.code();
+  h.request_id = request_id;
+  h.version = version;
+  const std::string& m = st.message();
+  // Error texts are cut to what fits inline, so errors never hold a buffer.
+  size_t room = cs.qp->max_inline() > kReplyHeaderSize ? cs.qp->max_inline() - kReplyHeaderSize : m.size();
+  Reply(cs, h, {reinterpret_cast<const uint8_t*>(m.data()), std::min(m.size(), room)});
+}
+
+void Worker::Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t> body) {
+  // Encoded straight into the buffer it is sent from (EncodeReply's length:
+  // the header and as much of the body as fits kMaxReplySize), not into the
+  // stack and copied there.
+  const size_t len = kReplyHeaderSize + std::min(body.size(), kMaxReplySize - kReplyHeaderSize);
+  uint8_t* buf = QueueReply(cs, len);
+  if (buf == nullptr) return;
+  EncodeReply(h, body, {buf, kMaxReplySize});
+  ReplyWritten(cs);
+}
+
+void Worker::ReplyEncoded(ConnState& cs, std::span<const uint8_t> reply) {
+  const size_t len = std::min(reply.size(), kMaxReplySize);
+  uint8_t* buf = QueueReply(cs, len);
+  if (buf == nullptr) return;
+  std::memcpy(buf, reply.data(), len);
+  ReplyWritten(cs);
 }
 
 void Worker::FlushReplies() {

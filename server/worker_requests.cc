@@ -46,7 +46,7 @@ inline void Worker::HandleWrite(ConnState& cs, const ParsedRequest& r) {
 }
 
 void Worker::HandleRequest(ConnState& cs, std::span<const uint8_t> msg) {
-  metrics::ServiceTimer service_timer(counters_.request_metrics.service_time(index_));
+  metrics::ServiceTimer service_timer(counters_.request_metrics.service_time(index_), service_start_);
   // Every request of the message is validated before any is applied: a
   // malformed one anywhere refuses the whole message with one error record
   // (to its first request's id), as a malformed lone request always was.
@@ -143,9 +143,11 @@ void Worker::HandleFragment(ConnState& cs, const ParsedRequest& r) {
   cs.assembly.Release(assembly_budget_);
 }
 
-Status Worker::ApplyWrite(ConnState& cs, const RequestHeader& h, std::span<const uint8_t> key,
-                          std::span<const uint8_t> value, bool is_delete, uint64_t* version,
-                          const RendezvousValue* rdv) {
+// Inline into Apply and HandleWrites, its two callers (a call with seven
+// arguments less per write).
+[[gnu::always_inline]] inline Status Worker::ApplyWrite(ConnState& cs, const RequestHeader& h,
+                                                        std::span<const uint8_t> key, std::span<const uint8_t> value,
+                                                        bool is_delete, uint64_t* version, const RendezvousValue* rdv) {
   uint64_t current = 0;
   const CommitFence fence{&locks_, h.lock_token, cs.id, (h.flags & kFlagIfVersion) != 0, h.if_version, &current};
   const CommitCheck check{&CommitFence::Check, &fence};

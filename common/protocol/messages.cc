@@ -32,8 +32,10 @@ using wire::LoadLe;
 // ParseMessage) it must be a whole PUT/DELETE with more bytes after it.
 // Into the caller's ParsedRequest, not a Result's: ParseMessage parses
 // straight into its out array (a Result and a copy cost a small PUT ~60
-// server instructions).
-Status ParseOne(std::span<const uint8_t> msg, uint32_t max_key, uint32_t max_value, bool allow_more,
+// server instructions). Always inline: in ParseMessage, the server's one
+// parse per message, the call and its saved registers cost a small PUT ~30
+// instructions.
+[[gnu::always_inline]] inline Status ParseOne(std::span<const uint8_t> msg, uint32_t max_key, uint32_t max_value, bool allow_more,
                 ParsedRequest* p, size_t* used) noexcept {
   if (msg.size() < kRequestHeaderSize) {
     return Status::InvalidArgument("request shorter than its header (" + std::to_string(msg.size()) + " bytes)");
@@ -52,6 +54,22 @@ Status ParseOne(std::span<const uint8_t> msg, uint32_t max_key, uint32_t max_val
   h.frag_len = LoadLe<uint32_t>(b + 28);
   h.if_version = LoadLe<uint64_t>(b + 32);
   static_assert(kRequestHeaderSize == 40, "the offsets above are EncodeRequestHeader's");
+  // The common request, a whole PUT with no condition, alone in its message
+  // (or the last of several), checked in one test: every check below that
+  // applies to it (known opcode and flags, if_version 0 without IF_VERSION,
+  // key 1..max_key bytes, value within max_value, the fragment at 0 covering
+  // the value, the lengths adding up to the message). Anything else takes
+  // the checks one by one, which also word the refusal.
+  if (op == static_cast<uint8_t>(Opcode::kPut) && h.flags == (kFlagFirst | kFlagLast) && h.if_version == 0 &&
+      h.frag_offset == 0 && h.frag_len == h.value_len && h.value_len <= max_value && h.key_len != 0 &&
+      h.key_len <= max_key && kRequestHeaderSize + size_t{h.key_len} + h.frag_len == msg.size()) {
+    h.opcode = Opcode::kPut;
+    p->key = msg.subspan(kRequestHeaderSize, h.key_len);
+    p->value = msg.subspan(kRequestHeaderSize + h.key_len);
+    p->rendezvous = {};
+    *used = msg.size();
+    return Status::OK();
+  }
   if (op < 1 || op > 4) return Status::InvalidArgument("unknown opcode " + std::to_string(op));
   h.opcode = static_cast<Opcode>(op);
   if ((h.flags & ~(kFlagFirst | kFlagLast | kFlagIfVersion | kFlagMore | kFlagRendezvous)) != 0) {

@@ -251,15 +251,6 @@ Status Store::CheckKey(std::string_view key) const {
   return Status::OK();
 }
 
-Result<uint64_t> Store::Put(uint32_t worker, std::string_view key, std::string_view value,
-                            const CommitCheck& check, bool wait_for_space, const uint64_t* expected_checksum) {
-  if (worker >= cfg_.workers) return Status::InvalidArgument("bad worker id");
-  // CheckKey's refusal; a valid key costs two compares here, not a call and a Status.
-  if (key.empty() || key.size() > cfg_.max_key_bytes) return CheckKey(key);
-  if (value.size() > cfg_.max_value_bytes) return Status::TooLarge("value longer than max_value_bytes");
-  return Write(worker, key, value, /*tombstone=*/false, check, wait_for_space, expected_checksum);
-}
-
 Result<uint64_t> Store::Delete(uint32_t worker, std::string_view key, const CommitCheck& check,
                               bool wait_for_space) {
   if (worker >= cfg_.workers) return Status::InvalidArgument("bad worker id");
@@ -327,8 +318,8 @@ Result<uint64_t> Store::ReserveSpace(uint32_t head, uint64_t bytes, bool wait_fo
   }
 }
 
-void Store::WriteEntry(uint64_t off, std::string_view key, std::string_view value, bool tombstone,
-                       uint64_t version) noexcept {
+inline void Store::WriteEntry(uint64_t off, std::string_view key, std::string_view value, bool tombstone,
+                              uint64_t version) noexcept {
   const uint32_t lengths = WriteEntryFrame(off, key, static_cast<uint32_t>(value.size()), tombstone, version);
   if (!value.empty()) RacyStore(log_->data() + off + kEntryKeyOffset + key.size(), value.data(), value.size());
   ChecksumEntry(off, lengths);
@@ -340,10 +331,14 @@ inline uint32_t Store::WriteEntryFrame(uint64_t off, std::string_view key, uint3
   std::byte* p = log_->data() + off;
   const uint32_t lengths = PackLengths(key.size(), value_len, tombstone);
   RacyStore(p + LengthsAt(off), &lengths, sizeof(lengths));
-  RacyStore(p + kEntryKeyOffset, key.data(), key.size());
-  const size_t used = kEntryKeyOffset + key.size() + value_len;
+  // The 0..3 padding bytes after the value: the entry's last 4-byte word is
+  // zeroed first (one store of a constant size, not a copy call of 0..3
+  // bytes), and the key and value stores then overwrite what of it is theirs
+  // (a key of at least one byte: the word lies past the header).
   static constexpr uint32_t kZero = 0;
-  RacyStore(p + used, &kZero, EntryBytes(key.size(), value_len) - used);  // 0..3 bytes
+  static_assert(kEntryKeyOffset % 4 == 0 && kEntryAlign == 4, "an entry with a key ends at least a word past its header");
+  RacyStore(p + EntryBytes(key.size(), value_len) - sizeof(kZero), &kZero, sizeof(kZero));
+  RacyStore(p + kEntryKeyOffset, key.data(), key.size());
   return lengths;
 }
 
@@ -368,15 +363,25 @@ Status Store::MeetsChecksum(uint64_t off, uint64_t expected) const {
                                  "nothing written");
 }
 
-Store::Found Store::FindKey(const KeyHash& kh, std::string_view key, uint64_t* first_empty) const {
-  if (first_empty != nullptr) *first_empty = Found::kNone;
-  for (uint64_t w = kh.home; w < kh.home + index_->window_words(); ++w) {
+inline Store::Found Store::FindKey(const KeyHash& kh, std::string_view key, uint64_t* first_empty) const {
+  // The first empty word in a local, stored once (not through the pointer at
+  // every word), and the window's end computed once.
+  uint64_t empty = Found::kNone;
+  const uint64_t end = kh.home + index_->window_words();
+  for (uint64_t w = kh.home; w < end; ++w) {
     const uint64_t s = index_->LoadRef(w);
-    if (s == kEmptyRef && first_empty != nullptr && *first_empty == Found::kNone) *first_empty = w;
-    if (s == kEmptyRef || RefFingerprint(s) != kh.fingerprint) continue;
+    if (s == kEmptyRef) {
+      if (empty == Found::kNone) empty = w;
+      continue;
+    }
+    if (RefFingerprint(s) != kh.fingerprint) continue;
     const EntryHeader h = ReadHeader(RefLogOffset(s));
-    if (EntryKey(RefLogOffset(s), h) == key) return Found{w, s, h};
+    if (EntryKey(RefLogOffset(s), h) == key) {
+      if (first_empty != nullptr) *first_empty = empty;
+      return Found{w, s, h};
+    }
   }
+  if (first_empty != nullptr) *first_empty = empty;
   return {};
 }
 

@@ -187,8 +187,9 @@ class Store {
   // Writes the leader (with `version`, 0 for a write that is refused) and the
   // entry into reserved log space (`off`: the entry's offset, after its
   // leader; RacyStore; checksum last), not current (unpublished) until
-  // Publish.
-  void WriteEntry(uint64_t off, std::string_view key, std::string_view value, bool tombstone,
+  // Publish. Inline, as FindKey (a small PUT's path: a call, and its saved
+  // registers, less each).
+  [[gnu::always_inline]] void WriteEntry(uint64_t off, std::string_view key, std::string_view value, bool tombstone,
                   uint64_t version) noexcept;
   // WriteEntry in two steps: everything but the value's bytes and the guard
   // (leader, lengths, key, padding: WriteEntryFrame), then the checksum over
@@ -216,7 +217,8 @@ class Store {
   // REQUIRES: kh's window lock. The ref of `key` (found() false: none).
   // `first_empty` (if given): the first word of the window whose ref is
   // empty, or Found::kNone (the same scan: a write needs both).
-  Found FindKey(const KeyHash& kh, std::string_view key, uint64_t* first_empty = nullptr) const;
+  [[gnu::always_inline]] Found FindKey(const KeyHash& kh, std::string_view key,
+                                       uint64_t* first_empty = nullptr) const;
   // FindKey for recovery, where no other thread writes the index (the
   // workers and the cleaner start after it): the window's words are read
   // plainly through ProbeWindow's vector filter (the clients' read path),
@@ -269,6 +271,17 @@ class Store {
   bool cleaner_kick_ = false;     // guarded by cleaner_mu_
   std::thread cleaner_;
 };
+
+// Inline: its checks cost a few compares, and StoreBackend::Put then calls
+// Write directly (a call less per PUT).
+inline Result<uint64_t> Store::Put(uint32_t worker, std::string_view key, std::string_view value,
+                                   const CommitCheck& check, bool wait_for_space, const uint64_t* expected_checksum) {
+  if (worker >= cfg_.workers) return Status::InvalidArgument("bad worker id");
+  // CheckKey's refusal; a valid key costs two compares here, not a call and a Status.
+  if (key.empty() || key.size() > cfg_.max_key_bytes) return CheckKey(key);
+  if (value.size() > cfg_.max_value_bytes) return Status::TooLarge("value longer than max_value_bytes");
+  return Write(worker, key, value, /*tombstone=*/false, check, wait_for_space, expected_checksum);
+}
 
 // The small accessors every write calls (some several times), inline here
 // rather than calls into store.cc: cleaner.cc uses them too.
