@@ -4,7 +4,7 @@
 // threads run the client read path directly on the index and log memory
 // (copying with RacyLoad as a NIC would), an injector copies entries in small
 // chunks with yields in between (sometimes waiting until the segment under it
-// is recycled) to produce torn reads, and the cleaner thread compacts and
+// is recycled and its next bytes rewritten) to produce torn reads, and the cleaner thread compacts and
 // recycles small segments. Values are self-verifying (key, sequence number,
 // pattern), so a wrong or torn value returned to a reader is detected:
 // wrong values, stale values and false misses must all be 0.
@@ -233,6 +233,9 @@ void RunStress(uint64_t target_reads, uint64_t min_tears, bool durable = false) 
         RacyLoad(buf.data() + done, src + done, n);
         done += n;
         if (wait_for_reuse && done == n) {
+          // The bytes the READ copies next, as they are now.
+          std::byte old_next[8];
+          RacyLoad(old_next, src + done, std::min<size_t>(len - done, 8));
           // Hold the READ open until the segment is recycled (or 400 ms: on
           // a loaded machine under ThreadSanitizer 100 ms once saw no reuse
           // in 60 s, and no tear).
@@ -241,8 +244,24 @@ void RunStress(uint64_t target_reads, uint64_t min_tears, bool durable = false) 
                  !stop.load(std::memory_order_relaxed)) {
             std::this_thread::sleep_for(std::chrono::microseconds(200));
           }
-          // Then let writers fill the reused segment a little.
-          std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+          // Then hold it until a writer has written over the next bytes
+          // the READ will copy (or 400 ms more): a reused segment fills
+          // from its start, and under ThreadSanitizer on a loaded machine
+          // a fixed 0-2 ms let 1,137 READs held across a reuse finish on
+          // the old bytes, and none tore in 120 s (CI on e1fe198).
+          if (s.SegmentGeneration(cand.entry.offset) != gen && done < len) {
+            const size_t m = std::min<size_t>(len - done, 8);
+            std::byte now_bytes[8];
+            const auto until2 = Clock::now() + std::chrono::milliseconds(400);
+            for (;;) {
+              RacyLoad(now_bytes, src + done, m);
+              if (std::memcmp(now_bytes, old_next, m) != 0 || Clock::now() >= until2 ||
+                  stop.load(std::memory_order_relaxed)) {
+                break;
+              }
+              std::this_thread::sleep_for(std::chrono::microseconds(200));
+            }
+          }
           t.inj_waited.fetch_add(1, std::memory_order_relaxed);
         }
         std::this_thread::yield();
