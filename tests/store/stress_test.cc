@@ -233,34 +233,33 @@ void RunStress(uint64_t target_reads, uint64_t min_tears, bool durable = false) 
         RacyLoad(buf.data() + done, src + done, n);
         done += n;
         if (wait_for_reuse && done == n) {
-          // The bytes the READ copies next, as they are now.
-          std::byte old_next[8];
-          RacyLoad(old_next, src + done, std::min<size_t>(len - done, 8));
-          // Hold the READ open until the segment is recycled (or 400 ms: on
-          // a loaded machine under ThreadSanitizer 100 ms once saw no reuse
-          // in 60 s, and no tear).
-          const auto until = Clock::now() + std::chrono::milliseconds(400);
-          while (s.SegmentGeneration(cand.entry.offset) == gen && Clock::now() < until &&
-                 !stop.load(std::memory_order_relaxed)) {
-            std::this_thread::sleep_for(std::chrono::microseconds(200));
-          }
-          // Then hold it until a writer has written over the next bytes
-          // the READ will copy (or 400 ms more): a reused segment fills
-          // from its start, and under ThreadSanitizer on a loaded machine
-          // a fixed 0-2 ms let 1,137 READs held across a reuse finish on
-          // the old bytes, and none tore in 120 s (CI on e1fe198).
-          if (s.SegmentGeneration(cand.entry.offset) != gen && done < len) {
-            const size_t m = std::min<size_t>(len - done, 8);
-            std::byte now_bytes[8];
-            const auto until2 = Clock::now() + std::chrono::milliseconds(400);
-            for (;;) {
-              RacyLoad(now_bytes, src + done, m);
-              if (std::memcmp(now_bytes, old_next, m) != 0 || Clock::now() >= until2 ||
-                  stop.load(std::memory_order_relaxed)) {
-                break;
-              }
+          // Holds the READ open until `done_waiting` (polled every 200 us)
+          // or 400 ms pass (or the run stops).
+          const auto hold = [&](auto done_waiting) {
+            const auto until = Clock::now() + std::chrono::milliseconds(400);
+            while (!done_waiting() && Clock::now() < until && !stop.load(std::memory_order_relaxed)) {
               std::this_thread::sleep_for(std::chrono::microseconds(200));
             }
+          };
+          // The bytes the READ copies next, as they are now.
+          const size_t m = std::min<size_t>(len - done, 8);
+          std::byte old_next[8];
+          RacyLoad(old_next, src + done, m);
+          // Until the segment is recycled (on a loaded machine under
+          // ThreadSanitizer 100 ms once saw no reuse in 60 s, and no tear).
+          const auto reused = [&] { return s.SegmentGeneration(cand.entry.offset) != gen; };
+          hold(reused);
+          // Then until a writer has written over the next bytes the READ
+          // will copy: a reused segment fills from its start, and under
+          // ThreadSanitizer on a loaded machine a fixed 0-2 ms let 1,137
+          // READs held across a reuse finish on the old bytes, and none tore
+          // in 120 s (CI on e1fe198).
+          if (reused() && m != 0) {
+            hold([&] {
+              std::byte now_bytes[8];
+              RacyLoad(now_bytes, src + done, m);
+              return std::memcmp(now_bytes, old_next, m) != 0;
+            });
           }
           t.inj_waited.fetch_add(1, std::memory_order_relaxed);
         }
