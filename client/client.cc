@@ -92,6 +92,24 @@ Status Client::Impl::Connect() {
       w.mw = std::move(mw).value();
       ++rdv_windows_;
     }
+    // The windows' copy buffers (ClientOptions::rendezvous_copy_bytes). None
+    // (not enough memory, or it cannot be pinned): each value is registered
+    // for its PUT, as with copies off.
+    const size_t copy = opts_.rendezvous_copy_bytes;
+    if (rdv_windows_ > 0 && copy >= opts_.rendezvous_bytes) {
+      if (!rdv_copy_mem_) {
+        rdv_copy_mem_.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, (copy * kRendezvousWindows + 4095) & ~size_t{4095})));
+      }
+      for (uint32_t i = 0; i < rdv_windows_ && rdv_copy_mem_; ++i) {
+        auto mr = dev_->RegisterMemory(rdv_copy_mem_.get() + i * copy, copy, kAccessMwBind);
+        if (!mr.ok()) {
+          KVRDMA_LOG_WARN("rendezvous values are registered for each PUT, not copied: %s", mr.status().ToString().c_str());
+          for (RendezvousWindow& w : rdv_) w.copy_mr.reset();
+          break;
+        }
+        rdv_[i].copy_mr = std::move(mr).value();
+      }
+    }
   }
   return conn_->PostRecv(r);
 }

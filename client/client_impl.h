@@ -273,8 +273,13 @@ class Client::Impl {
     // value_regs_ is bound over instead. Declared before mw: the window goes
     // first (rxe keeps a region with a window bound over it).
     std::unique_ptr<MemoryRegion> mr;
+    // The window's copy buffer (ClientOptions::rendezvous_copy_bytes of
+    // rdv_copy_mem_), registered for binding only at connect: a value of at
+    // most that size outside registered memory is copied here and the
+    // window bound over the copy (no registration per PUT). Null: copies off.
+    std::unique_ptr<MemoryRegion> copy_mr;
     std::unique_ptr<MemoryWindow> mw;     // null: gone (dropped with a failed PUT) until the reconnect
-    const MemoryRegion* bound = nullptr;  // what mw is bound over while owned (mr or a value_regs_ one)
+    const MemoryRegion* bound = nullptr;  // what mw is bound over while owned (mr, copy_mr or a value_regs_ one)
     int32_t owner = -1;                   // op state whose PUT holds it (bound, or being invalidated)
   };
 
@@ -455,6 +460,11 @@ class Client::Impl {
   std::vector<ValueRegistration> value_regs_;
   std::unique_ptr<CompletionQueue> cq_;  // conn_'s send and receive completions; destroyed after conn_
   std::unique_ptr<Connection> conn_;     // destroyed before mr_ and cq_
+  // The windows' copy buffers, kRendezvousWindows x rendezvous_copy_bytes,
+  // allocated at the first connect that has windows, kept across reconnects
+  // (registered per connection: RendezvousWindow::copy_mr). Declared before
+  // rdv_: freed after the registrations over it.
+  std::unique_ptr<uint8_t, FreeDeleter> rdv_copy_mem_;
   // The connection's memory windows for rendezvous PUTs, one per PUT in
   // flight (none: they are off, or the server is older than 10.1).
   // Destroyed before conn_ (MemoryWindow).

@@ -551,20 +551,33 @@ bool Client::Impl::SendRendezvous(OpState& s) {
   const std::string_view value = s.op->value;
   // The window covers exactly the value, READ only, through this
   // connection's QP: the only remote access to it. The memory is only read.
-  // The region it is bound over is exactly the value too (rxe checks READs
-  // against the region), with no rkey of its own (ValueRegion).
-  auto reg = ValueRegion(w, value);
-  if (!reg.ok()) {  // e.g. over the locked-memory limit: the value goes in fragments, as it would without windows
-    if (stats_.rendezvous_fallbacks++ == 0) {
-      KVRDMA_LOG_WARN("a rendezvous PUT of %zu bytes goes in fragments: registering its value failed (%s); "
-                      "ClientStats::rendezvous_fallbacks counts such PUTs",
-                      value.size(), reg.status().ToString().c_str());
+  // Where the value lies in memory the caller did not register and fits
+  // the window's copy buffer, the window is bound over a copy of it there
+  // (registered at connect: no registration per PUT). Otherwise the region
+  // it is bound over is exactly the value (rxe checks READs against the
+  // region), with no rkey of its own (ValueRegion).
+  const MemoryRegion* region = nullptr;
+  const char* bytes = value.data();  // what the window exposes: the value, or its copy
+  if (w.copy_mr != nullptr && value.size() <= w.copy_mr->length() &&
+      RegisteredRegionOf(value.data(), value.size()) == nullptr) {
+    std::memcpy(w.copy_mr->addr(), value.data(), value.size());
+    region = w.copy_mr.get();
+    bytes = static_cast<const char*>(w.copy_mr->addr());
+    ++stats_.rendezvous_copies;
+  } else {
+    auto reg = ValueRegion(w, value);
+    if (!reg.ok()) {  // e.g. over the locked-memory limit: the value goes in fragments, as it would without windows
+      if (stats_.rendezvous_fallbacks++ == 0) {
+        KVRDMA_LOG_WARN("a rendezvous PUT of %zu bytes goes in fragments: registering its value failed (%s); "
+                        "ClientStats::rendezvous_fallbacks counts such PUTs",
+                        value.size(), reg.status().ToString().c_str());
+      }
+      s.rendezvous = false;
+      return SendNextMessage(s);
     }
-    s.rendezvous = false;
-    return SendNextMessage(s);
+    region = *reg;
   }
-  const MemoryRegion* region = *reg;
-  const uint64_t addr = reinterpret_cast<uint64_t>(value.data());
+  const uint64_t addr = reinterpret_cast<uint64_t>(bytes);
   const MwBinding b{w.mw.get(), region, addr, value.size(), kAccessRemoteRead, MakeWrId(WrKind::kWindow, idx)};
   // Posted now, ahead of the request (queued in msg_batch_, posted after):
   // the NIC binds before it sends the request that names the rkey.
@@ -587,7 +600,7 @@ bool Client::Impl::SendRendezvous(OpState& s) {
   len += s.op->key.size();
   const RendezvousValue rv{addr, w.mw->rkey(),
                            RendezvousChecksum({reinterpret_cast<const uint8_t*>(s.op->key.data()), s.op->key.size()},
-                                              {reinterpret_cast<const uint8_t*>(value.data()), value.size()},
+                                              {reinterpret_cast<const uint8_t*>(bytes), value.size()},
                                               desc_.hash_seed)};
   EncodeRendezvous(rv, m + len);
   len += kRendezvousFieldsBytes;
@@ -627,8 +640,9 @@ void Client::Impl::OnWindowInvalidated(OpState& s) {
 
 void Client::Impl::ResetWindows() {
   for (RendezvousWindow& w : rdv_) {
-    w.mw.reset();  // first: a window may be bound over mr
+    w.mw.reset();  // first: a window may be bound over mr or copy_mr
     w.mr.reset();
+    w.copy_mr.reset();
     w.bound = nullptr;
     w.owner = -1;
   }
@@ -642,6 +656,7 @@ void Client::Impl::DropWindow(OpState& s) {
   w.bound = nullptr;
   w.mw.reset();  // unbinds; this window is not used again until the connection is rebuilt
   w.mr.reset();
+  w.copy_mr.reset();
   --rdv_windows_;
 }
 

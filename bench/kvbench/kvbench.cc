@@ -56,6 +56,7 @@ struct Config {
   int64_t location_cache = -1;  // -1: the client's default
   int64_t busy_poll_us = -1;    // -1: the client's default
   int64_t rendezvous_bytes = -1;  // -1: the client's default (ClientOptions::rendezvous_bytes)
+  int64_t rendezvous_copy_bytes = -1;  // -1: the client's default (ClientOptions::rendezvous_copy_bytes)
   bool spin = false;            // poll without sleeping even with nothing to start
   // Threads poll while every operation is in flight: --spin, or several
   // servers (a Wait on one would delay the others' completions).
@@ -148,6 +149,7 @@ class Worker {
       t->direct_reads += s.direct_reads;
       t->rendezvous_puts += s.rendezvous_puts;
       t->rendezvous_registrations += s.rendezvous_registrations;
+      t->rendezvous_copies += s.rendezvous_copies;
       t->rendezvous_fallbacks += s.rendezvous_fallbacks;
       t->puts += s.puts;
       t->messages += s.messages;
@@ -167,6 +169,7 @@ class Worker {
       if (cfg_.location_cache >= 0) o.location_cache_entries = static_cast<size_t>(cfg_.location_cache);
       if (cfg_.busy_poll_us >= 0) o.busy_poll_us = static_cast<uint32_t>(cfg_.busy_poll_us);
       if (cfg_.rendezvous_bytes >= 0) o.rendezvous_bytes = static_cast<uint32_t>(cfg_.rendezvous_bytes);
+      if (cfg_.rendezvous_copy_bytes >= 0) o.rendezvous_copy_bytes = static_cast<uint32_t>(cfg_.rendezvous_copy_bytes);
       o.op_timeout_ms = 10000;
       auto c = Client::Connect(o);
       if (!c.ok()) return Status(c.status().code(), "connecting to " + s + ": " + c.status().message());
@@ -437,6 +440,11 @@ int main(int argc, char** argv) {
   app.add_option("--rendezvous-bytes", cfg.rendezvous_bytes,
                  "PUTs of values of at least this many bytes are rendezvous PUTs (0: never; default: the "
                  "library's, ClientOptions::rendezvous_bytes)");
+  app.add_option("--rendezvous-copy-bytes", cfg.rendezvous_copy_bytes,
+                 "Rendezvous values of at most this many bytes outside registered memory are copied into a\n"
+                 "buffer registered at connect instead of registered for their PUT (0: never; default: the\n"
+                 "library's, ClientOptions::rendezvous_copy_bytes)")
+      ->check(CLI::Range(int64_t{0}, int64_t{64} << 20));
   app.add_option("--location-cache", cfg.location_cache,
                  "Entries in each client's location cache (0: off; default: the library's default, 4096)");
   app.add_option("--busy-poll-us", cfg.busy_poll_us,
@@ -573,8 +581,9 @@ int main(int argc, char** argv) {
   kvrdma::ClientStats cs;
   for (const auto& w : workers) w->AddClientStats(&cs);
   if (cs.rendezvous_puts != 0) {
-    std::printf("client   %" PRIu64 " rendezvous PUTs, %" PRIu64 " of them with a registration of their own; warm-up "
-                "included\n", cs.rendezvous_puts, cs.rendezvous_registrations);
+    std::printf("client   %" PRIu64 " rendezvous PUTs, %" PRIu64 " of them with a registration of their own, %" PRIu64
+                " copied into a window's buffer; warm-up included\n",
+                cs.rendezvous_puts, cs.rendezvous_registrations, cs.rendezvous_copies);
   }
   if (cs.rendezvous_fallbacks != 0) {
     std::printf("client   %" PRIu64 " PUTs of rendezvous size sent in fragments: registering their values failed "

@@ -296,6 +296,7 @@ py::dict ClientStatsDict(const ClientStats& s) {
   d["messages"] = s.messages;
   d["rendezvous_puts"] = s.rendezvous_puts;
   d["rendezvous_registrations"] = s.rendezvous_registrations;
+  d["rendezvous_copies"] = s.rendezvous_copies;
   d["rendezvous_fallbacks"] = s.rendezvous_fallbacks;
   d["get_hits"] = s.get_hits;
   d["get_hit_reads"] = s.get_hit_reads;

@@ -92,13 +92,17 @@ class TestServer {
   static constexpr int64_t kLibraryDefault = -1;
   Result<std::unique_ptr<Client>> Connect(PutMode mode, int64_t rendezvous_bytes = 0,
                                           std::shared_ptr<Device> dev = nullptr) {
+    return ClientFactory::ConnectWith(dev != nullptr ? std::move(dev) : env_.client, Options(mode, rendezvous_bytes));
+  }
+  // The options Connect uses.
+  ClientOptions Options(PutMode mode, int64_t rendezvous_bytes = 0) const {
     ClientOptions o;
     o.host = env_.addr;
     o.port = port();
     o.put_mode = mode;
     if (rendezvous_bytes != kLibraryDefault) o.rendezvous_bytes = static_cast<uint32_t>(rendezvous_bytes);
     o.op_timeout_ms = 10000;
-    return ClientFactory::ConnectWith(dev != nullptr ? std::move(dev) : env_.client, o);
+    return o;
   }
 
  private:

@@ -361,6 +361,91 @@ TEST_P(RendezvousTest, KeptValueRegistrationsAreBoundedOldestFirst) {
   ASSERT_TRUE(c->UnregisterMemory(mem).ok());
 }
 
+// ClientOptions::rendezvous_copy_bytes (off by default): a value up to that
+// size outside registered memory is copied into the window's buffer when its
+// PUT is sent: no registration, and the server READs the copy. The loopback
+// NIC copies the READ in 4 KiB chunks; the caller's value changed between two
+// of them (which the API forbids) changes nothing the server reads: the value
+// as it was sent is stored. Larger values, and values in registered memory,
+// are registered as without copies.
+TEST_P(RendezvousTest, AValueUpToTheCopySizeIsCopiedNotRegistered) {
+  EXPECT_EQ(ClientOptions{}.rendezvous_copy_bytes, 0u);
+  constexpr size_t kCopy = 128 * 1024;
+  ClientOptions o = server_->Options(GetParam().put_mode, kThresholdBytes);
+  o.rendezvous_copy_bytes = kCopy;
+  auto r = ClientFactory::ConnectWith(env_.client, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Client& c = **r;
+  for (size_t n : {size_t{kThresholdBytes}, kCopy - 1, kCopy}) {
+    const std::string v = Value(n, 'c');
+    ASSERT_TRUE(c.Put("copied-" + std::to_string(n), v).ok()) << n;
+    std::string got;
+    ASSERT_TRUE(c.Get("copied-" + std::to_string(n), &got).ok()) << n;
+    EXPECT_TRUE(got == v) << n;
+  }
+  ASSERT_TRUE(c.Put("registered", Value(kCopy + 1, 'r')).ok());
+  // Several in flight at once (four windows), each from its own window's buffer.
+  constexpr size_t kAtOnce = 6;
+  std::vector<std::string> keys, values;
+  std::vector<Op> ops(kAtOnce);
+  std::vector<Op*> ptrs;
+  for (size_t i = 0; i < kAtOnce; ++i) {
+    keys.push_back("at-once-" + std::to_string(i));
+    values.push_back(Value(kThresholdBytes + i * 1000, static_cast<char>('A' + i)));
+  }
+  for (size_t i = 0; i < kAtOnce; ++i) {
+    ops[i].type = Op::Type::kPut;
+    ops[i].key = keys[i];
+    ops[i].value = values[i];
+    ptrs.push_back(&ops[i]);
+  }
+  ASSERT_EQ(c.Submit(ptrs), kAtOnce);
+  std::vector<Op*> done(kAtOnce);
+  size_t finished = 0;
+  for (int i = 0; i < 300 && finished < kAtOnce; ++i) finished += c.Wait(std::span(done).subspan(finished), 100);
+  ASSERT_EQ(finished, kAtOnce);
+  for (size_t i = 0; i < kAtOnce; ++i) {
+    EXPECT_TRUE(ops[i].status.ok()) << i << ": " << ops[i].status.ToString();
+    std::string got;
+    ASSERT_TRUE(c.Get(keys[i], &got).ok()) << i;
+    EXPECT_TRUE(got == values[i]) << i;
+  }
+  std::vector<std::byte> mem(100000);
+  for (size_t i = 0; i < mem.size(); ++i) mem[i] = static_cast<std::byte>('a' + i % 26);
+  ASSERT_TRUE(c.RegisterMemory(mem).ok());
+  const std::string_view in_registered(reinterpret_cast<const char*>(mem.data()), mem.size());
+  ASSERT_TRUE(c.Put("in-registered", in_registered).ok());
+  EXPECT_EQ(c.stats().rendezvous_puts, 5u + kAtOnce);
+  EXPECT_EQ(c.stats().rendezvous_copies, 3u + kAtOnce);
+  EXPECT_EQ(c.stats().rendezvous_registrations, 2u);
+  std::string got;
+  ASSERT_TRUE(c.Get("in-registered", &got).ok());
+  EXPECT_TRUE(got == in_registered);
+  ASSERT_TRUE(c.UnregisterMemory(mem).ok());
+  if (env_.fabric) {
+    EXPECT_EQ(env_.fabric->stats().runtime_windows_bound, 0u);
+    std::string v = Value(100000, 'x');
+    const std::string sent = v;
+    std::atomic<int> changed{0};
+    LoopbackFaults f;
+    f.read_chunk_bytes = 4096;
+    f.between_read_chunks = [&](const SendWr& w, size_t done) {
+      if (w.opcode == WrOpcode::kRead && w.local.length == v.size() && done == 65536 && changed.load() == 0) {
+        v[90000] ^= 0x55;
+        changed.fetch_add(1);
+      }
+    };
+    env_.fabric->SetFaults(f);
+    Status st = c.Put("copied-changed", v);
+    env_.fabric->SetFaults({});
+    EXPECT_EQ(changed.load(), 1);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_TRUE(c.Get("copied-changed", &got).ok());
+    EXPECT_TRUE(got == sent);
+    EXPECT_EQ(c.stats().rendezvous_copies, 4u + kAtOnce);
+  }
+}
+
 // The loopback NIC copies the READ in 4 KiB chunks and the test changes the
 // client's value between two of them: the server's copy is torn, its
 // checksum is not the client's, the PUT is refused and the key keeps its

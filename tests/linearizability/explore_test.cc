@@ -354,6 +354,9 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
     o.op_timeout_ms = 300;
     o.location_cache_entries = 64;
     o.rendezvous_bytes = rendezvous && mine ? 1 : 0;
+    // Values copied into the window's buffer, or registered for their PUT:
+    // by the seed (not the rng, whose stream the other choices keep).
+    o.rendezvous_copy_bytes = (seed / 3) % 2 == 0 ? 128 * 1024 : 0;
     auto r = ClientFactory::ConnectWith(env.client, o);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     if (!r.ok()) return {};

@@ -107,6 +107,20 @@ struct ClientOptions {
   // where registering costs more against the wire, measure (kvbench
   // --rendezvous-bytes) and raise it.
   uint32_t rendezvous_bytes = 128 * 1024;
+  // A rendezvous value of at most this many bytes that does not lie inside
+  // memory registered with RegisterMemory is copied into a buffer of the
+  // client's own instead of being registered for its PUT (0, the default:
+  // never). Each of the connection's four windows has one buffer of this
+  // many bytes, registered (pinned) once at connect; the window is bound
+  // over the copy, made when the PUT is sent, only for that PUT (on rxe,
+  // which checks READs against the region, the server could READ the rest
+  // of that buffer: earlier values this client sent it; docs/SECURITY.md).
+  // Off by default because on Soft-RoCE under emulation, where every byte
+  // the CPU touches is slow, a 64 KiB copy was no cheaper than a
+  // registration per PUT (docs/PERFORMANCE.md, "Copying rendezvous values");
+  // on a NIC, where a registration costs tens of microseconds and a 64 KiB
+  // copy a few, measure it (kvbench --rendezvous-copy-bytes).
+  uint32_t rendezvous_copy_bytes = 0;
 };
 
 // Op::if_version / Put/Delete's `if_version`: no condition (the default), or
@@ -158,6 +172,7 @@ struct ClientStats {
   uint64_t messages = 0;     // request messages sent (fragments count)
   uint64_t rendezvous_puts = 0;  // PUTs sent as rendezvous PUTs (ClientOptions::rendezvous_bytes)
   uint64_t rendezvous_registrations = 0;  // values those registered (not a registration kept from an earlier PUT)
+  uint64_t rendezvous_copies = 0;  // values those copied into the window's buffer instead (rendezvous_copy_bytes)
   // PUTs of at least rendezvous_bytes sent in fragments because registering
   // the value failed (the locked-memory limit, RLIMIT_MEMLOCK, most likely;
   // the first one is logged as a warning).
