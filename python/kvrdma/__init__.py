@@ -24,6 +24,7 @@ from typing import Sequence, Union
 from . import _kvrdma
 from ._kvrdma import (  # noqa: F401  (re-exported)
     DEFAULT_RENDEZVOUS_BYTES,
+    DEFAULT_RENDEZVOUS_COPY_BYTES,
     ConnectionLost,
     Corruption,
     Error,
@@ -46,7 +47,7 @@ from ._kvrdma import (  # noqa: F401  (re-exported)
 
 __version__ = "0.1.0"
 __all__ = [
-    "Client", "ShardedClient", "Lock", "place_key", "DEFAULT_RENDEZVOUS_BYTES", "Error", "NotFound",
+    "Client", "ShardedClient", "Lock", "place_key", "DEFAULT_RENDEZVOUS_BYTES", "DEFAULT_RENDEZVOUS_COPY_BYTES", "Error", "NotFound",
     "InvalidArgument", "TooLarge",
     "ServerFull", "NoResource", "RemoteAccess", "ConnectionLost", "Corruption", "Timeout", "Locked",
     "IOError", "Protocol", "Retry", "Internal", "Unavailable", "VersionMismatch",
@@ -119,7 +120,8 @@ class Client(_Common, _kvrdma._Client):
     Client(host, port=7471, *, device="", put_mode="send",
            connect_timeout_ms=5000, op_timeout_ms=5000,
            location_cache_entries=4096, max_in_flight=64, auth_token="",
-           rendezvous_bytes=DEFAULT_RENDEZVOUS_BYTES)
+           rendezvous_bytes=DEFAULT_RENDEZVOUS_BYTES,
+           rendezvous_copy_bytes=DEFAULT_RENDEZVOUS_COPY_BYTES)
 
     Connects at once (Unavailable, RemoteAccess, Protocol, Timeout on
     failure). Methods: get(key) -> bytes | None; get_into(key, buffer) ->
@@ -129,7 +131,10 @@ class Client(_Common, _kvrdma._Client):
     put(key, value) -> version (the server pulls a value of
     rendezvous_bytes or more, 128 KiB by default, 0 = never, with one RDMA
     READ instead of taking it in fragments; one in registered memory keeps
-    its registration for the next put of the same bytes);
+    its registration for the next put of the same bytes; with
+    rendezvous_copy_bytes, 0 = off by default, a value up to that size
+    outside registered memory is copied into a buffer registered once
+    instead of registered for its put);
     delete(key) -> bool (False if it was absent); get_many(keys) ->
     list[bytes | None] and put_many(mapping or pairs), pipelined (one
     doorbell per window of up to max_in_flight operations); lock(key,
@@ -141,9 +146,11 @@ class Client(_Common, _kvrdma._Client):
     def __init__(self, host: str, port: int = 7471, *, device: str = "", put_mode: str = "send",
                  connect_timeout_ms: int = 5000, op_timeout_ms: int = 5000,
                  location_cache_entries: int = 4096, max_in_flight: int = 64, auth_token: str = "",
-                 rendezvous_bytes: int = _kvrdma.DEFAULT_RENDEZVOUS_BYTES):
+                 rendezvous_bytes: int = _kvrdma.DEFAULT_RENDEZVOUS_BYTES,
+                 rendezvous_copy_bytes: int = _kvrdma.DEFAULT_RENDEZVOUS_COPY_BYTES):
         super().__init__(host, port, device, put_mode, connect_timeout_ms, op_timeout_ms,
-                         location_cache_entries, max_in_flight, auth_token, rendezvous_bytes)
+                         location_cache_entries, max_in_flight, auth_token, rendezvous_bytes,
+                         rendezvous_copy_bytes)
 
 
 class ShardedClient(_Common, _kvrdma._ShardedClient):
@@ -156,8 +163,10 @@ class ShardedClient(_Common, _kvrdma._ShardedClient):
     def __init__(self, servers: Sequence[str], port: int = 7471, *, device: str = "", put_mode: str = "send",
                  connect_timeout_ms: int = 5000, op_timeout_ms: int = 5000,
                  location_cache_entries: int = 4096, max_in_flight: int = 64, auth_token: str = "",
-                 rendezvous_bytes: int = _kvrdma.DEFAULT_RENDEZVOUS_BYTES):
+                 rendezvous_bytes: int = _kvrdma.DEFAULT_RENDEZVOUS_BYTES,
+                 rendezvous_copy_bytes: int = _kvrdma.DEFAULT_RENDEZVOUS_COPY_BYTES):
         if isinstance(servers, (str, bytes)):
             raise TypeError("servers must be a sequence of 'HOST[:PORT]' strings")
         super().__init__(list(servers), port, device, put_mode, connect_timeout_ms, op_timeout_ms,
-                         location_cache_entries, max_in_flight, auth_token, rendezvous_bytes)
+                         location_cache_entries, max_in_flight, auth_token, rendezvous_bytes,
+                         rendezvous_copy_bytes)

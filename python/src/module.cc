@@ -34,7 +34,7 @@ using Pairs = std::vector<std::pair<std::string, uint64_t>>;
 ClientOptions MakeOptions(const std::string& host, uint16_t port, const std::string& device,
                           const std::string& put_mode, int connect_timeout_ms, int op_timeout_ms,
                           size_t location_cache_entries, uint32_t max_in_flight, const std::string& auth_token,
-                          uint32_t rendezvous_bytes) {
+                          uint32_t rendezvous_bytes, uint32_t rendezvous_copy_bytes) {
   ClientOptions o;
   o.host = host;
   o.port = port;
@@ -53,6 +53,7 @@ ClientOptions MakeOptions(const std::string& host, uint16_t port, const std::str
   o.max_in_flight = max_in_flight;
   o.auth_token = auth_token;
   o.rendezvous_bytes = rendezvous_bytes;
+  o.rendezvous_copy_bytes = rendezvous_copy_bytes;
   return o;
 }
 
@@ -358,14 +359,16 @@ PYBIND11_MODULE(_kvrdma, m) {
   DefineErrors(m);
   // ClientOptions' default, so that Python's default is the library's.
   m.attr("DEFAULT_RENDEZVOUS_BYTES") = ClientOptions{}.rendezvous_bytes;
+  m.attr("DEFAULT_RENDEZVOUS_COPY_BYTES") = ClientOptions{}.rendezvous_copy_bytes;
 
   py::class_<PyClient> client(m, "_Client");
   client.def(py::init([](const std::string& host, uint16_t port, const std::string& device,
                          const std::string& put_mode, int connect_timeout_ms, int op_timeout_ms,
                          size_t location_cache_entries, uint32_t max_in_flight, const std::string& auth_token,
-                         uint32_t rendezvous_bytes) {
+                         uint32_t rendezvous_bytes, uint32_t rendezvous_copy_bytes) {
                  ClientOptions o = MakeOptions(host, port, device, put_mode, connect_timeout_ms, op_timeout_ms,
-                                               location_cache_entries, max_in_flight, auth_token, rendezvous_bytes);
+                                               location_cache_entries, max_in_flight, auth_token, rendezvous_bytes,
+                                               rendezvous_copy_bytes);
                  Result<std::unique_ptr<Client>> c = Status::Internal("not run");
                  {
                    py::gil_scoped_release nogil;
@@ -376,7 +379,8 @@ PYBIND11_MODULE(_kvrdma, m) {
                }),
                py::arg("host"), py::arg("port"), py::arg("device"), py::arg("put_mode"),
                py::arg("connect_timeout_ms"), py::arg("op_timeout_ms"), py::arg("location_cache_entries"),
-               py::arg("max_in_flight"), py::arg("auth_token"), py::arg("rendezvous_bytes"));
+               py::arg("max_in_flight"), py::arg("auth_token"), py::arg("rendezvous_bytes"),
+               py::arg("rendezvous_copy_bytes"));
   DefineCommon<PyClient>(client);
   client
       .def("stats",
@@ -415,11 +419,12 @@ PYBIND11_MODULE(_kvrdma, m) {
   sharded.def(py::init([](const std::vector<std::string>& servers, uint16_t port, const std::string& device,
                           const std::string& put_mode, int connect_timeout_ms, int op_timeout_ms,
                           size_t location_cache_entries, uint32_t max_in_flight, const std::string& auth_token,
-                          uint32_t rendezvous_bytes) {
+                          uint32_t rendezvous_bytes, uint32_t rendezvous_copy_bytes) {
                   ShardedClientOptions so;
                   so.servers = servers;
                   so.client = MakeOptions("", port, device, put_mode, connect_timeout_ms, op_timeout_ms,
-                                          location_cache_entries, max_in_flight, auth_token, rendezvous_bytes);
+                                          location_cache_entries, max_in_flight, auth_token, rendezvous_bytes,
+                                          rendezvous_copy_bytes);
                   Result<std::unique_ptr<ShardedClient>> c = Status::Internal("not run");
                   {
                     py::gil_scoped_release nogil;
@@ -430,7 +435,8 @@ PYBIND11_MODULE(_kvrdma, m) {
                 }),
                 py::arg("servers"), py::arg("port"), py::arg("device"), py::arg("put_mode"),
                 py::arg("connect_timeout_ms"), py::arg("op_timeout_ms"), py::arg("location_cache_entries"),
-                py::arg("max_in_flight"), py::arg("auth_token"), py::arg("rendezvous_bytes"));
+                py::arg("max_in_flight"), py::arg("auth_token"), py::arg("rendezvous_bytes"),
+                py::arg("rendezvous_copy_bytes"));
   DefineCommon<PySharded>(sharded);
   sharded
       .def("stats",

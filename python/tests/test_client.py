@@ -93,6 +93,21 @@ def test_rendezvous_puts_from_bytes_and_from_registered_memory(server):
         c.unregister_memory(buf)
 
 
+def test_rendezvous_values_copied_instead_of_registered(server):
+    # rendezvous_copy_bytes (off by default): a value up to that size outside
+    # registered memory is copied into a buffer registered at connect.
+    assert kvrdma.DEFAULT_RENDEZVOUS_COPY_BYTES == 0
+    with kvrdma.Client(ADDR, server.port, rendezvous_bytes=65536, rendezvous_copy_bytes=100_000) as c:
+        copied, registered = os.urandom(90_000), os.urandom(150_000)
+        c.put("copy:a", copied)
+        c.put("copy:b", registered)
+        stats = c.client_stats()
+        assert stats["rendezvous_puts"] == 2
+        assert stats["rendezvous_copies"] == 1
+        assert stats["rendezvous_registrations"] == 1
+        assert c.get("copy:a") == copied and c.get("copy:b") == registered
+
+
 def test_rendezvous_puts_are_on_by_default_from_128_kib(server):
     # The library's default (ClientOptions::rendezvous_bytes), not a copy of it.
     assert kvrdma.DEFAULT_RENDEZVOUS_BYTES == 128 * 1024
