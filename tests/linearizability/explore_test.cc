@@ -217,13 +217,14 @@ struct Pending {
 struct ExploreStats {
   uint64_t ops = 0, server_full = 0, unknown = 0, cache_hits = 0, cache_stale = 0, cleaner_passes = 0,
            reconnects = 0, segments_cleaned = 0, evictions = 0, index_moves = 0, miss_rounds = 0, forged_puts = 0,
-           rendezvous_puts = 0, rendezvous_registrations = 0, large_values = 0, direct_reads = 0;
+           rendezvous_puts = 0, rendezvous_registrations = 0, rendezvous_copies = 0, large_values = 0,
+           direct_reads = 0;
   ExploreStats& operator+=(const ExploreStats& o) {
     ops += o.ops, server_full += o.server_full, unknown += o.unknown, cache_hits += o.cache_hits;
     cache_stale += o.cache_stale, cleaner_passes += o.cleaner_passes, reconnects += o.reconnects;
     segments_cleaned += o.segments_cleaned, evictions += o.evictions, index_moves += o.index_moves;
     miss_rounds += o.miss_rounds, forged_puts += o.forged_puts, rendezvous_puts += o.rendezvous_puts;
-    rendezvous_registrations += o.rendezvous_registrations;
+    rendezvous_registrations += o.rendezvous_registrations, rendezvous_copies += o.rendezvous_copies;
     large_values += o.large_values, direct_reads += o.direct_reads;
     return *this;
   }
@@ -527,6 +528,7 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
     st->miss_rounds += clients[c]->stats().get_miss_rounds - clients[c]->stats().get_misses;
     st->rendezvous_puts += clients[c]->stats().rendezvous_puts;
     st->rendezvous_registrations += clients[c]->stats().rendezvous_registrations;
+    st->rendezvous_copies += clients[c]->stats().rendezvous_copies;
     st->direct_reads += clients[c]->stats().direct_reads;
   }
   const StoreStats ss = store.Stats();
@@ -622,7 +624,7 @@ void Explore(Kind kind, uint64_t first, uint64_t count, uint64_t steps, unsigned
   std::printf("[explore] %s: %llu seeds from %llu on %u threads, %llu histories checked (%llu ops of hot keys, %llu ops in all), "
               "0 violations, %.1f s; cache hits %llu, stale cached locations %llu, ServerFull %llu, unknown %llu, "
               "cleaner passes %llu, segments cleaned %llu, evictions %llu, broken connections %llu, index moves %llu, "
-              "extra miss rounds %llu, forged values %llu, rendezvous PUTs %llu (%llu value registrations), "
+              "extra miss rounds %llu, forged values %llu, rendezvous PUTs %llu (%llu value registrations, %llu copies), "
               "large values read %llu (direct READs %llu)\n",
               kind == Kind::kLoopback ? "loopback" : "verbs", static_cast<unsigned long long>(count),
               static_cast<unsigned long long>(first), threads, static_cast<unsigned long long>(histories.load()),
@@ -634,6 +636,7 @@ void Explore(Kind kind, uint64_t first, uint64_t count, uint64_t steps, unsigned
               static_cast<unsigned long long>(st.index_moves), static_cast<unsigned long long>(st.miss_rounds),
               static_cast<unsigned long long>(st.forged_puts), static_cast<unsigned long long>(st.rendezvous_puts),
               static_cast<unsigned long long>(st.rendezvous_registrations),
+              static_cast<unsigned long long>(st.rendezvous_copies),
               static_cast<unsigned long long>(st.large_values), static_cast<unsigned long long>(st.direct_reads));
   // The schedules must have exercised what they claim to (a run of one seed,
   // KVRDMA_EXPLORE_SEED, need not: it reproduces a violation or shows it gone).
@@ -647,6 +650,9 @@ void Explore(Kind kind, uint64_t first, uint64_t count, uint64_t steps, unsigned
     EXPECT_GT(st.rendezvous_puts, 0u);
     // Some sent from registered memory over a kept registration.
     EXPECT_LT(st.rendezvous_registrations, st.rendezvous_puts);
+  }
+  if (count >= 30 && EnvOr("KVRDMA_EXPLORE_RENDEZVOUS", 1) != 0) {
+    EXPECT_GT(st.rendezvous_copies, 0u);  // every other group of three seeds copies (rendezvous_copy_bytes)
   }
   uint64_t big_seeds = 0;
   for (uint64_t seed = first; seed < first + count; ++seed) big_seeds += ShapeOf(seed) == kBigShape;
