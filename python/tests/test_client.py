@@ -67,6 +67,12 @@ def test_get_into_registered_memory_reads_straight_into_it(kv):
     assert bytes(buf[:size]) == value
 
 
+def rendezvous_counts(c):
+    """(rendezvous puts, value registrations, values copied) of client c."""
+    s = c.client_stats()
+    return s["rendezvous_puts"], s["rendezvous_registrations"], s["rendezvous_copies"]
+
+
 def test_rendezvous_puts_from_bytes_and_from_registered_memory(server):
     # Values of 64 KiB and more: the server pulls each with one RDMA READ. A
     # value in registered memory keeps its registration for the next put of
@@ -75,9 +81,7 @@ def test_rendezvous_puts_from_bytes_and_from_registered_memory(server):
         small, big = os.urandom(1000), os.urandom(300_000)
         c.put("rdv:small", small)
         c.put("rdv:big", big)
-        stats = c.client_stats()
-        assert stats["rendezvous_puts"] == 1
-        assert stats["rendezvous_registrations"] == 1
+        assert rendezvous_counts(c) == (1, 1, 0)
         assert c.get("rdv:small") == small and c.get("rdv:big") == big
         buf = bytearray(os.urandom(200_000))
         c.register_memory(buf)
@@ -85,9 +89,7 @@ def test_rendezvous_puts_from_bytes_and_from_registered_memory(server):
         c.put("rdv:reg", view)
         buf[100:110] = b"0123456789"  # the same bytes, new contents: READ again
         c.put("rdv:reg", view)
-        stats = c.client_stats()
-        assert stats["rendezvous_puts"] == 3
-        assert stats["rendezvous_registrations"] == 2  # kept from the first put of the view
+        assert rendezvous_counts(c) == (3, 2, 0)  # the registration kept from the first put of the view
         assert c.get("rdv:reg") == bytes(buf[100:100 + 70_000])
         view.release()
         c.unregister_memory(buf)
@@ -101,10 +103,7 @@ def test_rendezvous_values_copied_instead_of_registered(server):
         copied, registered = os.urandom(90_000), os.urandom(150_000)
         c.put("copy:a", copied)
         c.put("copy:b", registered)
-        stats = c.client_stats()
-        assert stats["rendezvous_puts"] == 2
-        assert stats["rendezvous_copies"] == 1
-        assert stats["rendezvous_registrations"] == 1
+        assert rendezvous_counts(c) == (2, 1, 1)
         assert c.get("copy:a") == copied and c.get("copy:b") == registered
 
 
