@@ -202,9 +202,9 @@ const MemoryRegion* Client::Impl::RegisteredRegionOf(const void* p, size_t n) co
   return nullptr;
 }
 
-Result<const MemoryRegion*> Client::Impl::ValueRegion(RendezvousWindow& w, std::string_view value) {
+Result<const MemoryRegion*> Client::Impl::ValueRegion(RendezvousWindow& w, std::string_view value,
+                                                     const MemoryRegion* within) {
   const uint64_t a = reinterpret_cast<uint64_t>(value.data());
-  const MemoryRegion* within = RegisteredRegionOf(value.data(), value.size());
   if (within != nullptr) {
     for (ValueRegistration& v : value_regs_) {
       if (v.mr->base() == a && v.mr->length() == value.size()) {  // another window may be bound over it too

@@ -334,7 +334,8 @@ class Client::Impl {
   // registration of exactly its bytes, kept in value_regs_ if they lie in
   // registered_ memory (made there on the first PUT of them), else made for
   // this PUT alone into w.mr. The device's error if it refuses.
-  Result<const MemoryRegion*> ValueRegion(RendezvousWindow& w, std::string_view value);
+  // `within`: RegisteredRegionOf(value), which the caller has looked up.
+  Result<const MemoryRegion*> ValueRegion(RendezvousWindow& w, std::string_view value, const MemoryRegion* within);
   // Whether a window in flight is bound over `mr`.
   bool WindowBoundOver(const MemoryRegion* mr) const;
   // A whole PUT/DELETE not yet sent that fits one message alone: it may

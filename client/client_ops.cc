@@ -558,14 +558,14 @@ bool Client::Impl::SendRendezvous(OpState& s) {
   // region), with no rkey of its own (ValueRegion).
   const MemoryRegion* region = nullptr;
   const char* bytes = value.data();  // what the window exposes: the value, or its copy
-  if (w.copy_mr != nullptr && value.size() <= w.copy_mr->length() &&
-      RegisteredRegionOf(value.data(), value.size()) == nullptr) {
+  const MemoryRegion* within = RegisteredRegionOf(value.data(), value.size());
+  if (w.copy_mr != nullptr && value.size() <= w.copy_mr->length() && within == nullptr) {
     std::memcpy(w.copy_mr->addr(), value.data(), value.size());
     region = w.copy_mr.get();
     bytes = static_cast<const char*>(w.copy_mr->addr());
     ++stats_.rendezvous_copies;
   } else {
-    auto reg = ValueRegion(w, value);
+    auto reg = ValueRegion(w, value, within);
     if (!reg.ok()) {  // e.g. over the locked-memory limit: the value goes in fragments, as it would without windows
       if (stats_.rendezvous_fallbacks++ == 0) {
         KVRDMA_LOG_WARN("a rendezvous PUT of %zu bytes goes in fragments: registering its value failed (%s); "
