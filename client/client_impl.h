@@ -349,7 +349,7 @@ class Client::Impl {
   // in turn (reused only after its message's reply).
   uint8_t* NextStage();
   // The next message's staging buffer and ring slot, and a buffer's offset in mem_.
-  uint32_t NextStageIndex() const { return static_cast<uint32_t>(seq_ % desc_.credits); }
+  uint32_t NextStageIndex() const { return stage_; }
   size_t StageOff(uint32_t stage) const { return stage_off_ + size_t{stage} * desc_.message_bytes; }
   // Posts (with PumpMessages' batch) the next message, `len` bytes written
   // into NextStage(), and waits for its reply (pr).
@@ -493,7 +493,8 @@ class Client::Impl {
   LargeBufferRanges<kMaxInFlight> large_;  // the large buffer's ranges that GETs hold (OpState::large_at)
   bool large_refused_ = false;  // in this staging pass (Post) a GET found no room in the large buffer
   uint64_t next_request_ = 1;
-  uint64_t seq_ = 0;         // messages sent; staging buffer = seq % credits
+  uint64_t seq_ = 0;         // messages sent
+  uint32_t stage_ = 0;       // seq_ % credits: the next message's staging buffer (kept as seq_ advances: no division per message)
   Status broken_;            // set once the connection failed
   Clock::time_point next_reconnect_{};
   std::chrono::milliseconds reconnect_backoff_{0};

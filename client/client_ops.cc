@@ -81,8 +81,9 @@ void Client::Impl::Start(Op* op, std::optional<Opcode> query) {
   if (conditional && s.opcode == Opcode::kDelete && op->if_version == kIfAbsent) {
     return Finish(s, Status::InvalidArgument("a DELETE only if the key has no value deletes nothing"));
   }
-  s.rendezvous = s.opcode == Opcode::kPut && rdv_windows_ > 0 && opts_.rendezvous_bytes > 0 &&
-                 value.size() >= opts_.rendezvous_bytes &&
+  // The size first: it rules out most PUTs.
+  s.rendezvous = value.size() >= opts_.rendezvous_bytes && opts_.rendezvous_bytes > 0 && rdv_windows_ > 0 &&
+                 s.opcode == Opcode::kPut &&
                  kRequestHeaderSize + op->key.size() + kRendezvousFieldsBytes <= desc_.message_bytes;
   // Our own write: the old location is stale (a client that never cached one
   // does not hash the key for it).
@@ -306,6 +307,7 @@ void Client::Impl::ResetEngine() {
   large_.Reset(large_cap_);
   large_refused_ = false;
   seq_ = 0;
+  stage_ = 0;
   held_.clear();    // locks belong to the old connection (they lapse with their lease)
   cache_.Clear();   // locations may name another server's memory now
 }
@@ -456,6 +458,7 @@ void Client::Impl::QueueMessage(size_t len, const PendingReply& pr) {
   }
   w.inline_data = len <= conn_->max_inline();
   ++seq_;
+  if (++stage_ == desc_.credits) stage_ = 0;
   ++msgs_in_flight_;
   ++stats_.messages;
 }
@@ -502,22 +505,27 @@ void Client::Impl::OnReply(const Completion& c) {
   const uint8_t* buf = Mem(reply_off_ + i * kMaxReplySize);
   auto p = ParseReply({buf, c.byte_len});
   if (replies_.empty()) return FailAll(Status::Protocol("a reply nobody asked for"));
-  PendingReply pr = replies_.front();
-  replies_.pop_front();
+  const PendingReply& front = replies_.front();
   --msgs_in_flight_;
-  if (pr.count > 1) {
+  if (front.count > 1) {
+    const PendingReply pr = front;
+    replies_.pop_front();
     OnRecords({buf, c.byte_len}, pr);
     if (!broken_.ok()) return;
     RecvWr r{c.wr_id, mr_->Slice(reply_off_ + i * kMaxReplySize, kMaxReplySize)};
     if (Status st = conn_->PostRecv({&r, 1}); !st.ok()) FailAll(Status::ConnectionLost(st.ToString()));
     return;
   }
+  // A reply to one request: its op state and request id are all it needs.
+  const uint32_t op = front.op;
+  const uint64_t request_id = front.request_id;
+  replies_.pop_front();
   if (!p.ok()) return FailAll(p.status());
-  if (p->header.request_id != pr.request_id) {
+  if (p->header.request_id != request_id) {
     return FailAll(Status::Protocol("reply to request " + std::to_string(p->header.request_id) + ", expected " +
-                                    std::to_string(pr.request_id)));
+                                    std::to_string(request_id)));
   }
-  OpState& s = op_states_[pr.op];
+  OpState& s = op_states_[op];
   --s.outstanding;
   if (p->header.status != Status::Code::kOk && s.result.ok()) {
     s.result = Status(p->header.status, std::string(reinterpret_cast<const char*>(p->body.data()), p->body.size()));
