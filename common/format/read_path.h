@@ -60,7 +60,13 @@ Result<KeyWindow> KeyWindowRead(const IndexParams& p, std::string_view key);
 // The same without the checks, for a caller that made them once (the client
 // validates the parameters at connect and each key's length).
 // REQUIRES: ValidateIndexParams(p).ok(), 1 <= key.size() <= kMaxKeyBytes.
-KeyWindow KeyWindowOf(const IndexParams& p, std::string_view key) noexcept;
+// Inline: every GET starts with it (a call less).
+inline KeyWindow KeyWindowOf(const IndexParams& p, std::string_view key) noexcept {
+  KeyWindow r;
+  r.hash = MakeKeyHash(key, p.seed, p.home_count);
+  r.read = RemoteRead{r.hash.home * kWordBytes, static_cast<uint32_t>(p.window_words * kWordBytes)};
+  return r;
+}
 
 struct Candidate {
   uint64_t ref = 0;  // the ref as read (tag bits cleared)
