@@ -133,8 +133,8 @@ bool Client::Impl::StageGet(OpState& s) {
   return true;
 }
 
-void Client::Impl::PostGetRead(uint32_t idx, const RemoteRegion& region, uint64_t offset, size_t local_off,
-                               uint32_t len, bool signaled) {
+[[gnu::always_inline]] inline void Client::Impl::PostGetRead(uint32_t idx, const RemoteRegion& region, uint64_t offset,
+                                                            size_t local_off, uint32_t len, bool signaled) {
   // Every field a READ uses, set (the others are left as they are: a READ
   // ignores imm, compare_add and swap).
   SendWr& w = batch_[batch_len_++];
@@ -154,7 +154,7 @@ void Client::Impl::PlanEntryRead(OpState& s) const {
   s.direct = s.registered != nullptr && !s.direct_refused && s.entry_len >= kDirectReadMinBytes && s.entry_len > head;
 }
 
-void Client::Impl::PostEntryRead(uint32_t idx, OpState& s, uint64_t off) {
+[[gnu::always_inline]] inline void Client::Impl::PostEntryRead(uint32_t idx, OpState& s, uint64_t off) {
   if (!s.direct) {
     return PostGetRead(idx, desc_.log, off, UsesLargeBuffer(s) ? large_off_ + s.large_at : EntryOff(idx), s.entry_len,
                        true);
@@ -237,7 +237,7 @@ void Client::Impl::NewRound(OpState& s, bool retry, const char* why) {
   NextPhase(s, GetPhase::kWindow);
 }
 
-void Client::Impl::OnCachedEntry(OpState& s) {
+[[gnu::always_inline]] inline void Client::Impl::OnCachedEntry(OpState& s) {
   // Accepted only when the word READ just before the entry still named it
   // and the round took less than the round limit: the entry was the key's
   // current one when the word was read, and its segment cannot have been
@@ -379,7 +379,7 @@ void Client::Impl::OnRecheck(OpState& s) {
   return Finish(s, s.recheck_found ? std::move(s.recheck_delivered) : Status::NotFound());
 }
 
-Status Client::Impl::DeliverValue(OpState& s, std::span<const std::byte> value) {
+[[gnu::always_inline]] inline Status Client::Impl::DeliverValue(OpState& s, std::span<const std::byte> value) {
   Op* op = s.op;
   op->value_bytes = value.size();
   if (op->result != nullptr) {

@@ -99,38 +99,6 @@ void Client::Impl::Start(Op* op, std::optional<Opcode> query) {
   senders_.push_back(idx);
 }
 
-void Client::Impl::Finish(OpState& s, Status st) {
-  Op* op = s.op;
-  const uint32_t idx = IndexOf(s);
-  if (s.step == Step::kGetPost || s.step == Step::kGetRead) {
-    if (st.ok()) {
-      ++stats_.get_hits;
-      stats_.get_hit_reads += s.reads;
-    } else if (st.IsNotFound()) {
-      ++stats_.get_misses;
-      stats_.get_miss_rounds += s.rounds;
-    }
-    ReleaseLarge(s);  // only GETs hold ranges of the large buffer
-  } else {
-    if (st.ok() && s.step == Step::kReplies) {
-      if (s.opcode == Opcode::kPut) ++stats_.puts;
-      if (s.opcode == Opcode::kDelete) ++stats_.deletes;
-    }
-    if (frag_owner_ == static_cast<int32_t>(idx)) frag_owner_ = -1;
-    if (s.window >= 0) DropWindow(s);  // not invalidated: not usable again
-  }
-  op->status = std::move(st);
-  s.step = Step::kFree;
-  s.op = nullptr;
-  free_.push_back(idx);
-  --in_flight_;
-  if (op == sync_op_) {
-    sync_op_ = nullptr;  // RunSync is waiting for exactly this one
-  } else {
-    done_.push_back(op);
-  }
-}
-
 void Client::Impl::FailAll(const Status& st) {
   if (broken_.ok()) broken_ = st;
   conn_->MarkBroken();
