@@ -496,7 +496,7 @@ class Client::Impl {
   bool large_refused_ = false;  // in this staging pass (Post) a GET found no room in the large buffer
   uint64_t next_request_ = 1;
   uint64_t seq_ = 0;         // messages sent
-  uint32_t stage_ = 0;       // seq_ % credits: the next message's staging buffer (kept as seq_ advances: no division per message)
+  uint32_t stage_ = 0;       // seq_ % credits, kept as seq_ advances: the next message's staging buffer
   Status broken_;            // set once the connection failed
   Clock::time_point next_reconnect_{};
   std::chrono::milliseconds reconnect_backoff_{0};
