@@ -37,3 +37,12 @@ def write_texts(src, texts):
     for file, text in texts.items():
         with open(os.path.join(src, file), "w") as f:
             f.write(text)
+
+
+def check_texts(findings, script):
+    """findings: [(finding, edits)], edits as texts_with_bug takes them.
+    Says which findings' fix texts are no longer in their files in this tree
+    (ROOT), and returns how many: `--check`, no build, which ./tools/test runs
+    (ctest), so that a change moving guarded code is caught when it lands,
+    not the next time someone puts the bugs back."""
+    return sum(texts_with_bug(ROOT, edits, finding, script) is None for finding, edits in findings)
