@@ -44,7 +44,7 @@ namespace kvrdma {
 // Send work-request ids: the kind in the top 4 bits, a payload below (a GET's
 // op state's index, a message's sequence number). Kinds are disjoint by construction.
 enum class WrKind : uint8_t {
-  kMessage = 1,    // a request message (payload: sequence number)
+  kMessage = 1,    // a request message (payload: its staging buffer's index)
   kGetRead = 2,    // a GET's READ (payload: its op state's index)
   kLockTable = 3,  // the one lock-table READ/CAS of a Lock/Unlock step
   kReply = 4,      // a receive for a reply (payload: its reply buffer)
@@ -495,8 +495,7 @@ class Client::Impl {
   LargeBufferRanges<kMaxInFlight> large_;  // the large buffer's ranges that GETs hold (OpState::large_at)
   bool large_refused_ = false;  // in this staging pass (Post) a GET found no room in the large buffer
   uint64_t next_request_ = 1;
-  uint64_t seq_ = 0;         // messages sent
-  uint32_t stage_ = 0;       // seq_ % credits, kept as seq_ advances: the next message's staging buffer
+  uint32_t stage_ = 0;       // the next message's staging buffer (messages sent, modulo credits)
   Status broken_;            // set once the connection failed
   Clock::time_point next_reconnect_{};
   std::chrono::milliseconds reconnect_backoff_{0};

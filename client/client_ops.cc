@@ -274,7 +274,6 @@ void Client::Impl::ResetEngine() {
   frag_owner_ = -1;
   large_.Reset(large_cap_);
   large_refused_ = false;
-  seq_ = 0;
   stage_ = 0;
   held_.clear();    // locks belong to the old connection (they lapse with their lease)
   cache_.Clear();   // locations may name another server's memory now
@@ -411,7 +410,7 @@ void Client::Impl::QueueMessage(size_t len, const PendingReply& pr) {
   const size_t off = StageOff(stage);
   replies_.push_back(pr);
   SendWr& w = msg_batch_.emplace_back();  // within the capacity reserved at connect: credits
-  w.wr_id = MakeWrId(WrKind::kMessage, seq_);
+  w.wr_id = MakeWrId(WrKind::kMessage, stage);
   w.local = mr_->Slice(off, static_cast<uint32_t>(len));
   // A staging buffer is reused only after the reply to its message, which
   // implies the server read it: completions only free send-queue room.
@@ -425,7 +424,6 @@ void Client::Impl::QueueMessage(size_t len, const PendingReply& pr) {
     w.opcode = WrOpcode::kSend;
   }
   w.inline_data = len <= conn_->max_inline();
-  ++seq_;
   if (++stage_ == desc_.credits) stage_ = 0;
   ++msgs_in_flight_;
   ++stats_.messages;

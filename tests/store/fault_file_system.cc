@@ -243,7 +243,9 @@ Status FaultFileSystem::FileRead(FaultFile& f, uint64_t offset, std::span<std::b
   KVRDMA_RETURN_IF_ERROR(CheckGeneration(f.generation, BytesAt(f.path(), "reading", out.size(), offset)));
   const Bytes& bytes = f.inode->current;
   const size_t n = offset >= bytes.size() ? 0 : std::min<uint64_t>(out.size(), bytes.size() - offset);
-  std::copy_n(bytes.begin() + static_cast<ptrdiff_t>(offset), n, out.begin());
+  // Nothing to copy past the end: offset may lie beyond the bytes (even of an
+  // empty file, whose data() is null: no pointer arithmetic on it).
+  if (n > 0) std::copy_n(bytes.begin() + static_cast<ptrdiff_t>(offset), n, out.begin());
   *got = n;
   return Status::OK();
 }
