@@ -474,7 +474,9 @@ void Server::Shutdown() {
   // No connect request is answered from here on (this thread no longer
   // takes events); the delayed ones are refused with their reason.
   (void)RefuseDelayed(true);
-  for (auto& w : workers_) w->Stop();  // each drains what already arrived
+  // All workers drain at once (each bounded, Worker::Stop), then are joined.
+  for (auto& w : workers_) w->RequestStop();
+  for (auto& w : workers_) w->Stop();
   for (auto& cs : conns_) cs->conn->Disconnect();
   // The workers are stopped: they refer to no connection any more. The
   // connections' rdma_cm ids are the listener's children, on its event

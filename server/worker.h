@@ -112,7 +112,10 @@ class Worker {
   Worker& operator=(const Worker&) = delete;
 
   void Start();
-  // Stops the thread after the messages already received are handled.
+  // Stops the thread once it finds nothing more to serve, or at most
+  // kStopDrainMs (worker.cc) after it sees the request, its replies posted
+  // (RequestStop alone does not wait; Stop joins).
+  void RequestStop();
   void Stop();
   CompletionQueue& cq() { return *cq_; }
   // Control plane (any thread): routes completions of c->qp_num to c, which

@@ -707,6 +707,57 @@ TEST_P(HostileClientTest, StalledAssemblyExpiresWhileTheWorkerIsBusy) {
   ExpectStoreIntactAndServing();
 }
 
+// A stop (SIGTERM) under a load that never leaves the worker idle: six
+// connections keep eight slow PUTs each in flight on the only worker, and
+// send the next as soon as one is answered. The worker's drain after the
+// stop is bounded (kStopDrainMs, 200 ms); until stop 46 it lasted until the
+// load paused: here until the flood gave up, 20 s later (`tests/putback/run
+// 26.stop`); on Soft-RoCE, StopUnderLoadTest's four synchronous clients held
+// a stop for 0.1 to 32 s, by luck.
+TEST_P(HostileClientTest, AStopEndsWhileClientsKeepTheWorkerBusy) {
+  server::ServerConfig cfg = TestServer::Defaults();
+  cfg.workers = 1;
+  StartServer(cfg);
+  backend_->SlowPutsOf("busy", std::chrono::microseconds(3000));
+  std::atomic<uint64_t> served{0};
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  std::vector<std::thread> flood;
+  for (int t = 0; t < 6; ++t) {
+    flood.emplace_back([&, t] {
+      RogueClient r;
+      if (!r.Connect(env_, server_->port(), PutPath::kSend, cfg.credits).ok()) {
+        ADD_FAILURE() << "flood connection " << t << " refused";
+        return;
+      }
+      const auto put = WholePut("busy" + std::to_string(t), "v", 1);
+      uint32_t in_flight = 0;
+      while (std::chrono::steady_clock::now() < give_up) {
+        while (in_flight < cfg.credits) {  // within its credits: it breaks no rule
+          if (!r.Send(put).ok()) return;   // the server is gone
+          ++in_flight;
+        }
+        if (r.Reply(5000).code != Status::Code::kOk) return;  // left unanswered by the stop, or disconnected
+        --in_flight;
+        served.fetch_add(1);
+      }
+    });
+  }
+  const auto loaded_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (served.load() < 100 && std::chrono::steady_clock::now() < loaded_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GE(served.load(), 100u) << "the flood did not get going";
+  const auto t0 = std::chrono::steady_clock::now();
+  StopServer();  // what SIGTERM does: stop accepting, drain, disconnect
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  const bool flooding = std::chrono::steady_clock::now() < give_up;
+  for (auto& t : flood) t.join();
+  std::printf("a stop while six connections keep the worker busy took %lld ms\n",
+              static_cast<long long>(took.count()));
+  EXPECT_LT(took.count(), 5000) << "the worker's drain went on while clients kept sending";
+  EXPECT_TRUE(flooding) << "the flood gave up before the stop returned";
+}
+
 // Finding 8: the lock token was checked before the store reserved log space,
 // which can block (full_wait + grace); an old holder's PUT could land after
 // the next holder's. The hook blocks the old holder's PUT just before the
