@@ -42,7 +42,7 @@
 namespace kvrdma {
 
 // Send work-request ids: the kind in the top 4 bits, a payload below (a GET's
-// op state's index, a message's sequence number). Kinds are disjoint by construction.
+// op state's index, a message's staging buffer's index). Kinds are disjoint by construction.
 enum class WrKind : uint8_t {
   kMessage = 1,    // a request message (payload: its staging buffer's index)
   kGetRead = 2,    // a GET's READ (payload: its op state's index)
