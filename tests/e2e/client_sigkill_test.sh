@@ -8,7 +8,7 @@ set -u
 BUILD=${1:?usage: client_sigkill_test.sh BUILD_DIR}
 ADDR=${KVRDMA_TEST_ADDR:-}
 if [ -z "$ADDR" ]; then echo "SKIP: KVRDMA_TEST_ADDR unset (run under tools/with-rdma)"; exit 77; fi
-PORT=$((20000 + ($$ + 11) % 20000))
+PORT=$((10000 + ($$ + 11) % 20000))
 LEASE_MS=8000
 DIR=$(mktemp -d)
 "$BUILD/server/kvserver" --listen "$ADDR" --port "$PORT" --index-mb 4 --log-mb 256 --workers 2 > "$DIR/server.log" 2>&1 &

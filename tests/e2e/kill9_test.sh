@@ -36,7 +36,7 @@ ADDR=${KVRDMA_TEST_ADDR:-}
 if [ -z "$ADDR" ]; then echo "SKIP: KVRDMA_TEST_ADDR unset (run under tools/with-rdma)"; exit 77; fi
 KEYS=${KVRDMA_KILL9_KEYS:-2000}
 LOG_MB=${KVRDMA_KILL9_LOG_MB:-64}
-BASE_PORT=$((20000 + ($$ + 29) % 20000))
+BASE_PORT=$((10000 + ($$ + 29) % 20000))
 STARTS=0
 PORT=$BASE_PORT
 DIR=$(mktemp -d)

@@ -10,7 +10,7 @@ ADDR=${KVRDMA_TEST_ADDR:-}
 if [ -z "$ADDR" ]; then echo "SKIP: KVRDMA_TEST_ADDR unset (run under tools/with-rdma)"; exit 77; fi
 KVSERVER=$BUILD/server/kvserver
 KVCTL=$BUILD/tools/kvctl
-PORT=$((20000 + $$ % 20000))
+PORT=$((10000 + $$ % 20000))
 LOG=$(mktemp)
 fails=0
 check() {  # check NAME EXPECTED_RC ACTUAL_RC

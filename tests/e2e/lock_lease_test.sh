@@ -6,7 +6,7 @@ set -u
 BUILD=${1:?usage: lock_lease_test.sh BUILD_DIR}
 ADDR=${KVRDMA_TEST_ADDR:-}
 if [ -z "$ADDR" ]; then echo "SKIP: KVRDMA_TEST_ADDR unset (run under tools/with-rdma)"; exit 77; fi
-PORT=$((20000 + ($$ + 7) % 20000))
+PORT=$((10000 + ($$ + 7) % 20000))
 LEASE_MS=4000
 DIR=$(mktemp -d)
 "$BUILD/server/kvserver" --listen "$ADDR" --port "$PORT" --index-mb 4 --log-mb 64 --log-level debug > "$DIR/server.log" 2>&1 &

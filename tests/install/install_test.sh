@@ -14,7 +14,7 @@ if [ ! -x "$EX/hello_kvrdma" ]; then
   exit 77
 fi
 KVSERVER=$BUILD/install/bin/kvserver
-PORT=$((20000 + ($$ + 7919) % 20000))
+PORT=$((10000 + ($$ + 7919) % 20000))
 LOG=$(mktemp)
 fails=0
 "$KVSERVER" --listen "$ADDR" --port "$PORT" --index-mb 4 --log-mb 64 --workers 2 > "$LOG" 2>&1 &

@@ -13,7 +13,7 @@ command -v curl > /dev/null || { echo "FAIL: curl missing (tools/setup installs 
 PY=${KVRDMA_PYTHON:-/usr/bin/python3}
 "$PY" -c "import prometheus_client" 2> /dev/null || { echo "FAIL: python3-prometheus-client missing (tools/setup)"; exit 1; }
 HERE=$(cd "$(dirname "$0")" && pwd)
-PORT=$((20000 + $$ % 20000))
+PORT=$((10000 + $$ % 20000))
 MPORT=$((PORT + 1))
 DIR=$(mktemp -d)
 fails=0

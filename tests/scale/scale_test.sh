@@ -11,7 +11,7 @@ ADDR=${KVRDMA_TEST_ADDR:-}
 if [ -z "$ADDR" ]; then echo "SKIP: KVRDMA_TEST_ADDR unset (run under tools/with-rdma)"; exit 77; fi
 HOLD=${KVRDMA_HOLD_CONNECTIONS:-500}
 CYCLES=${KVRDMA_CHURN_CYCLES:-1000}
-PORT=$((20000 + ($$ + 13) % 20000))
+PORT=$((10000 + ($$ + 13) % 20000))
 LOG=$(mktemp)
 ulimit -n 65536 2>/dev/null
 # Every connection comes from this one host: no per-address limit, and room
