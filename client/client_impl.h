@@ -296,6 +296,12 @@ class Client::Impl {
   Status CheckKey(std::string_view key) const;
   // Takes a free op state for op (a query, or an operation of op->type).
   void Start(Op* op, std::optional<Opcode> query);
+  OpState& TakeOpState(Op* op, bool get);
+  [[gnu::cold, gnu::noinline]] bool ReconnectBeforeStart(Op* op, bool get);
+  // An operation that cannot start: the connection is broken, or its key is
+  // empty or too long.
+  [[gnu::cold, gnu::noinline]] void FinishAtStart(OpState& s);
+  [[gnu::noinline]] void StartMessage(OpState& s, std::optional<Opcode> query);
   void ResetEngine();
   // Ends an operation: its status, counters, its op state back. Inline (below
   // the class): the GET path ends every GET with it (a call less per GET).
@@ -308,8 +314,16 @@ class Client::Impl {
   void Progress();
   void Post();
   void FlushBatch();
+  // Error paths kept out of the hot functions (their messages are built
+  // only here: inline, the string code made every caller save all its
+  // registers and reserve stack on every call).
+  [[gnu::cold, gnu::noinline]] void FailPost(Status st);
+  [[gnu::cold, gnu::noinline]] void FinishTimedOutGet(OpState& s);
+  [[gnu::cold, gnu::noinline]] static Status ValueDoesNotFit(size_t value_bytes, std::span<std::byte> buffer);
   // GET (client_get.cc).
   void StartGet(OpState& s);
+  // Stages the READs of every GET in ready_ (those that cannot go now stay).
+  void StageGets();
   bool StageGet(OpState& s);
   void PostGetRead(uint32_t idx, const RemoteRegion& region, uint64_t offset, size_t local_off, uint32_t len,
                    bool signaled);

@@ -27,23 +27,13 @@ void Client::Impl::NoticeDisconnectWhileIdle(Clock::time_point now) {
   if (conn_->broken()) FailAll(Status::ConnectionLost("the server closed the connection"));
 }
 
-void Client::Impl::Start(Op* op, std::optional<Opcode> query) {
-  const bool keyless = query.has_value();  // a STATS or CLOCK request: no key
-  // A failed connection is rebuilt when nothing is in flight on it any more.
-  // now_: read by the caller (Submit, RunSync). The 50 ms test first: it
-  // skips the call on all but one operation in 50 ms.
-  if (in_flight_ == 0 && now_ - last_idle_check_ >= std::chrono::milliseconds(50)) NoticeDisconnectWhileIdle(now_);
-  Status reconnect;
-  if (!broken_.ok() && in_flight_ == 0) {
-    reconnect = Reconnect();
-    now_ = Clock::now();  // the deadline counts from after the reconnect
-  }
-  const Clock::time_point now = now_;
-  uint32_t idx = free_.back();
+// The common start of every operation: its op state, reset for its kind,
+// and the operation's result fields cleared.
+[[gnu::always_inline]] inline Client::Impl::OpState& Client::Impl::TakeOpState(Op* op, bool get) {
+  const uint32_t idx = free_.back();
   free_.pop_back();
   ++in_flight_;
   OpState& s = op_states_[idx];
-  const bool get = !keyless && op->type == Op::Type::kGet;
   if (get) {
     s.ResetForGet();
   } else {
@@ -53,12 +43,52 @@ void Client::Impl::Start(Op* op, std::optional<Opcode> query) {
   op->status = Status::OK();
   op->version = 0;
   op->value_bytes = 0;
+  const Clock::time_point now = now_;
   busy_until_ = now + busy_poll_;
   s.deadline = now + std::chrono::milliseconds(opts_.op_timeout_ms);
-  if (!reconnect.ok()) return Finish(s, reconnect);
+  return s;
+}
+
+// A failed connection is rebuilt when nothing is in flight on it any more.
+// False: the reconnect failed, and the operation ended with its status.
+bool Client::Impl::ReconnectBeforeStart(Op* op, bool get) {
+  Status reconnect = Reconnect();
+  now_ = Clock::now();  // the deadline counts from after the reconnect
+  if (reconnect.ok()) return true;
+  Finish(TakeOpState(op, get), std::move(reconnect));
+  return false;
+}
+
+void Client::Impl::FinishAtStart(OpState& s) {
   if (!broken_.ok()) return Finish(s, broken_);
-  if (!keyless && (op->key.empty() || op->key.size() > desc_.max_key_bytes)) return Finish(s, CheckKey(op->key));
-  if (!keyless && op->type != Op::Type::kGet) {
+  Finish(s, CheckKey(s.op->key));
+}
+
+void Client::Impl::Start(Op* op, std::optional<Opcode> query) {
+  const bool keyless = query.has_value();  // a STATS or CLOCK request: no key
+  // now_: read by the caller (Submit, RunSync). The 50 ms test first: it
+  // skips the call on all but one operation in 50 ms.
+  if (in_flight_ == 0 && now_ - last_idle_check_ >= std::chrono::milliseconds(50)) NoticeDisconnectWhileIdle(now_);
+  const bool get = !keyless && op->type == Op::Type::kGet;
+  if (!broken_.ok() && in_flight_ == 0) [[unlikely]] {
+    if (!ReconnectBeforeStart(op, get)) return;
+  }
+  OpState& s = TakeOpState(op, get);
+  if (!broken_.ok() || (!keyless && (op->key.empty() || op->key.size() > desc_.max_key_bytes))) [[unlikely]] {
+    return FinishAtStart(s);
+  }
+  if (get) {
+    s.kw = KeyWindowOf(params_, op->key);  // params_ validated at connect, the key above
+    return StartGet(s);  // client_get.cc
+  }
+  StartMessage(s, query);
+}
+
+// A PUT, DELETE or query: its request header, then the message queue.
+void Client::Impl::StartMessage(OpState& s, std::optional<Opcode> query) {
+  Op* op = s.op;
+  const bool keyless = query.has_value();
+  if (!keyless) {
     // The key travels whole in the first message, with at least one value
     // byte (a fragment without value bytes would make no progress).
     const bool value_bytes = op->type == Op::Type::kPut && !op->value.empty();
@@ -66,10 +96,6 @@ void Client::Impl::Start(Op* op, std::optional<Opcode> query) {
       return Finish(s, Status::TooLarge("key of " + std::to_string(op->key.size()) + " bytes does not fit a " +
                                         std::to_string(desc_.message_bytes) + "-byte message buffer"));
     }
-  }
-  if (get) {
-    s.kw = KeyWindowOf(params_, op->key);  // params_ validated at connect, the key above
-    return StartGet(s);  // client_get.cc
   }
   s.opcode = query ? *query : op->type == Op::Type::kPut ? Opcode::kPut : Opcode::kDelete;
   std::string_view value = s.opcode == Opcode::kPut ? op->value : std::string_view{};
@@ -96,7 +122,7 @@ void Client::Impl::Start(Op* op, std::optional<Opcode> query) {
   s.hdr.key_len = keyless ? 0 : static_cast<uint16_t>(op->key.size());
   s.hdr.value_len = static_cast<uint32_t>(value.size());
   s.step = Step::kSending;
-  senders_.push_back(idx);
+  senders_.push_back(IndexOf(s));
 }
 
 void Client::Impl::FailAll(const Status& st) {
@@ -196,15 +222,7 @@ void Client::Impl::Progress() {
 }
 
 void Client::Impl::Post() {
-  if (!ready_.empty()) {
-    if (!now_fresh_) now_ = Clock::now();  // before anything is posted: StageGet's round start
-    large_refused_ = false;
-    for (size_t n = ready_.size(); n > 0 && broken_.ok(); --n) {
-      uint32_t idx = ready_.front();
-      ready_.pop_front();
-      if (!StageGet(op_states_[idx])) ready_.push_back(idx);
-    }
-  }
+  if (!ready_.empty()) StageGets();  // client_get.cc
   now_fresh_ = false;
   if (batch_len_ != 0) FlushBatch();
   if (!senders_.empty()) PumpMessages();
@@ -331,7 +349,11 @@ void Client::Impl::FlushBatch() {
   if (batch_len_ == 0) return;
   Status st = conn_->PostSend({batch_.data(), batch_len_});
   batch_len_ = 0;
-  if (!st.ok()) FailAll(st.IsConnectionLost() ? st : Status::ConnectionLost(st.ToString()));
+  if (!st.ok()) [[unlikely]] FailPost(std::move(st));
+}
+
+void Client::Impl::FailPost(Status st) {
+  FailAll(st.IsConnectionLost() ? st : Status::ConnectionLost(st.ToString()));
 }
 
 // --------------------------------------------------------------- messages
