@@ -80,7 +80,7 @@ Status Client::Impl::Connect() {
     r.push_back(RecvWr{MakeWrId(WrKind::kReply, i), mr_->Slice(reply_off_ + size_t{i} * kMaxReplySize, kMaxReplySize)});
   }
   ResetEngine();
-  done_.reserve(kMaxInFlight);
+  if (done_.size() < kMaxInFlight) done_.resize(kMaxInFlight);  // never shrunk: a reconnect keeps what is undelivered
   if (rendezvous && desc_.minor >= kRendezvousMinor) {
     for (RendezvousWindow& w : rdv_) {
       auto mw = dev_->CreateMemoryWindow();

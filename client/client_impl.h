@@ -182,8 +182,6 @@ class Client::Impl {
     bool rendezvous = false;   // a rendezvous PUT (ClientOptions::rendezvous_bytes)
     int8_t window = -1;        // rendezvous: its window in rdv_ (bound, or being invalidated)
     // ---- GETs
-    KeyWindow kw;
-    WindowProbe probe;              // of the last window READ (its bytes stay in the op buffer's window part)
     RoundClock::time_point round_start;  // of the round (or cached READ) in progress; BOOTTIME (round_clock.h)
     GetPhase phase = GetPhase::kWindow;
     bool window_late = false;       // the last window READ took longer than the round limit
@@ -197,7 +195,6 @@ class Client::Impl {
     bool wants_large = false;
     uint64_t large_at = 0;          // the range of the large buffer it holds: offset ...
     uint32_t large_len = 0;         // ... and bytes (0: none; HoldLarge, ReleaseLarge)
-    Candidate candidate;        // ... and its entry ref and entry READ
     uint64_t cached_ref = 0;       // kCachedEntry: the location cache's entry ref ...
     uint64_t cached_word = 0;      // ... and the word of the window that held it
     bool recheck_found = false;    // kRecheck: the decoded entry was a value (else a tombstone),
@@ -209,12 +206,22 @@ class Client::Impl {
     uint32_t reads = 0;              // READs this GET posted
     uint32_t rounds = 0;             // window-READ rounds this GET took
     const char* restart_cause = "";  // why the last one was
+    // ---- GETs, written before they are read: ResetForGet leaves them as
+    // they are (the bytes it copies fall from ~180 to ~90: ~15 instructions
+    // a GET). A field whose first use may read it belongs above.
+    KeyWindow kw;         // set by Start before StartGet
+    WindowProbe probe;    // of the last window READ (its bytes stay in the op buffer's window part); set by
+                          // ProbeWindow before NextCandidateOrMiss reads it
+    Candidate candidate;  // kEntry, kRecheck: the candidate's entry ref and entry READ (NextCandidateOrMiss)
   };
   static_assert(std::is_trivially_copyable_v<OpFields> && std::is_standard_layout_v<OpFields>);
-  // Where the message part and the GET part of OpFields start.
+  // Where the message part and the GET part of OpFields start, and where
+  // the GET fields that are reset end.
   static constexpr size_t kMessageFieldsAt = offsetof(OpFields, hdr);
-  static constexpr size_t kGetFieldsAt = offsetof(OpFields, kw);
-  static_assert(offsetof(OpFields, index) < kMessageFieldsAt && kMessageFieldsAt < kGetFieldsAt);
+  static constexpr size_t kGetFieldsAt = offsetof(OpFields, round_start);
+  static constexpr size_t kGetResetEnd = offsetof(OpFields, kw);
+  static_assert(offsetof(OpFields, index) < kMessageFieldsAt && kMessageFieldsAt < kGetFieldsAt &&
+                kGetFieldsAt < kGetResetEnd);
   struct OpState : OpFields {
     Status result;             // messages: first error seen
     Status recheck_delivered;  // GETs, kRecheck: the outcome handed to the caller if the recheck confirms it
@@ -222,7 +229,7 @@ class Client::Impl {
     // that kind's); keeps `index`.
     void ResetForGet() {
       CopyFresh(0, kMessageFieldsAt);
-      CopyFresh(kGetFieldsAt, sizeof(OpFields));
+      CopyFresh(kGetFieldsAt, kGetResetEnd);
       if (!recheck_delivered.ok()) recheck_delivered = Status::OK();
     }
     void ResetForMessage() {
@@ -318,6 +325,7 @@ class Client::Impl {
   // only here: inline, the string code made every caller save all its
   // registers and reserve stack on every call).
   [[gnu::cold, gnu::noinline]] void FailPost(Status st);
+  [[gnu::cold, gnu::noinline]] void FailPolled(const Completion* c);
   [[gnu::cold, gnu::noinline]] void FinishTimedOutGet(OpState& s);
   [[gnu::cold, gnu::noinline]] static Status ValueDoesNotFit(size_t value_bytes, std::span<std::byte> buffer);
   // GET (client_get.cc).
@@ -491,12 +499,29 @@ class Client::Impl {
   const uint32_t max_in_flight_;
   LocationCache cache_;
   std::array<OpState, kMaxInFlight> op_states_;
-  std::vector<uint32_t> free_;            // free op state indexes
+  // Free op state indexes, a stack (never more than max_in_flight_).
+  struct FreeList {
+    std::array<uint32_t, kMaxInFlight> ids;
+    uint32_t n = 0;
+    bool empty() const { return n == 0; }
+    uint32_t back() const { return ids[n - 1]; }
+    void pop_back() { --n; }
+    void push_back(uint32_t i) { ids[n++] = i; }
+    void clear() { n = 0; }
+  };
+  FreeList free_;
   FixedRing<uint32_t> ready_;             // GETs waiting to post (READ budget / large buffer room); <= op states
   FixedRing<uint32_t> senders_;           // message ops with messages left to send; <= op states
   FixedRing<PendingReply> replies_;       // in send order; <= credits
-  std::vector<Op*> done_;                 // completed: [done_head_, size) not yet handed out
+  // Completed operations: done_[done_head_, done_len_) not yet handed out.
+  // done_'s size only grows (PushDone): within it an operation is one store.
+  std::vector<Op*> done_;
+  size_t done_len_ = 0;
   size_t done_head_ = 0;
+  void PushDone(Op* op) {
+    if (done_len_ == done_.size()) [[unlikely]] done_.resize(std::max<size_t>(2 * done_.size(), kMaxInFlight));
+    done_[done_len_++] = op;
+  }
   Op* sync_op_ = nullptr;                 // RunSync's operation: Finish clears this instead of queueing it
   std::array<Completion, 32> wc_;         // PollCompletions' buffer (not re-initialised per poll)
   std::array<SendWr, 2 * kMaxInFlight> batch_;
@@ -566,7 +591,7 @@ class Client::Impl {
   if (op == sync_op_) {
     sync_op_ = nullptr;  // RunSync is waiting for exactly this one
   } else {
-    done_.push_back(op);
+    PushDone(op);
   }
 }
 

@@ -20,13 +20,10 @@ uint64_t HashKeyBytes(std::string_view key, uint64_t seed) noexcept {
 }
 
 namespace detail {
-bool CpuHasAvx2() noexcept {
+bool DetectAvx2() noexcept {
 #if KVRDMA_HAVE_AVX2
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  return has;
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") != 0;
 #else
   return false;
 #endif

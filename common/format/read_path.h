@@ -20,15 +20,19 @@
 // grace period), else it restarts from step 1.
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <cstring>
 #include <string_view>
 
 #include "common/format/entry.h"
 #include "common/format/hash.h"
 #include "common/format/entry_ref.h"
+#include "common/format/simd.h"
 #include "common/format/window.h"
 #include "common/status.h"
 
@@ -84,8 +88,8 @@ struct WindowProbe {
 // (b) Probes the window bytes READ for `kh`: the span must be exactly
 // p.window_words * 8 bytes (InvalidArgument otherwise). Refs that point
 // outside the log or carry an impossible size class are skipped (`rejected`).
-Status ProbeWindow(std::span<const std::byte> window, const KeyHash& kh, const IndexParams& p,
-                   WindowProbe* out) noexcept;
+inline Status ProbeWindow(std::span<const std::byte> window, const KeyHash& kh, const IndexParams& p,
+                          WindowProbe* out) noexcept;
 
 namespace detail {
 // How ProbeWindow scans a window: one word at a time (the reference, and
@@ -100,11 +104,11 @@ Status ProbeWindowWith(WindowScan scan, std::span<const std::byte> window, const
 }  // namespace detail
 
 // The first candidate word at or after `from`, or -1.
-int NextCandidate(const WindowProbe& probe, int from) noexcept;
+inline int NextCandidate(const WindowProbe& probe, int from) noexcept;
 
 // The candidate in word `word` of the window bytes (as ProbeWindow accepted
 // it): its ref and the entry READ.
-Candidate CandidateAt(std::span<const std::byte> window, int word, const IndexParams& p) noexcept;
+inline Candidate CandidateAt(std::span<const std::byte> window, int word, const IndexParams& p) noexcept;
 
 // Step 4: a GET that found no value of k in its window tells a real miss
 // from a key that moved inside the window while the READ ran (the READ
@@ -144,8 +148,8 @@ struct EntryView {
 // GET; the index path does not need it, see DESIGN.md). `ref` without tag
 // bits (Candidate::ref); its location says where the header's words
 // sit (entry.h) and its size class how long the entry is.
-EntryView DecodeEntry(std::span<const std::byte> bytes, std::string_view key, uint64_t ref,
-                      uint64_t seed, bool require_current) noexcept;
+inline EntryView DecodeEntry(std::span<const std::byte> bytes, std::string_view key, uint64_t ref,
+                             uint64_t seed, bool require_current) noexcept;
 // The same for an entry READ into two places (SendWr::local2): `head` holds
 // its first bytes (at least the header), `tail` the rest, as far as it was
 // read. Only the checksummed bytes (header, key, value) must be there, not
@@ -156,5 +160,207 @@ EntryView DecodeEntry(std::span<const std::byte> head, std::span<const std::byte
 
 // Status for a verdict: OK, NotFound, Retry.
 Status EntryVerdictStatus(EntryVerdict v);
+
+// ---- Inline definitions: the client's GET path runs these on every READ it
+// decodes (a call, and the registers it saves, less per step; callgrind).
+
+namespace detail {
+
+inline uint64_t WindowWordAt(std::span<const std::byte> window, int word) noexcept {
+  uint64_t w;
+  std::memcpy(&w, window.data() + static_cast<size_t>(word) * kWordBytes, kWordBytes);
+  return w;
+}
+
+
+// A word whose fingerprint matched: a candidate if its ref is plausible.
+inline void AddCandidate(uint64_t word, int i, const IndexParams& p, WindowProbe* out) noexcept {
+  const uint64_t ref = WordRef(word);
+  if (ref == kEmptyRef) return;
+  if (!RefLooksValid(ref) || RefLogOffset(ref) + kEntryHeaderBytes > p.log_bytes) {
+    ++out->rejected;
+    return;
+  }
+  out->candidates[static_cast<size_t>(i) / 64] |= uint64_t{1} << (i % 64);
+  ++out->count;
+}
+
+// Word i: a bit test for a tag, a shift-compare for the fingerprint; both
+// are rarely true, so the branches predict well.
+inline void ProbeWord(uint64_t word, int i, const KeyHash& kh, const IndexParams& p, WindowProbe* out) noexcept {
+  constexpr uint64_t kTagSetWordBit = kTagSetBit << kWordTagShift;
+  if ((word & kTagSetWordBit) != 0 && TagMatches(WordTag(word), kh.tag_nibble)) out->tag_matched = true;
+  if ((word >> kRefFingerprintShift) == (kh.fingerprint & kRefFingerprintMask)) AddCandidate(word, i, p, out);
+}
+
+// Words [from, n) one at a time.
+inline void ProbeWords(std::span<const std::byte> window, int from, int n, const KeyHash& kh, const IndexParams& p,
+                WindowProbe* out) noexcept {
+  for (int i = from; i < n; ++i) ProbeWord(WindowWordAt(window, i), i, kh, p, out);
+}
+
+#if defined(__SSE2__)
+inline constexpr int kWindowBlockSse2 = 4;
+// The SSE2 filter (read_path.cc), as FlagWindowWordsAvx2 with four words per block.
+void FlagWindowWordsSse2(const std::byte* words, int blocks, const WindowKeyBits& k, uint64_t flagged[2]) noexcept;
+#endif
+
+// ProbeWindowWith once `scan` is known to run on this CPU.
+// Inline into ProbeWindow (and ProbeWindowWith, the tests'): with its scan a
+// constant there, the switch below folds and the call is saved (~30
+// instructions of an uncached GET or a miss, callgrind).
+[[gnu::always_inline]] inline Status ProbeWindowScan(WindowScan scan, std::span<const std::byte> window,
+                                                     const KeyHash& kh, const IndexParams& p,
+                                                     WindowProbe* out) noexcept {
+  *out = WindowProbe{};
+  if (p.window_words == 0 || p.window_words > kMaxWindowWords || window.size() != p.window_words * kWordBytes) {
+    return Status::InvalidArgument("window bytes must be window_words * 8");
+  }
+  const int n = static_cast<int>(p.window_words);
+  // The hot loop of an uncached GET (128 words): a vector filter flags the
+  // words that have the key's fingerprint or a tag that matches it (rare: a
+  // hit's own word, a collision 1 time in 4096 per word, a recent move),
+  // then those words and the last ones that make no whole block are probed
+  // one at a time, which decides. Equal to
+  // the one-word scan on every window (ReadPathTest.EveryWindowScanAgrees
+  // WithTheOneWordScan); bench/callgrind/run counts what each costs.
+  static_assert(kRefFingerprintShift >= 32 && kWordTagShift >= 32, "fingerprint and tag in the high half");
+  [[maybe_unused]] const detail::WindowKeyBits k{
+      static_cast<uint32_t>(kRefFingerprintMask << (kRefFingerprintShift - 32)),
+      static_cast<uint32_t>((kh.fingerprint & kRefFingerprintMask) << (kRefFingerprintShift - 32)),
+      static_cast<uint32_t>(((kTagSetBit << 1) - 1) << (kWordTagShift - 32)),
+      static_cast<uint32_t>((kTagSetBit | (kh.tag_nibble & kTagNibbleMask)) << (kWordTagShift - 32)),
+      static_cast<uint32_t>((kTagSetBit | kTagAnyKey) << (kWordTagShift - 32))};
+  int block = 1;
+  uint64_t flagged[kMaxWindowWords / 64] = {};
+  switch (scan) {
+#if KVRDMA_HAVE_AVX2
+    case WindowScan::kAvx2:
+      block = kWindowBlockAvx2;
+      FlagWindowWordsAvx2(window.data(), n / block, k, flagged);
+      break;
+#endif
+#if defined(__SSE2__)
+    case WindowScan::kSse2:
+      block = kWindowBlockSse2;
+      FlagWindowWordsSse2(window.data(), n / block, k, flagged);
+      break;
+#endif
+    case WindowScan::kOneWord: break;
+    default: return Status::InvalidArgument("window scan not built");
+  }
+  static_assert(kMaxWindowWords == 128, "flagged: two 64-bit words");
+  for (int half = 0; half < 2; ++half) {
+    for (uint64_t bits = flagged[half]; bits != 0; bits &= bits - 1) {
+      const int i = half * 64 + std::countr_zero(bits);
+      ProbeWord(WindowWordAt(window, i), i, kh, p, out);
+    }
+  }
+  if (n % block != 0 || block == 1) ProbeWords(window, block == 1 ? 0 : n / block * block, n, kh, p, out);
+  return Status::OK();
+}
+
+// DecodeEntry's work over the entry bytes head || tail; kTwoPieces false:
+// tail is empty (one READ's bytes: the common case, kept lean).
+template <bool kTwoPieces>
+inline EntryView DecodePieces(std::span<const std::byte> head, std::span<const std::byte> tail, std::string_view key,
+                 uint64_t ref, uint64_t seed, bool require_current) noexcept {
+  EntryView v;
+  if (head.size() < kEntryHeaderBytes) return v;  // kMalformed
+  const uint64_t off = RefLogOffset(ref);
+  EntryHeader h;
+  std::memcpy(&h.guard, head.data() + GuardAt(off), sizeof(h.guard));
+  std::memcpy(&h.lengths, head.data() + LengthsAt(off), sizeof(h.lengths));
+  const uint32_t klen = LengthsKey(h.lengths);
+  const uint32_t vlen = LengthsValue(h.lengths);
+  const bool tomb = LengthsTombstone(h.lengths);
+  if (klen == 0 || (tomb && vlen != 0)) return v;
+  const size_t total = EntryBytes(klen, vlen);
+  const size_t used = kEntryKeyOffset + size_t{klen} + vlen;  // header, key, value: what the checksum covers
+  // The header's length must map to the ref's size class: a disagreement
+  // means the bytes are not the entry the ref was made for (recycled or
+  // torn header). A READ of the class's bytes (clamped to the log, which the
+  // entry lies within) always covers the entry, so fewer bytes are malformed
+  // too; an entry shorter than the READ uses only its `total` bytes. (A READ
+  // in two pieces need not hold the padding after the value.)
+  if (SizeClassFor(total) != RefSizeClass(ref) || head.size() + tail.size() < (kTwoPieces ? used : total)) return v;
+  v.total_bytes = static_cast<uint32_t>(total);
+  // Key and value: a in head, b (two pieces only) in tail.
+  const std::span<const std::byte> a =
+      kTwoPieces ? head.subspan(kEntryKeyOffset, std::min(head.size(), used) - kEntryKeyOffset)
+                 : head.subspan(kEntryKeyOffset, used - kEntryKeyOffset);
+  const std::span<const std::byte> b = kTwoPieces ? tail.first(used - kEntryKeyOffset - a.size())
+                                                  : std::span<const std::byte>{};
+  const uint64_t sum =
+      kTwoPieces ? EntryChecksum(h.lengths, a, b, seed) : EntryChecksum(h.lengths, a.data(), a.size(), seed);
+  if (sum != (h.guard & kGuardChecksumMask)) {
+    v.verdict = EntryVerdict::kTorn;
+    return v;
+  }
+  v.superseded = (h.guard & kGuardNotCurrentBit) != 0;
+  // The key: in head (a direct READ cuts right after it), or across both pieces.
+  if (klen != key.size() || std::memcmp(a.data(), key.data(), std::min<size_t>(klen, a.size())) != 0 ||
+      (kTwoPieces && klen > a.size() && std::memcmp(b.data(), key.data() + a.size(), klen - a.size()) != 0)) {
+    v.verdict = EntryVerdict::kWrongKey;
+    return v;
+  }
+  if (require_current && v.superseded) {
+    v.verdict = EntryVerdict::kSuperseded;
+    return v;
+  }
+  if (tomb) {
+    v.verdict = EntryVerdict::kTombstone;
+    return v;
+  }
+  if (klen + vlen <= a.size()) {
+    v.value = a.subspan(klen, vlen);
+  } else if (kTwoPieces && klen >= a.size()) {
+    v.value = b.subspan(klen - a.size(), vlen);
+  } else {
+    return EntryView{};  // a value across both pieces: no one span to hand out (kMalformed)
+  }
+  v.verdict = EntryVerdict::kValue;
+  return v;
+}
+
+}  // namespace detail
+
+inline Status ProbeWindow(std::span<const std::byte> window, const KeyHash& kh, const IndexParams& p,
+                   WindowProbe* out) noexcept {
+#if KVRDMA_HAVE_AVX2
+  if (detail::CpuHasAvx2()) return detail::ProbeWindowScan(detail::WindowScan::kAvx2, window, kh, p, out);
+#endif
+#if defined(__SSE2__)
+  return detail::ProbeWindowScan(detail::WindowScan::kSse2, window, kh, p, out);
+#else
+  return detail::ProbeWindowScan(detail::WindowScan::kOneWord, window, kh, p, out);
+#endif
+}
+
+inline int NextCandidate(const WindowProbe& probe, int from) noexcept {
+  for (int i = std::max(from, 0); i < static_cast<int>(kMaxWindowWords);) {
+    const uint64_t bits = probe.candidates[static_cast<size_t>(i) / 64] >> (i % 64);
+    if (bits != 0) return i + std::countr_zero(bits);
+    i = (i / 64 + 1) * 64;
+  }
+  return -1;
+}
+
+inline Candidate CandidateAt(std::span<const std::byte> window, int word, const IndexParams& p) noexcept {
+  Candidate c;
+  if (word < 0 || static_cast<size_t>(word) * kWordBytes + kWordBytes > window.size()) return c;
+  c.ref = WordRef(detail::WindowWordAt(window, word));
+  const uint64_t off = RefLogOffset(c.ref);
+  uint64_t len = SizeClassBytes(RefSizeClass(c.ref));
+  if (off >= p.log_bytes) return Candidate{};
+  if (len > p.log_bytes - off) len = p.log_bytes - off;
+  c.entry = RemoteRead{off, static_cast<uint32_t>(len)};
+  return c;
+}
+
+inline EntryView DecodeEntry(std::span<const std::byte> bytes, std::string_view key, uint64_t ref, uint64_t seed,
+                             bool require_current) noexcept {
+  return detail::DecodePieces<false>(bytes, {}, key, ref, seed, require_current);
+}
 
 }  // namespace kvrdma

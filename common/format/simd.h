@@ -10,9 +10,18 @@
 
 namespace kvrdma::detail {
 
-// Whether this CPU executes AVX2 (asked once). False where the library was
-// built without its AVX2 files.
-bool CpuHasAvx2() noexcept;
+// Whether this CPU executes AVX2: asked once, when the program starts (a
+// load and no call on the GET path). False where the library was built
+// without its AVX2 files. Read during another file's static initialization
+// it may still be false: its callers then take their baseline code, which
+// gives the same results.
+bool DetectAvx2() noexcept;  // entry.cc
+#if KVRDMA_HAVE_AVX2
+inline const bool kCpuHasAvx2 = DetectAvx2();
+inline bool CpuHasAvx2() noexcept { return kCpuHasAvx2; }
+#else
+inline bool CpuHasAvx2() noexcept { return false; }
+#endif
 
 // What a window scan compares each word's high 32 bits with (window.h): the
 // key's fingerprint under its mask, and the two 5-bit tags that match the key
