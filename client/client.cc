@@ -81,7 +81,7 @@ Status Client::Impl::Connect() {
   }
   ResetEngine();
   if (done_.size() < kMaxInFlight) done_.resize(kMaxInFlight);  // never shrunk: a reconnect keeps what is undelivered
-  if (rendezvous && desc_.minor >= kRendezvousMinor) {
+  if (rendezvous) {  // every server of this major takes them (handshake.h, 11)
     for (RendezvousWindow& w : rdv_) {
       auto mw = dev_->CreateMemoryWindow();
       if (!mw.ok()) {  // none: the PUTs go in fragments, as to an older server; fewer: fewer at once

@@ -257,21 +257,29 @@ void Worker::Run() {
   // A ring's request: the client wrote it and may write it again at any
   // time; the only read of it is this copy.
   const uint8_t* src = MessageAt(cs, c, &len);
-  if (src == nullptr) {
-    counters_.errors.fetch_add(1, std::memory_order_relaxed);
-    ReplyError(cs, 0,
-               Status::InvalidArgument("ring position " + std::to_string(c.imm >> 24) + " / length " +
-                                       std::to_string(len) + " out of range (" + std::to_string(cfg_.credits) +
-                                       " positions of " + std::to_string(cfg_.message_bytes) + " bytes)"));
+  if (src == nullptr || len == 0) [[unlikely]] {
+    RefuseUnreadable(cs, c, src == nullptr, len);
     return {};
   }
   RacyLoad(request_.get(), src, len);  // the ring may be written meanwhile (by design, harmless)
-  if (len == 0) {  // not even a header: answered like any short request
-    counters_.errors.fetch_add(1, std::memory_order_relaxed);
-    ReplyError(cs, 0, Status::InvalidArgument("request shorter than its header (0 bytes)"));
-    return {};
-  }
   return {request_.get(), len};
+}
+
+// A message CopyRequest cannot read: a ring position or length out of range,
+// or no bytes at all (answered like any short request). Out of line, as the
+// other error paths of the request path: their messages are built only
+// here (inline, the string code made every message save all registers).
+void Worker::RefuseUnreadable(ConnState& cs, const Completion& c, bool out_of_range, uint32_t len) {
+  counters_.errors.fetch_add(1, std::memory_order_relaxed);
+  if (!out_of_range) return ReplyError(cs, 0, Status::InvalidArgument("request shorter than its header (0 bytes)"));
+  ReplyError(cs, 0,
+             Status::InvalidArgument("ring position " + std::to_string(c.imm >> 24) + " / length " +
+                                     std::to_string(len) + " out of range (" + std::to_string(cfg_.credits) +
+                                     " positions of " + std::to_string(cfg_.message_bytes) + " bytes)"));
+}
+
+void Worker::LogRepostFailure(const Status& st) {
+  KVRDMA_LOG_ERROR("worker %u: reposting a receive buffer failed: %s", index_, st.ToString().c_str());
 }
 
 // Inline into ServeRound, its one caller (a call less per message).
@@ -281,9 +289,7 @@ void Worker::Run() {
   --cs.pending_count;
   std::span<const uint8_t> msg = CopyRequest(cs, c);
   // The request is copied (or answered): its receive buffer is free again.
-  if (Status st = pool_.Repost(c.wr_id); !st.ok()) {
-    KVRDMA_LOG_ERROR("worker %u: reposting a receive buffer failed: %s", index_, st.ToString().c_str());
-  }
+  if (Status st = pool_.Repost(c.wr_id); !st.ok()) [[unlikely]] LogRepostFailure(st);
   if (!msg.empty()) HandleRequest(cs, msg);
 }
 
@@ -348,32 +354,13 @@ void Worker::RequestClose(ConnState& cs, ConnState::CloseReason why) {
 
 void Worker::OnReceive(const Completion& c) {
   ConnState* cs = Find(c.qp_num);
-  bool queue = false;
-  if (c.status != WcStatus::kSuccess) {
-    // A receive consumed by a QP that failed: the buffer goes back to the SRQ.
-    if (c.status != WcStatus::kFlushed) {
-      KVRDMA_LOG_WARN("worker %u: receive failed on qp %u: %s", index_, c.qp_num, WcStatusName(c.status));
-      if (cs != nullptr) RequestClose(*cs, ConnState::CloseReason::kQpFailed);
-    }
-  } else if (cs != nullptr && !cs->qp->broken()) {
-    // More messages in flight than credits: the client sent this one before
-    // taking the reply to the message `credits` before it (that reply was not
-    // even posted yet). Its messages would hold SRQ buffers and worker turns
-    // that other connections are owed: it is closed.
-    if (cs->received - cs->replies_posted >= cfg_.credits || cs->pending_count >= cs->pending.size()) {
-      counters_.errors.fetch_add(1, std::memory_order_relaxed);
-      KVRDMA_LOG_DEBUG("worker %u: connection %u sent more messages than its %u credits", index_, cs->id,
-                       cfg_.credits);
-      RequestClose(*cs, ConnState::CloseReason::kOverCredits);
-    } else {
-      queue = true;
-    }
-  }
-  if (!queue) {
-    if (Status st = pool_.Repost(c.wr_id); !st.ok()) {
-      KVRDMA_LOG_ERROR("worker %u: reposting a receive buffer failed: %s", index_, st.ToString().c_str());
-    }
-    return;
+  // More messages in flight than credits: the client sent this one before
+  // taking the reply to the message `credits` before it (that reply was not
+  // even posted yet). Its messages would hold SRQ buffers and worker turns
+  // that other connections are owed: it is closed (DropReceive).
+  if (c.status != WcStatus::kSuccess || cs == nullptr || cs->qp->broken() ||
+      cs->received - cs->replies_posted >= cfg_.credits || cs->pending_count >= cs->pending.size()) [[unlikely]] {
+    return DropReceive(c, cs);
   }
   ++cs->received;
   // head and count are both below the ring's size (checked above): one
@@ -386,6 +373,25 @@ void Worker::OnReceive(const Completion& c) {
     cs->in_ready = true;
     ready_.push_back(cs);
   }
+}
+
+// A receive that is not queued: its QP failed, its connection is gone or
+// broken, or the client sent more messages than its credits (closed). The
+// buffer goes back to the SRQ.
+void Worker::DropReceive(const Completion& c, ConnState* cs) {
+  if (c.status != WcStatus::kSuccess) {
+    // A receive consumed by a QP that failed.
+    if (c.status != WcStatus::kFlushed) {
+      KVRDMA_LOG_WARN("worker %u: receive failed on qp %u: %s", index_, c.qp_num, WcStatusName(c.status));
+      if (cs != nullptr) RequestClose(*cs, ConnState::CloseReason::kQpFailed);
+    }
+  } else if (cs != nullptr && !cs->qp->broken()) {
+    counters_.errors.fetch_add(1, std::memory_order_relaxed);
+    KVRDMA_LOG_DEBUG("worker %u: connection %u sent more messages than its %u credits", index_, cs->id,
+                     cfg_.credits);
+    RequestClose(*cs, ConnState::CloseReason::kOverCredits);
+  }
+  if (Status st = pool_.Repost(c.wr_id); !st.ok()) LogRepostFailure(st);
 }
 
 const uint8_t* Worker::MessageAt(const ConnState& cs, const Completion& c, uint32_t* len) const {

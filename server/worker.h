@@ -83,15 +83,15 @@ struct LockView {
   const ServerClock* clock = nullptr;  // the clock leases are measured on
   uint32_t lock_words = 0;
   uint64_t seed = 0;
-  // Status to answer a PUT/DELETE of key carrying token: OK or Locked.
+  // Status to answer a PUT/DELETE of the key whose hash is key_hash
+  // (hash.h, with this seed: the store's) carrying token: OK or Locked.
   // requester: the owner id (connection id) of the connection it came on.
   // Inline up to the word's load: a free word (the common case) allows the
   // write with no clock read and no call (LockAllows); a held one is
   // judged by CheckHeld.
-  Status Check(std::span<const uint8_t> key, uint64_t token, uint32_t requester) const {
+  Status Check(uint64_t key_hash, uint64_t token, uint32_t requester) const {
     if (words == nullptr) return Status::OK();
-    const LockPlace place =
-        LockPlaceOf({reinterpret_cast<const char*>(key.data()), key.size()}, seed, lock_words);
+    const LockPlace place = LockPlaceOfHash(key_hash, lock_words);
     const uint64_t word = __atomic_load_n(&words[place.index], __ATOMIC_ACQUIRE);
     if (word == 0) return Status::OK();
     return CheckHeld(word, place.key, token, requester);
@@ -177,6 +177,9 @@ class Worker {
     }
   }
   void OnReceive(const Completion& c);
+  [[gnu::cold, gnu::noinline]] void DropReceive(const Completion& c, ConnState* cs);
+  [[gnu::cold, gnu::noinline]] void RefuseUnreadable(ConnState& cs, const Completion& c, bool out_of_range, uint32_t len);
+  [[gnu::cold, gnu::noinline]] void LogRepostFailure(const Status& st);
   // One round: every connection on the ready list handles its oldest
   // message, in list order; those with more go to the back of the list.
   void ServeRound();

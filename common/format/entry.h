@@ -43,6 +43,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string_view>
 
@@ -104,6 +105,35 @@ uint64_t EntryChecksum(uint32_t lengths, std::span<const std::byte> a, std::span
 // streaming form, which equals the one-shot one): what a writer that holds
 // the value apart from the key computes, e.g. a rendezvous PUT's client.
 uint64_t EntryChecksumOf(std::string_view key, std::span<const std::byte> value, uint64_t seed) noexcept;
+
+// Whether the n bytes at a and b are equal: a key against an entry's key (a
+// GET's decode, the server's index lookup). Keys are short: up to 16 bytes
+// in two overlapping loads of each side and no call (memcmp's call and the
+// registers its callers save around it cost a lookup ~20 instructions);
+// longer ones by memcmp.
+inline bool KeyBytesEqual(const void* a, const void* b, size_t n) noexcept {
+  const auto* p = static_cast<const unsigned char*>(a);
+  const auto* q = static_cast<const unsigned char*>(b);
+  if (n >= 8) {
+    if (n > 16) return std::memcmp(p, q, n) == 0;
+    uint64_t p0, p1, q0, q1;
+    std::memcpy(&p0, p, 8);
+    std::memcpy(&p1, p + n - 8, 8);
+    std::memcpy(&q0, q, 8);
+    std::memcpy(&q1, q + n - 8, 8);
+    return ((p0 ^ q0) | (p1 ^ q1)) == 0;
+  }
+  if (n >= 4) {
+    uint32_t p0, p1, q0, q1;
+    std::memcpy(&p0, p, 4);
+    std::memcpy(&p1, p + n - 4, 4);
+    std::memcpy(&q0, q, 4);
+    std::memcpy(&q1, q + n - 4, 4);
+    return ((p0 ^ q0) | (p1 ^ q1)) == 0;
+  }
+  // 0..3 bytes: the first, middle and last byte cover them.
+  return n == 0 || (p[0] == q[0] && p[n / 2] == q[n / 2] && p[n - 1] == q[n - 1]);
+}
 
 // Encodes a complete entry into plain (non-shared) memory, laid out as for
 // log offset `entry_off` (only whether it is 8-aligned matters): tests,

@@ -299,8 +299,8 @@ inline EntryView DecodePieces(std::span<const std::byte> head, std::span<const s
   }
   v.superseded = (h.guard & kGuardNotCurrentBit) != 0;
   // The key: in head (a direct READ cuts right after it), or across both pieces.
-  if (klen != key.size() || std::memcmp(a.data(), key.data(), std::min<size_t>(klen, a.size())) != 0 ||
-      (kTwoPieces && klen > a.size() && std::memcmp(b.data(), key.data() + a.size(), klen - a.size()) != 0)) {
+  if (klen != key.size() || !KeyBytesEqual(a.data(), key.data(), std::min<size_t>(klen, a.size())) ||
+      (kTwoPieces && klen > a.size() && !KeyBytesEqual(b.data(), key.data() + a.size(), klen - a.size()))) {
     v.verdict = EntryVerdict::kWrongKey;
     return v;
   }

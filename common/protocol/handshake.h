@@ -46,11 +46,15 @@ inline constexpr uint32_t kWireMagic = 0x4452564b;  // bytes "KVRD"
 //    request by request; the handshake refuses the pair at connect instead.
 // 10.1: rendezvous PUT (flag RENDEZVOUS, common/protocol/messages.h): the
 //    server READs a large value from a memory window the client bound on its
-//    connection. A 10.0 server refuses the flag ("unknown request flags"), so
-//    a client uses it only with a server whose descriptor says minor >= 1.
-inline constexpr uint16_t kProtocolMajor = 10;
-inline constexpr uint16_t kProtocolMinor = 1;
-inline constexpr uint16_t kRendezvousMinor = 1;  // the first minor of 10 with rendezvous PUTs
+//    connection. A 10.0 server refused the flag ("unknown request flags"), so
+//    a 10.1 client used it only with a server whose descriptor said minor >= 1.
+// 11: a key's lock word and key byte come from its index hash (XXH3 of the
+//    key with the server's seed, mixed: common/protocol/locks.h
+//    LockPlaceOfHash), not from a second XXH3 with another seed: a PUT hashes
+//    its key once. A protocol 10 client would CAS other words than the server
+//    checks. Every 11.x server takes rendezvous PUTs.
+inline constexpr uint16_t kProtocolMajor = 11;
+inline constexpr uint16_t kProtocolMinor = 0;
 
 inline constexpr size_t kMaxRequestData = 56;
 inline constexpr size_t kMaxAcceptData = 196;

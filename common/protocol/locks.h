@@ -29,7 +29,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include <xxhash.h>
+#include "common/format/hash.h"
 
 namespace kvrdma {
 
@@ -59,15 +59,29 @@ constexpr uint64_t LockExpiry(uint64_t word) noexcept { return (word & kLockExpi
 // names with an unended lease: two holders never share one.
 
 // Where a key's lock lives: its word's index (>= 1) in a table of `lock_words`
-// lock words, and its key byte (1..255), from one hash of the key.
+// lock words, and its key byte (1..255), from the key's hash h (hash.h:
+// XXH3-64 of the key with the server's seed, the hash its window comes from;
+// protocol 11: before, a second XXH3 with another seed, which every PUT paid
+// again). h is mixed first (splitmix64's finalizer), so that the keys of one
+// window, whose h share their low bits, spread over the whole table; the
+// word and the key byte come from disjoint bits of the mix, each by a
+// multiply and a shift, not a division.
 struct LockPlace {
   uint64_t index;
   uint8_t key;
 };
-inline LockPlace LockPlaceOf(std::string_view key, uint64_t seed, uint32_t lock_words) noexcept {
-  const uint64_t h = XXH3_64bits_withSeed(key.data(), key.size(), seed ^ 0x6c6f636b73ull);
-  return {1 + h % lock_words, static_cast<uint8_t>(1 + (h >> 56) % 255)};
+constexpr LockPlace LockPlaceOfHash(uint64_t h, uint32_t lock_words) noexcept {
+  uint64_t z = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return {1 + (((z >> 32) * lock_words) >> 32), static_cast<uint8_t>(1 + ((((z & 0xffffffffu) >> 8) * 255) >> 24))};
 }
+inline LockPlace LockPlaceOf(std::string_view key, uint64_t seed, uint32_t lock_words) noexcept {
+  return LockPlaceOfHash(HashKeyBytes(key, seed), lock_words);
+}
+static_assert(LockPlaceOfHash(0, 1).index == 1 && LockPlaceOfHash(~uint64_t{0}, 1).index == 1);
+static_assert(LockPlaceOfHash(~uint64_t{0}, 0xffffffffu).index <= 0xffffffffu);
+static_assert(LockPlaceOfHash(0, 7).key >= 1 && LockPlaceOfHash(12345, 7).key >= 1);
 
 // Whether a PUT/DELETE of a key whose lock place is `place`, carrying `token`
 // (0 = none), from the connection whose owner id is `requester`, may change

@@ -35,11 +35,12 @@ using wire::LoadLe;
 // server instructions). Always inline: in ParseMessage, the server's one
 // parse per message, the call and its saved registers cost a small PUT ~30
 // instructions.
+Status ParseOneChecked(std::span<const uint8_t> msg, uint32_t max_key, uint32_t max_value, bool allow_more,
+                       ParsedRequest* p, size_t* used) noexcept;
+
 [[gnu::always_inline]] inline Status ParseOne(std::span<const uint8_t> msg, uint32_t max_key, uint32_t max_value, bool allow_more,
                 ParsedRequest* p, size_t* used) noexcept {
-  if (msg.size() < kRequestHeaderSize) {
-    return Status::InvalidArgument("request shorter than its header (" + std::to_string(msg.size()) + " bytes)");
-  }
+  if (msg.size() < kRequestHeaderSize) [[unlikely]] return ParseOneChecked(msg, max_key, max_value, allow_more, p, used);
   // The header's fields at their offsets (EncodeRequestHeader): the check
   // above covers all kRequestHeaderSize bytes, so no read needs its own.
   const uint8_t* b = msg.data();
@@ -70,6 +71,28 @@ using wire::LoadLe;
     *used = msg.size();
     return Status::OK();
   }
+  return ParseOneChecked(msg, max_key, max_value, allow_more, p, used);
+}
+
+// Every other request: its checks one by one, each wording its refusal. Out
+// of line (the strings' code in ParseMessage cost every PUT a full register
+// save and a large stack frame). Parses the header again.
+[[gnu::noinline]] Status ParseOneChecked(std::span<const uint8_t> msg, uint32_t max_key, uint32_t max_value,
+                                         bool allow_more, ParsedRequest* p, size_t* used) noexcept {
+  if (msg.size() < kRequestHeaderSize) {
+    return Status::InvalidArgument("request shorter than its header (" + std::to_string(msg.size()) + " bytes)");
+  }
+  const uint8_t* b = msg.data();
+  RequestHeader& h = p->header;
+  const uint8_t op = b[0];
+  h.flags = b[1];
+  h.key_len = LoadLe<uint16_t>(b + 2);
+  h.value_len = LoadLe<uint32_t>(b + 4);
+  h.request_id = LoadLe<uint64_t>(b + 8);
+  h.lock_token = LoadLe<uint64_t>(b + 16);
+  h.frag_offset = LoadLe<uint32_t>(b + 24);
+  h.frag_len = LoadLe<uint32_t>(b + 28);
+  h.if_version = LoadLe<uint64_t>(b + 32);
   if (op < 1 || op > 4) return Status::InvalidArgument("unknown opcode " + std::to_string(op));
   h.opcode = static_cast<Opcode>(op);
   if ((h.flags & ~(kFlagFirst | kFlagLast | kFlagIfVersion | kFlagMore | kFlagRendezvous)) != 0) {
@@ -174,7 +197,7 @@ namespace {
 // ParseMessage's checks of its n-th request (parsed into *p, or refused
 // with st), in their order: the request's own error, then a request that
 // may not share a message, then one past out's end (n == out_size).
-Status CheckInMessage(Status st, const ParsedRequest& p, size_t n, size_t out_size) {
+[[gnu::noinline]] Status CheckInMessage(Status st, const ParsedRequest& p, size_t n, size_t out_size) {
   if (!st.ok()) {
     if (n == 0) return st;  // a lone request's error, as protocol 9 words it
     return Status(st.code(), "request " + std::to_string(n) + " of the message: " + st.message());

@@ -7,7 +7,9 @@
 // land after the next holder's (DESIGN.md, "Lock fencing"); and a
 // conditional write's version condition, which the store cannot be bypassed
 // on: `current_version` is the version of the key's value at that instant
-// (0 when it has none: absent or a tombstone).
+// (0 when it has none: absent or a tombstone). `key_hash` is the key's hash
+// (hash.h, the store's seed), which the store has computed already: the
+// lock table's place comes from it (common/protocol/locks.h).
 #pragma once
 
 #include <cstdint>
@@ -19,10 +21,10 @@ namespace kvrdma {
 
 struct CommitCheck {
   // OK lets the write commit; any other status aborts it and is returned.
-  Status (*fn)(const void* ctx, std::string_view key, uint64_t current_version) = nullptr;
+  Status (*fn)(const void* ctx, std::string_view key, uint64_t key_hash, uint64_t current_version) = nullptr;
   const void* ctx = nullptr;
-  Status operator()(std::string_view key, uint64_t current_version) const {
-    return fn == nullptr ? Status::OK() : fn(ctx, key, current_version);
+  Status operator()(std::string_view key, uint64_t key_hash, uint64_t current_version) const {
+    return fn == nullptr ? Status::OK() : fn(ctx, key, key_hash, current_version);
   }
 };
 

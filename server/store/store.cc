@@ -376,7 +376,8 @@ inline Store::Found Store::FindKey(const KeyHash& kh, std::string_view key, uint
     }
     if (RefFingerprint(s) != kh.fingerprint) continue;
     const EntryHeader h = ReadHeader(RefLogOffset(s));
-    if (EntryKey(RefLogOffset(s), h) == key) {
+    if (const std::string_view k = EntryKey(RefLogOffset(s), h);
+        k.size() == key.size() && KeyBytesEqual(k.data(), key.data(), k.size())) {
       if (first_empty != nullptr) *first_empty = empty;
       return Found{w, s, h};
     }
@@ -395,7 +396,10 @@ Store::Found Store::FindKeyAlone(const KeyHash& kh, std::string_view key, uint64
     const uint64_t w = kh.home + static_cast<uint64_t>(i);
     const uint64_t s = index_->LoadRef(w);
     const EntryHeader h = ReadHeader(RefLogOffset(s));
-    if (EntryKey(RefLogOffset(s), h) == key) return Found{w, s, h};
+    if (const std::string_view k = EntryKey(RefLogOffset(s), h);
+        k.size() == key.size() && KeyBytesEqual(k.data(), key.data(), k.size())) {
+      return Found{w, s, h};
+    }
   }
   return {};
 }
@@ -513,7 +517,7 @@ inline Result<uint64_t> Store::IndexWrite(uint32_t head, const KeyHash& kh, uint
     uint64_t empty;
     const Found cur = FindKey(kh, key, &empty);
     const bool had_value = cur.found() && !LengthsTombstone(cur.header.lengths);
-    if (Status ok = check(key, had_value ? EntryVersion(RefLogOffset(cur.ref)) : 0); !ok.ok()) {
+    if (Status ok = check(key, kh.hash, had_value ? EntryVersion(RefLogOffset(cur.ref)) : 0); !ok.ok()) {
       if (!prewritten) WriteEntry(off, key, value, tombstone, 0);  // never published: keeps the segment walkable
       return ok;
     }

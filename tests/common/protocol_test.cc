@@ -69,16 +69,17 @@ TEST(HandshakeTest, DescriptorFromAnotherMajorVersionIsRefusedWithBothVersions) 
       << back.status().ToString();
 }
 
-// Protocol 10 (several writes per message: flag MORE, replies of several
-// records), 9 (40-byte request headers: conditional writes), 8 (format 6: tag
-// nibbles 0..14 from hash bits 40..47) and 7 would misparse each other's
-// requests or disagree on which keys a move tag matches, so each side refuses
+// Protocol 11 (lock places from the index hash), 10 (several writes per
+// message: flag MORE, replies of several records), 9 (40-byte request
+// headers: conditional writes), 8 (format 6: tag nibbles 0..14 from hash bits
+// 40..47) and 7 would misparse each other's requests, disagree on which keys
+// a move tag matches or on which lock word a key has, so each side refuses
 // the others, naming both.
 TEST(HandshakeTest, PeersOfAnOlderProtocolAreRefusedBothWays) {
-  static_assert(kProtocolMajor == 10);
-  for (uint16_t old : {7, 8, 9}) {
+  static_assert(kProtocolMajor == 11);
+  for (uint16_t old : {7, 8, 9, 10}) {
     const std::string want = "protocol " + std::to_string(old) + "." + std::to_string(kProtocolMinor) +
-                             ", this build speaks 10." + std::to_string(kProtocolMinor);
+                             ", this build speaks 11." + std::to_string(kProtocolMinor);
     std::array<uint8_t, kMaxAcceptData> buf{};
     ServerDescriptor d = SampleDescriptor();
     d.major = old;

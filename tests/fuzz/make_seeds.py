@@ -29,7 +29,7 @@ def stats(pairs):
     return out
 
 
-PROTOCOL_MAJOR = 10  # common/protocol/handshake.h kProtocolMajor
+PROTOCOL_MAJOR = 11  # common/protocol/handshake.h kProtocolMajor
 
 
 def preamble(body, major=PROTOCOL_MAJOR, minor=0):

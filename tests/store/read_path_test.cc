@@ -98,6 +98,28 @@ TEST(ReadPath, EveryWindowScanAgreesWithTheOneWordScan) {
   }
 }
 
+// KeyBytesEqual (a key's comparison without a call up to 16 bytes) against
+// memcmp: every length up to 40, equal bytes and a difference at each
+// position, at unaligned addresses.
+TEST(ReadPath, KeyBytesEqualAgreesWithMemcmp) {
+  std::mt19937_64 rng(11);
+  std::vector<unsigned char> a(64), b(64);
+  for (size_t n = 0; n <= 40; ++n) {
+    for (size_t at = 0; at < 3; ++at) {
+      for (auto& x : a) x = static_cast<unsigned char>(rng());
+      b = a;
+      ASSERT_TRUE(KeyBytesEqual(a.data() + at, b.data() + at + 0, n)) << n;
+      for (size_t i = 0; i < n; ++i) {
+        b[at + i] ^= static_cast<unsigned char>(1 + rng() % 255);
+        ASSERT_EQ(KeyBytesEqual(a.data() + at, b.data() + at, n), std::memcmp(a.data() + at, b.data() + at, n) == 0)
+            << n << " bytes, differing at " << i;
+        ASSERT_FALSE(KeyBytesEqual(a.data() + at, b.data() + at, n)) << n << " bytes, differing at " << i;
+        b[at + i] = a[at + i];
+      }
+    }
+  }
+}
+
 TEST(ReadPath, ProbeWindowFindsFingerprintMatchesAndTags) {
   IndexParams p{1024, 16, kSeed, 1 << 20};
   const KeyHash kh = MakeKeyHash("hello", kSeed, 1024);

@@ -78,9 +78,8 @@ struct ClientOptions {
   // Longer saves wake-ups when the thread has a CPU of its own; shorter
   // leaves the CPU to others (a server or Soft-RoCE on the same machine).
   uint32_t busy_poll_us = 50;
-  // A PUT whose value has at least this many bytes is a rendezvous PUT (a
-  // server of protocol 10.1 or later and a device with type-2 memory
-  // windows; 0 = never): instead of the value in message-sized fragments,
+  // A PUT whose value has at least this many bytes is a rendezvous PUT (on
+  // a device with type-2 memory windows; 0 = never): instead of the value in message-sized fragments,
   // the client binds a memory window READ-only over exactly the value on
   // its own connection, and the server pulls the value with one RDMA READ,
   // checks its checksum over its own copy, and applies the PUT. The window
