@@ -25,6 +25,10 @@ struct FreeDeleter {
   void operator()(void* p) const noexcept { std::free(p); }
 };
 
+// Replies a connection queues in one completion batch before they are posted
+// (then the next ones queue again): the inline scratch buffers it needs.
+inline constexpr uint32_t kReplyBatch = 8;
+
 // Owned by the connection manager (Server). Its worker refers to it by a raw
 // pointer from Worker::Add until it has applied Worker::Remove, then sets
 // `released`; only after that does the manager destroy it (deferred free), so
@@ -86,10 +90,25 @@ struct ConnState {
     uint64_t large_sent = 0;    // large replies posted (the next uses buffer large_sent % busy.size())
     uint32_t unsignaled = 0;    // inline replies posted since the last signaled one
     // Replies of the current completion batch, posted together when it ends
-    // (Worker::FlushReplies): one doorbell per connection per batch. Fewer
-    // than kReplyBatch (reserved at accept); an inline reply queued as the
-    // i-th is encoded in scratch buffer i.
-    std::vector<SendWr> queued;
+    // (Worker::FlushReplies): one doorbell per connection per batch. At most
+    // kReplyBatch (Worker::ReplyWritten posts a full batch); an inline reply
+    // queued as the i-th is encoded in scratch buffer i.
+    struct Queued {
+      std::array<SendWr, kReplyBatch> wr;
+      uint32_t n = 0;
+      // REQUIRES: size() < kReplyBatch. The new request is all defaults.
+      SendWr& emplace_back() {
+        wr[n] = SendWr{};
+        return wr[n++];
+      }
+      uint32_t size() const { return n; }
+      bool empty() const { return n == 0; }
+      void clear() { n = 0; }
+      SendWr* data() { return wr.data(); }
+      SendWr& operator[](size_t i) { return wr[i]; }
+      const SendWr* begin() const { return wr.data(); }
+      const SendWr* end() const { return wr.data() + n; }
+    } queued;
   } replies;
 
   // --- written by the owning worker, read by the connection manager ---
@@ -115,9 +134,6 @@ struct ConnState {
 // sent this one: finding it still busy means the client does not take its
 // replies (DESIGN.md, "Replies").
 constexpr uint32_t ReplyBufferCount(uint32_t credits) { return 2 * credits; }
-// Replies a connection queues in one completion batch before they are posted
-// (then the next ones queue again): the inline scratch buffers it needs.
-inline constexpr uint32_t kReplyBatch = 8;
 // Bytes of a connection's reply memory: the large-reply buffers, then the
 // kReplyBatch inline scratch buffers.
 constexpr size_t ReplyMemoryBytes(uint32_t credits) {

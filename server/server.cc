@@ -229,7 +229,6 @@ void Server::OnConnectRequest(std::unique_ptr<ConnectRequest> req) {
   if (!rmr.ok()) return Reject(*req, rmr.status());
   cs->reply_mr = std::move(rmr).value();
   cs->replies.busy.assign(reply_buffers, 0);
-  cs->replies.queued.reserve(kReplyBatch);
 
   StoreRegions r = backend_.regions();
   ServerDescriptor d;

@@ -85,13 +85,14 @@ void Worker::ReplyError(ConnState& cs, uint64_t request_id, const Status& st, ui
 }
 
 void Worker::Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t> body) {
-  // Encoded straight into the buffer it is sent from (EncodeReply's length:
+  // Encoded straight into the buffer it is sent from (as EncodeReply does:
   // the header and as much of the body as fits kMaxReplySize), not into the
   // stack and copied there.
-  const size_t len = kReplyHeaderSize + std::min(body.size(), kMaxReplySize - kReplyHeaderSize);
-  uint8_t* buf = QueueReply(cs, len);
+  const size_t n = std::min(body.size(), kMaxReplySize - kReplyHeaderSize);
+  uint8_t* buf = QueueReply(cs, kReplyHeaderSize + n);
   if (buf == nullptr) return;
-  EncodeReply(h, body, {buf, kMaxReplySize});
+  EncodeReplyHeader(h, static_cast<uint32_t>(n), buf);  // inline: a write's reply is only its header
+  if (n > 0) std::memcpy(buf + kReplyHeaderSize, body.data(), n);
   ReplyWritten(cs);
 }
 

@@ -33,7 +33,9 @@ struct KeyHash {
   uint64_t hash = 0;         // XXH3-64 of the key
   uint64_t home = 0;         // first word of the key's window
   uint16_t fingerprint = 0;  // top kRefFingerprintBits bits of hash
-  uint8_t tag_nibble = 0;    // TagNibbleOf(hash): 0..14
+  // 0..14. Computed where asked (a window scan; a move of the key), not
+  // with the rest: a server's write needs it only when its key moves.
+  constexpr uint8_t tag_nibble() const noexcept { return TagNibbleOf(hash); }
 };
 
 uint64_t HashKeyBytes(std::string_view key, uint64_t seed) noexcept;
@@ -44,7 +46,6 @@ constexpr KeyHash KeyHashOf(uint64_t hash, uint64_t home_count) noexcept {
   kh.hash = hash;
   kh.home = hash & (home_count - 1);
   kh.fingerprint = static_cast<uint16_t>(hash >> (64 - kRefFingerprintBits));
-  kh.tag_nibble = TagNibbleOf(hash);
   return kh;
 }
 

@@ -189,7 +189,7 @@ inline void AddCandidate(uint64_t word, int i, const IndexParams& p, WindowProbe
 // are rarely true, so the branches predict well.
 inline void ProbeWord(uint64_t word, int i, const KeyHash& kh, const IndexParams& p, WindowProbe* out) noexcept {
   constexpr uint64_t kTagSetWordBit = kTagSetBit << kWordTagShift;
-  if ((word & kTagSetWordBit) != 0 && TagMatches(WordTag(word), kh.tag_nibble)) out->tag_matched = true;
+  if ((word & kTagSetWordBit) != 0 && TagMatches(WordTag(word), kh.tag_nibble())) out->tag_matched = true;
   if ((word >> kRefFingerprintShift) == (kh.fingerprint & kRefFingerprintMask)) AddCandidate(word, i, p, out);
 }
 
@@ -229,7 +229,7 @@ void FlagWindowWordsSse2(const std::byte* words, int blocks, const WindowKeyBits
       static_cast<uint32_t>(kRefFingerprintMask << (kRefFingerprintShift - 32)),
       static_cast<uint32_t>((kh.fingerprint & kRefFingerprintMask) << (kRefFingerprintShift - 32)),
       static_cast<uint32_t>(((kTagSetBit << 1) - 1) << (kWordTagShift - 32)),
-      static_cast<uint32_t>((kTagSetBit | (kh.tag_nibble & kTagNibbleMask)) << (kWordTagShift - 32)),
+      static_cast<uint32_t>((kTagSetBit | (kh.tag_nibble() & kTagNibbleMask)) << (kWordTagShift - 32)),
       static_cast<uint32_t>((kTagSetBit | kTagAnyKey) << (kWordTagShift - 32))};
   int block = 1;
   uint64_t flagged[kMaxWindowWords / 64] = {};

@@ -246,15 +246,9 @@ size_t EncodeReply(const ReplyHeader& h, std::span<const uint8_t> body, std::spa
   size_t room = std::min(out.size(), kMaxReplySize);
   if (room < kReplyHeaderSize) return 0;
   size_t n = std::min(body.size(), room - kReplyHeaderSize);
-  wire::Writer w(out.first(room));
-  w.U8(static_cast<uint8_t>(h.status));
-  w.U8(h.flags);
-  w.U16(0);
-  w.U32(static_cast<uint32_t>(n));
-  w.U64(h.request_id);
-  w.U64(h.version);
-  w.Bytes(body.first(n));
-  return w.size();
+  EncodeReplyHeader(h, static_cast<uint32_t>(n), out.data());
+  if (n > 0) std::memcpy(out.data() + kReplyHeaderSize, body.data(), n);
+  return kReplyHeaderSize + n;
 }
 
 Result<ParsedReply> ParseReply(std::span<const uint8_t> msg) noexcept {

@@ -91,6 +91,7 @@
 #include <vector>
 
 #include "common/format/entry.h"
+#include "common/protocol/wire.h"
 #include "common/status.h"
 
 namespace kvrdma {
@@ -188,6 +189,17 @@ struct ReplyHeader {
 
 // Header + body (truncated to fit kMaxReplySize); returns the length.
 size_t EncodeReply(const ReplyHeader& h, std::span<const uint8_t> body, std::span<uint8_t> out) noexcept;
+// The reply header alone, its body length body_len, at out[0, kReplyHeaderSize):
+// EncodeReply's first bytes. Inline: a write's reply is only this.
+inline void EncodeReplyHeader(const ReplyHeader& h, uint32_t body_len, uint8_t* out) noexcept {
+  out[0] = static_cast<uint8_t>(h.status);
+  out[1] = h.flags;
+  wire::StoreLe<uint16_t>(out + 2, 0);
+  wire::StoreLe<uint32_t>(out + 4, body_len);
+  wire::StoreLe<uint64_t>(out + 8, h.request_id);
+  wire::StoreLe<uint64_t>(out + 16, h.version);
+  static_assert(kReplyHeaderSize == 24, "the offsets above are ParseReply's");
+}
 
 struct ParsedReply {
   ReplyHeader header;

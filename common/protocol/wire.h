@@ -24,6 +24,16 @@ inline T LoadLe(const uint8_t* p) noexcept {
   return v;
 }
 
+// Stores v little-endian at `p` (the caller checked that its bytes are there).
+template <typename T>
+inline void StoreLe(uint8_t* p, T v) noexcept {
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(p, &v, sizeof(T));
+  } else {
+    for (size_t i = 0; i < sizeof(T); ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+  }
+}
+
 // Appends to a fixed buffer; ok() is false once anything did not fit.
 class Writer {
  public:

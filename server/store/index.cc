@@ -41,7 +41,7 @@ void Index::Hop(uint64_t from, uint64_t to, uint64_t ref, uint64_t hash) {
   // move"): the key is in `to` before it leaves `from`, and the word it
   // leaves carries its tag from that same store on, for tag_ttl.
   StoreRef(to, ref);
-  const uint64_t nibble = KeyHashOf(hash, home_count_).tag_nibble;
+  const uint64_t nibble = KeyHashOf(hash, home_count_).tag_nibble();
   std::atomic_ref<uint64_t> a(words_base_[from]);
   a.store(WordWith(kEmptyRef, TagAfterMove(WordTag(a.load(std::memory_order_relaxed)), nibble)),
           std::memory_order_release);

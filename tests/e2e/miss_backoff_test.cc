@@ -48,14 +48,14 @@ TEST(MissBackoffTest, AMissBehindAMatchingTagReadsTheWindowAboutOncePerMilliseco
   ASSERT_EQ(store.Stats().index_moves, 1u);
   uint64_t word2;
   RacyLoad(reinterpret_cast<std::byte*>(&word2), store.index_base() + 2 * 8, 8);
-  ASSERT_TRUE(TagMatches(WordTag(word2), hash(y).tag_nibble)) << "word 2 carries no tag of y";
+  ASSERT_TRUE(TagMatches(WordTag(word2), hash(y).tag_nibble())) << "word 2 carries no tag of y";
   // An absent key of home 2 with y's tag nibble (about 1 key in 15) and no stored
   // key's fingerprint: its window is words 2 and 3.
   std::string q;
   for (int i = 2000; q.empty(); ++i) {
     const std::string cand = "absent" + std::to_string(i);
     const KeyHash h = hash(cand);
-    if (h.home == 2 && h.tag_nibble == hash(y).tag_nibble && h.fingerprint != hash(y).fingerprint &&
+    if (h.home == 2 && h.tag_nibble() == hash(y).tag_nibble() && h.fingerprint != hash(y).fingerprint &&
         h.fingerprint != hash(z).fingerprint) {
       q = cand;
     }
@@ -106,10 +106,10 @@ TEST(MissBackoffTest, AHopOfAKeyWithHashBits1111LeavesATagOfItsNibbleOnly) {
   uint64_t word2;
   RacyLoad(reinterpret_cast<std::byte*>(&word2), store.index_base() + 2 * 8, 8);
   const uint64_t tag = WordTag(word2);
-  ASSERT_TRUE(TagMatches(tag, hash(y).tag_nibble)) << "word 2 carries no tag of y";
+  ASSERT_TRUE(TagMatches(tag, hash(y).tag_nibble())) << "word 2 carries no tag of y";
   EXPECT_NE(tag, kTagSetBit | kTagAnyKey) << "y's first hop left an any-key tag";
   for (uint64_t n = 0; n < kKeyTagNibbles; ++n) {
-    EXPECT_EQ(TagMatches(tag, n), n == hash(y).tag_nibble) << "nibble " << n << ", tag " << tag;
+    EXPECT_EQ(TagMatches(tag, n), n == hash(y).tag_nibble()) << "nibble " << n << ", tag " << tag;
   }
   // An absent key of home 2 with another nibble and no stored fingerprint:
   // its miss is proven by its first window READ.
@@ -117,7 +117,7 @@ TEST(MissBackoffTest, AHopOfAKeyWithHashBits1111LeavesATagOfItsNibbleOnly) {
   for (int i = 2000; q.empty(); ++i) {
     const std::string cand = "absent" + std::to_string(i);
     const KeyHash h = hash(cand);
-    if (h.home == 2 && h.tag_nibble != hash(y).tag_nibble && h.fingerprint != hash(y).fingerprint &&
+    if (h.home == 2 && h.tag_nibble() != hash(y).tag_nibble() && h.fingerprint != hash(y).fingerprint &&
         h.fingerprint != hash(z).fingerprint) {
       q = cand;
     }

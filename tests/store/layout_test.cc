@@ -202,8 +202,8 @@ TEST(Hash, HomeFingerprintAndTagNibbleUseDisjointBits) {
       ASSERT_LT(kh.home, count);
       ASSERT_EQ(kh.home, kh.hash & (count - 1));
       ASSERT_EQ(kh.fingerprint, kh.hash >> 52);
-      ASSERT_EQ(kh.tag_nibble, ((kh.hash >> 40) & 255) % 15);
-      ASSERT_LT(kh.tag_nibble, kTagAnyKey);
+      ASSERT_EQ(kh.tag_nibble(), ((kh.hash >> 40) & 255) % 15);
+      ASSERT_LT(kh.tag_nibble(), kTagAnyKey);
     }
   }
 }

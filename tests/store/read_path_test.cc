@@ -66,7 +66,7 @@ TEST(ReadPath, EveryWindowScanAgreesWithTheOneWordScan) {
       uint64_t ref = rng() % 5 == 0 ? kEmptyRef : PackRef(fp, code, (rng() % (p.log_bytes / 4)) * 8);
       uint64_t tag = 0;
       switch (rng() % 6) {
-        case 0: tag = kTagSetBit | kh.tag_nibble; break;
+        case 0: tag = kTagSetBit | kh.tag_nibble(); break;
         case 1: tag = kTagSetBit | kTagAnyKey; break;
         case 2: tag = kTagSetBit | (rng() & kTagNibbleMask); break;
         case 3: tag = rng() & kTagNibbleMask; break;  // set bit clear: no tag
@@ -129,7 +129,7 @@ TEST(ReadPath, ProbeWindowFindsFingerprintMatchesAndTags) {
   w[15] = PackRef(kh.fingerprint, 4, (1 << 20) - 8);   // outside the log (no room for a header)
   w[0] = PackRef(kh.fingerprint, 4, 1 << 21);          // outside the log
   w[1] = PackRef(kh.fingerprint, 1, 64);               // impossible size class
-  w[9] = WordWith(PackRef(kh.fingerprint, 4, 960), kTagSetBit | ((kh.tag_nibble + 1) & 15));  // another key's tag
+  w[9] = WordWith(PackRef(kh.fingerprint, 4, 960), kTagSetBit | ((kh.tag_nibble() + 1) & 15));  // another key's tag
   WindowProbe r;
   const auto bytes = [&] { return std::as_bytes(std::span(w)); };
   ASSERT_TRUE(ProbeWindow(bytes(), kh, p, &r).ok());
@@ -148,7 +148,7 @@ TEST(ReadPath, ProbeWindowFindsFingerprintMatchesAndTags) {
   EXPECT_EQ(r.count, 3);
   EXPECT_EQ(CandidateAt(bytes(), 15, p).entry.length, 12u);
   // A tag matching the key, on an empty word: no candidate, but no proof of a miss.
-  w[7] = WordWith(kEmptyRef, kTagSetBit | kh.tag_nibble);
+  w[7] = WordWith(kEmptyRef, kTagSetBit | kh.tag_nibble());
   ASSERT_TRUE(ProbeWindow(bytes(), kh, p, &r).ok());
   EXPECT_TRUE(r.tag_matched);
   EXPECT_FALSE(MissIsProven(r, true));

@@ -270,7 +270,7 @@ TEST(Store, AHopTagsTheWordItLeaves) {
     EXPECT_TRUE(probe.tag_matched) << "the word Y left carries no tag matching Y";
     EXPECT_FALSE(MissIsProven(probe, /*round_within_limit=*/true));
   }
-  EXPECT_TRUE(TagMatches(WordTag(word(2)), yh.tag_nibble));
+  EXPECT_TRUE(TagMatches(WordTag(word(2)), yh.tag_nibble()));
   EXPECT_EQ(s->Stats().index_tags, 1u);
   // Y is found where it went; every key reads back.
   std::string v;
