@@ -88,7 +88,7 @@ struct WindowProbe {
 // (b) Probes the window bytes READ for `kh`: the span must be exactly
 // p.window_words * 8 bytes (InvalidArgument otherwise). Refs that point
 // outside the log or carry an impossible size class are skipped (`rejected`).
-inline Status ProbeWindow(std::span<const std::byte> window, const KeyHash& kh, const IndexParams& p,
+[[gnu::always_inline]] inline Status ProbeWindow(std::span<const std::byte> window, const KeyHash& kh, const IndexParams& p,
                           WindowProbe* out) noexcept;
 
 namespace detail {
@@ -325,7 +325,7 @@ inline EntryView DecodePieces(std::span<const std::byte> head, std::span<const s
 
 }  // namespace detail
 
-inline Status ProbeWindow(std::span<const std::byte> window, const KeyHash& kh, const IndexParams& p,
+[[gnu::always_inline]] inline Status ProbeWindow(std::span<const std::byte> window, const KeyHash& kh, const IndexParams& p,
                    WindowProbe* out) noexcept {
 #if KVRDMA_HAVE_AVX2
   if (detail::CpuHasAvx2()) return detail::ProbeWindowScan(detail::WindowScan::kAvx2, window, kh, p, out);
