@@ -111,26 +111,24 @@ uint64_t EntryChecksumOf(std::string_view key, std::span<const std::byte> value,
 // in two overlapping loads of each side and no call (memcmp's call and the
 // registers its callers save around it cost a lookup ~20 instructions);
 // longer ones by memcmp.
+namespace detail {
+// Whether p and q agree in their first and last sizeof(W) bytes (n >= sizeof(W)).
+template <typename W>
+inline bool EndsEqual(const unsigned char* p, const unsigned char* q, size_t n) noexcept {
+  W p0, p1, q0, q1;
+  std::memcpy(&p0, p, sizeof(W));
+  std::memcpy(&p1, p + n - sizeof(W), sizeof(W));
+  std::memcpy(&q0, q, sizeof(W));
+  std::memcpy(&q1, q + n - sizeof(W), sizeof(W));
+  return ((p0 ^ q0) | (p1 ^ q1)) == 0;
+}
+}  // namespace detail
 inline bool KeyBytesEqual(const void* a, const void* b, size_t n) noexcept {
   const auto* p = static_cast<const unsigned char*>(a);
   const auto* q = static_cast<const unsigned char*>(b);
-  if (n >= 8) {
-    if (n > 16) return std::memcmp(p, q, n) == 0;
-    uint64_t p0, p1, q0, q1;
-    std::memcpy(&p0, p, 8);
-    std::memcpy(&p1, p + n - 8, 8);
-    std::memcpy(&q0, q, 8);
-    std::memcpy(&q1, q + n - 8, 8);
-    return ((p0 ^ q0) | (p1 ^ q1)) == 0;
-  }
-  if (n >= 4) {
-    uint32_t p0, p1, q0, q1;
-    std::memcpy(&p0, p, 4);
-    std::memcpy(&p1, p + n - 4, 4);
-    std::memcpy(&q0, q, 4);
-    std::memcpy(&q1, q + n - 4, 4);
-    return ((p0 ^ q0) | (p1 ^ q1)) == 0;
-  }
+  if (n > 16) return std::memcmp(p, q, n) == 0;
+  if (n >= 8) return detail::EndsEqual<uint64_t>(p, q, n);
+  if (n >= 4) return detail::EndsEqual<uint32_t>(p, q, n);
   // 0..3 bytes: the first, middle and last byte cover them.
   return n == 0 || (p[0] == q[0] && p[n / 2] == q[n / 2] && p[n - 1] == q[n - 1]);
 }

@@ -23,9 +23,23 @@ void EncodeRequestHeader(const RequestHeader& h, uint8_t* out) noexcept {
 
 namespace {
 
-// The header's fields at their fixed offsets (the caller checked that the
-// message holds the whole header).
 using wire::LoadLe;
+
+// The header's fields at their fixed offsets (EncodeRequestHeader) from b,
+// which holds kRequestHeaderSize bytes (the caller checked), into *h but its
+// opcode, which is returned as sent (the caller checks it).
+[[gnu::always_inline]] inline uint8_t DecodeRequestHeader(const uint8_t* b, RequestHeader* h) noexcept {
+  h->flags = b[1];
+  h->key_len = LoadLe<uint16_t>(b + 2);
+  h->value_len = LoadLe<uint32_t>(b + 4);
+  h->request_id = LoadLe<uint64_t>(b + 8);
+  h->lock_token = LoadLe<uint64_t>(b + 16);
+  h->frag_offset = LoadLe<uint32_t>(b + 24);
+  h->frag_len = LoadLe<uint32_t>(b + 28);
+  h->if_version = LoadLe<uint64_t>(b + 32);
+  static_assert(kRequestHeaderSize == 40, "the offsets above are EncodeRequestHeader's");
+  return b[0];
+}
 
 // One request at the start of msg, into *p (unspecified on error); *used:
 // its length. Without MORE it must end msg; with MORE (allowed only in
@@ -43,18 +57,8 @@ Status ParseOneChecked(std::span<const uint8_t> msg, uint32_t max_key, uint32_t 
   if (msg.size() < kRequestHeaderSize) [[unlikely]] return ParseOneChecked(msg, max_key, max_value, allow_more, p, used);
   // The header's fields at their offsets (EncodeRequestHeader): the check
   // above covers all kRequestHeaderSize bytes, so no read needs its own.
-  const uint8_t* b = msg.data();
   RequestHeader& h = p->header;
-  const uint8_t op = b[0];
-  h.flags = b[1];
-  h.key_len = LoadLe<uint16_t>(b + 2);
-  h.value_len = LoadLe<uint32_t>(b + 4);
-  h.request_id = LoadLe<uint64_t>(b + 8);
-  h.lock_token = LoadLe<uint64_t>(b + 16);
-  h.frag_offset = LoadLe<uint32_t>(b + 24);
-  h.frag_len = LoadLe<uint32_t>(b + 28);
-  h.if_version = LoadLe<uint64_t>(b + 32);
-  static_assert(kRequestHeaderSize == 40, "the offsets above are EncodeRequestHeader's");
+  const uint8_t op = DecodeRequestHeader(msg.data(), &h);
   // The common request, a whole PUT with no condition, alone in its message
   // (or the last of several), checked in one test: every check below that
   // applies to it (known opcode and flags, if_version 0 without IF_VERSION,
@@ -82,17 +86,8 @@ Status ParseOneChecked(std::span<const uint8_t> msg, uint32_t max_key, uint32_t 
   if (msg.size() < kRequestHeaderSize) {
     return Status::InvalidArgument("request shorter than its header (" + std::to_string(msg.size()) + " bytes)");
   }
-  const uint8_t* b = msg.data();
   RequestHeader& h = p->header;
-  const uint8_t op = b[0];
-  h.flags = b[1];
-  h.key_len = LoadLe<uint16_t>(b + 2);
-  h.value_len = LoadLe<uint32_t>(b + 4);
-  h.request_id = LoadLe<uint64_t>(b + 8);
-  h.lock_token = LoadLe<uint64_t>(b + 16);
-  h.frag_offset = LoadLe<uint32_t>(b + 24);
-  h.frag_len = LoadLe<uint32_t>(b + 28);
-  h.if_version = LoadLe<uint64_t>(b + 32);
+  const uint8_t op = DecodeRequestHeader(msg.data(), &h);
   if (op < 1 || op > 4) return Status::InvalidArgument("unknown opcode " + std::to_string(op));
   h.opcode = static_cast<Opcode>(op);
   if ((h.flags & ~(kFlagFirst | kFlagLast | kFlagIfVersion | kFlagMore | kFlagRendezvous)) != 0) {
