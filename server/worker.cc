@@ -146,16 +146,6 @@ int64_t Worker::caught_up_ms() const {
   return sleeping_.load(std::memory_order_acquire) ? SteadyMs() : caught_up_ms_.load(std::memory_order_relaxed);
 }
 
-inline void Worker::Dispatch(const Completion& c) {
-  if (c.wr_id & kReplyTag) {
-    OnReplySent(c);
-  } else if (c.wr_id & kReadTag) {
-    OnRendezvousRead(c);
-  } else {
-    OnReceive(c);
-  }
-}
-
 [[gnu::always_inline]] inline int Worker::Drain(int64_t now_ms) {
   int total = 0;
   for (int polls = 0; polls < 32; ++polls) {
@@ -362,7 +352,7 @@ void Worker::RequestClose(ConnState& cs, ConnState::CloseReason why) {
   if (!cs.qp->broken()) cs.qp->Disconnect();
 }
 
-inline void Worker::OnReceive(const Completion& c) {
+void Worker::OnReceive(const Completion& c) {
   ConnState* cs = Find(c.qp_num);
   // More messages in flight than credits: the client sent this one before
   // taking the reply to the message `credits` before it (that reply was not

@@ -167,9 +167,16 @@ class Worker {
   // saved registers per iteration and per completion cost a small PUT ~40
   // instructions.
   int Drain(int64_t now_ms);
-  [[gnu::always_inline]] inline void Dispatch(const Completion& c);
-  // Inline into Dispatch (Run): one per message.
-  [[gnu::always_inline]] inline void OnReceive(const Completion& c);
+  [[gnu::always_inline]] void Dispatch(const Completion& c) {
+    if (c.wr_id & kReplyTag) {
+      OnReplySent(c);
+    } else if (c.wr_id & kReadTag) {
+      OnRendezvousRead(c);
+    } else {
+      OnReceive(c);
+    }
+  }
+  void OnReceive(const Completion& c);
   [[gnu::cold, gnu::noinline]] void DropReceive(const Completion& c, ConnState* cs);
   [[gnu::cold, gnu::noinline]] void RefuseUnreadable(ConnState& cs, const Completion& c, bool out_of_range, uint32_t len);
   [[gnu::cold, gnu::noinline]] void LogRepostFailure(const Status& st);

@@ -335,7 +335,6 @@ class Harness {
     c.cs->id = i + 1;
     c.cs->reply_mr = std::make_unique<FakeRegion>(c.reply_mem.data(), c.reply_mem.size());
     c.cs->replies.busy.assign(buffers, 0);
-    c.cs->replies.queued.reserve(server::kReplyBatch);
     // A QP number may come back after its connection closed (as on a NIC).
     uint32_t qp = next_qp_++;
     if (!freed_qps_.empty() && in_.ConsumeBool()) {
@@ -795,7 +794,7 @@ class Harness {
     size_t large_out = c.qp->large_outstanding();
     for (const SendWr& w : c.cs->replies.queued) large_out += !w.inline_data;
     WorkerTestPeer::Dispatch(*worker_, wc);
-    CHECK(c.cs->replies.queued.size() < server::kReplyBatch, "%zu replies queued", c.cs->replies.queued.size());
+    CHECK(c.cs->replies.queued.size() < server::kReplyBatch, "%u replies queued", c.cs->replies.queued.size());
     if (behind && !take_first) {
       CHECK(srq_.reposted.size() == reposted, "a message behind a rendezvous READ was served before the READ ended");
       CHECK(Answered(c) == replies, "a message behind a rendezvous READ was answered before the READ ended");
@@ -1140,7 +1139,7 @@ class Harness {
   }
   static std::vector<uint8_t> LastAnswer(const Conn& c) {
     if (c.cs->replies.queued.empty()) return c.qp->replies.back().bytes;
-    const SendWr& w = c.cs->replies.queued.back();
+    const SendWr& w = c.cs->replies.queued[c.cs->replies.queued.size() - 1];
     const auto* p = reinterpret_cast<const uint8_t*>(w.local.addr);
     return {p, p + w.local.length};
   }
