@@ -85,14 +85,13 @@ void Worker::ReplyError(ConnState& cs, uint64_t request_id, const Status& st, ui
 }
 
 void Worker::Reply(ConnState& cs, const ReplyHeader& h, std::span<const uint8_t> body) {
-  // Encoded straight into the buffer it is sent from (as EncodeReply does:
+  // Encoded straight into the buffer it is sent from (EncodeReply's length:
   // the header and as much of the body as fits kMaxReplySize), not into the
   // stack and copied there.
-  const size_t n = std::min(body.size(), kMaxReplySize - kReplyHeaderSize);
-  uint8_t* buf = QueueReply(cs, kReplyHeaderSize + n);
+  const size_t len = kReplyHeaderSize + std::min(body.size(), kMaxReplySize - kReplyHeaderSize);
+  uint8_t* buf = QueueReply(cs, len);
   if (buf == nullptr) return;
-  EncodeReplyHeader(h, static_cast<uint32_t>(n), buf);  // inline: a write's reply is only its header
-  if (n > 0) std::memcpy(buf + kReplyHeaderSize, body.data(), n);
+  EncodeReply(h, body, {buf, kMaxReplySize});  // inline (messages.h)
   ReplyWritten(cs);
 }
 

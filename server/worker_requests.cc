@@ -25,7 +25,7 @@ struct CommitFence {
   bool conditional;       // IF_VERSION
   uint64_t if_version;    // the version required (0: no value)
   uint64_t* current_out;  // on VersionMismatch: the key's current version
-  static Status Check(const void* ctx, std::string_view /*key*/, uint64_t key_hash, uint64_t current_version) {
+  static Status Check(const void* ctx, uint64_t key_hash, uint64_t current_version) {
     auto* f = static_cast<const CommitFence*>(ctx);
     KVRDMA_RETURN_IF_ERROR(f->locks->Check(key_hash, f->token, f->requester));
     if (f->conditional && current_version != f->if_version) [[unlikely]] return Mismatch(f, current_version);

@@ -237,15 +237,6 @@ Result<size_t> ParseMessage(std::span<const uint8_t> msg, uint32_t max_key, uint
   }
 }
 
-size_t EncodeReply(const ReplyHeader& h, std::span<const uint8_t> body, std::span<uint8_t> out) noexcept {
-  size_t room = std::min(out.size(), kMaxReplySize);
-  if (room < kReplyHeaderSize) return 0;
-  size_t n = std::min(body.size(), room - kReplyHeaderSize);
-  EncodeReplyHeader(h, static_cast<uint32_t>(n), out.data());
-  if (n > 0) std::memcpy(out.data() + kReplyHeaderSize, body.data(), n);
-  return kReplyHeaderSize + n;
-}
-
 Result<ParsedReply> ParseReply(std::span<const uint8_t> msg) noexcept {
   // The fixed header is checked for length once and read at its offsets
   // (every PUT's reply comes here: a field-by-field reader checked each one).

@@ -83,7 +83,9 @@
 //   kMaxReplySize, so the records of every message always fit one reply.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <string_view>
@@ -187,18 +189,23 @@ struct ReplyHeader {
   uint64_t version = 0;
 };
 
-// Header + body (truncated to fit kMaxReplySize); returns the length.
-size_t EncodeReply(const ReplyHeader& h, std::span<const uint8_t> body, std::span<uint8_t> out) noexcept;
-// The reply header alone, its body length body_len, at out[0, kReplyHeaderSize):
-// EncodeReply's first bytes. Inline: a write's reply is only this.
-inline void EncodeReplyHeader(const ReplyHeader& h, uint32_t body_len, uint8_t* out) noexcept {
-  out[0] = static_cast<uint8_t>(h.status);
-  out[1] = h.flags;
-  wire::StoreLe<uint16_t>(out + 2, 0);
-  wire::StoreLe<uint32_t>(out + 4, body_len);
-  wire::StoreLe<uint64_t>(out + 8, h.request_id);
-  wire::StoreLe<uint64_t>(out + 16, h.version);
+// Header + body (truncated to fit kMaxReplySize and out); returns the
+// length (0: out cannot hold a header). Inline: every write's reply is
+// encoded here, most of them the header alone.
+inline size_t EncodeReply(const ReplyHeader& h, std::span<const uint8_t> body, std::span<uint8_t> out) noexcept {
+  const size_t room = std::min(out.size(), kMaxReplySize);
+  if (room < kReplyHeaderSize) return 0;
+  const size_t n = std::min(body.size(), room - kReplyHeaderSize);
+  uint8_t* p = out.data();
+  p[0] = static_cast<uint8_t>(h.status);
+  p[1] = h.flags;
+  wire::StoreLe<uint16_t>(p + 2, 0);
+  wire::StoreLe<uint32_t>(p + 4, static_cast<uint32_t>(n));
+  wire::StoreLe<uint64_t>(p + 8, h.request_id);
+  wire::StoreLe<uint64_t>(p + 16, h.version);
   static_assert(kReplyHeaderSize == 24, "the offsets above are ParseReply's");
+  if (n > 0) std::memcpy(p + kReplyHeaderSize, body.data(), n);
+  return kReplyHeaderSize + n;
 }
 
 struct ParsedReply {

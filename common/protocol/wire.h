@@ -46,10 +46,7 @@ class Writer {
   void Bytes(std::string_view s) noexcept { Put(s.data(), s.size()); }
   // Overwrites a u16 written earlier at `at` (e.g. a length field).
   void PatchU16(size_t at, uint16_t v) noexcept {
-    if (at + 2 <= pos_) {
-      buf_[at] = static_cast<uint8_t>(v);
-      buf_[at + 1] = static_cast<uint8_t>(v >> 8);
-    }
+    if (at + 2 <= pos_) StoreLe(buf_.data() + at, v);
   }
   size_t size() const noexcept { return pos_; }
   bool ok() const noexcept { return ok_; }
@@ -61,11 +58,7 @@ class Writer {
   template <typename T>
   void PutLe(T v) noexcept {
     if (!Room(sizeof(T))) return;
-    if constexpr (std::endian::native == std::endian::little) {
-      std::memcpy(buf_.data() + pos_, &v, sizeof(T));
-    } else {
-      for (size_t i = 0; i < sizeof(T); ++i) buf_[pos_ + i] = static_cast<uint8_t>(v >> (8 * i));
-    }
+    StoreLe(buf_.data() + pos_, v);
     pos_ += sizeof(T);
   }
   void Put(const void* p, size_t n) noexcept {

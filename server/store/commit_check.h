@@ -21,10 +21,10 @@ namespace kvrdma {
 
 struct CommitCheck {
   // OK lets the write commit; any other status aborts it and is returned.
-  Status (*fn)(const void* ctx, std::string_view key, uint64_t key_hash, uint64_t current_version) = nullptr;
+  Status (*fn)(const void* ctx, uint64_t key_hash, uint64_t current_version) = nullptr;
   const void* ctx = nullptr;
-  Status operator()(std::string_view key, uint64_t key_hash, uint64_t current_version) const {
-    return fn == nullptr ? Status::OK() : fn(ctx, key, key_hash, current_version);
+  Status operator()(uint64_t key_hash, uint64_t current_version) const {
+    return fn == nullptr ? Status::OK() : fn(ctx, key_hash, current_version);
   }
 };
 

@@ -517,7 +517,7 @@ inline Result<uint64_t> Store::IndexWrite(uint32_t head, const KeyHash& kh, uint
     uint64_t empty;
     const Found cur = FindKey(kh, key, &empty);
     const bool had_value = cur.found() && !LengthsTombstone(cur.header.lengths);
-    if (Status ok = check(key, kh.hash, had_value ? EntryVersion(RefLogOffset(cur.ref)) : 0); !ok.ok()) {
+    if (Status ok = check(kh.hash, had_value ? EntryVersion(RefLogOffset(cur.ref)) : 0); !ok.ok()) {
       if (!prewritten) WriteEntry(off, key, value, tombstone, 0);  // never published: keeps the segment walkable
       return ok;
     }

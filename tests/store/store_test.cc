@@ -325,7 +325,7 @@ TEST(Store, IndexFillsBeyond90PercentThenServerFull) {
 // a tombstone or an absent key.
 uint64_t CurrentVersion(Store& s, const std::string& key) {
   uint64_t seen = ~uint64_t{0};
-  const CommitCheck probe{[](const void* ctx, std::string_view, uint64_t, uint64_t current) {
+  const CommitCheck probe{[](const void* ctx, uint64_t, uint64_t current) {
                             *static_cast<uint64_t*>(const_cast<void*>(ctx)) = current;
                             return Status::Locked("probe only");  // commits nothing
                           },
