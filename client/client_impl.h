@@ -38,6 +38,7 @@
 #include "common/format/round_clock.h"
 #include "common/protocol/handshake.h"
 #include "common/protocol/messages.h"
+#include "common/transport/busy_poll.h"
 
 namespace kvrdma {
 
@@ -61,9 +62,10 @@ static_assert(WrKindOf(MakeWrId(WrKind::kMessage, ~uint64_t{0})) == WrKind::kMes
 static_assert(WrPayload(MakeWrId(WrKind::kGetRead, 63)) == 63);
 
 // Waiting: after the last completion or submitted operation the client polls
-// its CQ for ClientOptions::busy_poll_us (the next completion is likely
-// microseconds away), then sleeps on the CQ's completion channel,
-// kSleepSliceMs at a time (to look at deadlines and connection-manager
+// its CQ for its poll window (BusyPoll: ClientOptions::busy_poll_us, growing
+// up to busy_poll_max_us while completions keep coming just after it; the
+// next completion is likely microseconds away), then sleeps on the CQ's
+// completion channel, kSleepSliceMs at a time (to look at deadlines and connection-manager
 // events in between). A client that polled forever would take a CPU the
 // server's workers and the NIC's software (Soft-RoCE runs in the kernel) may
 // need: with two spinning clients on two CPUs, PUTs waited for scheduler
@@ -99,7 +101,7 @@ class Client::Impl {
         dev_(std::move(dev)),
         max_in_flight_(std::clamp<uint32_t>(o.max_in_flight, 1, kMaxInFlight)),
         cache_(o.location_cache_entries),
-        busy_poll_(o.busy_poll_us) {}
+        busy_poll_(std::chrono::microseconds(o.busy_poll_us), std::chrono::microseconds(o.busy_poll_max_us)) {}
   Status Connect();
   // After a failure: drops the connection and its buffers, and connects
   // again (rate-limited with exponential backoff). REQUIRES no operation in flight.
@@ -550,7 +552,7 @@ class Client::Impl {
   bool now_fresh_ = false;  // now_ was read during this Submit/RunSync/Progress, before anything was posted
   uint32_t idle_polls_ = 0;  // empty polls since the last CM event check
   Clock::time_point busy_until_{};  // spin (do not sleep) until then; see kSleepSliceMs
-  const std::chrono::microseconds busy_poll_;
+  BusyPoll busy_poll_;  // the poll window (common/transport/busy_poll.h)
   Clock::time_point last_idle_check_{};  // see NoticeDisconnectWhileIdle
   bool sync_done_ = false;   // the lock-table WR completed
   // Locks this client holds: key -> the lock word it installed (its token).

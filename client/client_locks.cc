@@ -33,7 +33,7 @@ Result<uint64_t> Client::Impl::CasLockWord(uint64_t index, uint64_t compare, uin
     return broken_;
   }
   auto deadline = Clock::now() + std::chrono::milliseconds(opts_.op_timeout_ms);
-  busy_until_ = Clock::now() + busy_poll_;
+  busy_until_ = Clock::now() + busy_poll_.window();
   while (!sync_done_) {
     Progress();
     if (!sync_done_) IdleWait(deadline);

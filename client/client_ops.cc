@@ -44,7 +44,7 @@ void Client::Impl::NoticeDisconnectWhileIdle(Clock::time_point now) {
   op->version = 0;
   op->value_bytes = 0;
   const Clock::time_point now = now_;
-  busy_until_ = now + busy_poll_;
+  busy_until_ = now + busy_poll_.window();
   s.deadline = now + std::chrono::milliseconds(opts_.op_timeout_ms);
   return s;
 }
@@ -238,7 +238,8 @@ void Client::Impl::PollCompletions() {
   if (n > 0) {
     now_ = Clock::now();  // after the poll: the end of the rounds these completions finish
     now_fresh_ = true;
-    busy_until_ = now_ + busy_poll_;
+    busy_until_ = now_ + busy_poll_.window();
+    busy_poll_.FoundWork();
     idle_polls_ = 0;
   }
   for (int i = 0; i < n && broken_.ok(); ++i) {
@@ -276,7 +277,9 @@ void Client::Impl::IdleWait(Clock::time_point deadline) {
   if (now < busy_until_ || now >= deadline || !broken_.ok()) return;
   const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
   const int ms = static_cast<int>(std::min<int64_t>(left, kSleepSliceMs));
-  if (cq_->Wait(ms).ok()) return;  // a completion may be there: the caller polls
+  const bool woke = cq_->Wait(ms).ok();
+  if (busy_poll_.adapts()) busy_poll_.Slept(Clock::now() - now, woke, InvoluntarySwitches());
+  if (woke) return;  // a completion may be there: the caller polls
   // A whole slice without completions: what the idle polls would have seen.
   if (in_flight_ > 0) CheckDeadlines();
   CheckConnection();

@@ -118,9 +118,16 @@ int main(int argc, char** argv) {
                  "last fragment)")
       ->capture_default_str()->check(CLI::Range(10u, 3600000u));
   app.add_option("--busy-poll-us", cfg.busy_poll_us,
-                 "After a request, a worker polls this long (microseconds) before it sleeps until the\n"
-                 "next one (0 = sleep at once): longer saves wake-ups when every worker has a CPU of its\n"
-                 "own; keep it short when workers share CPUs with clients or Soft-RoCE")
+                 "After a request, a worker polls at least this long (microseconds) before it sleeps\n"
+                 "until the next one (0 = sleep at once): longer saves wake-ups when every worker has a\n"
+                 "CPU of its own; keep it short when workers share CPUs with clients or Soft-RoCE")
+      ->capture_default_str()->check(CLI::Range(0u, 1000000u));
+  app.add_option("--busy-poll-max-us", cfg.busy_poll_max_us,
+                 "While requests keep arriving just after a worker's poll ended, the poll doubles, up to\n"
+                 "this long (microseconds); it falls back to --busy-poll-us when they stop, or come\n"
+                 "further apart than this, or the worker is preempted (it shares its CPU). At or below\n"
+                 "--busy-poll-us (the default): the poll never grows. 250 suits a client that waits\n"
+                 "~100 us between requests and a worker with a CPU of its own (docs/PERFORMANCE.md)")
       ->capture_default_str()->check(CLI::Range(0u, 1000000u));
   std::string token_file;
   app.add_option("--auth-token", cfg.auth_token,

@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "common/memory/racy_copy.h"
+#include "common/transport/busy_poll.h"
 
 namespace kvrdma::server {
 namespace {
@@ -174,8 +175,11 @@ void Worker::Run() {
   // time, not a count of polls (4000 polls were milliseconds in an emulated
   // guest, while the clients and Soft-RoCE's kernel work waited for the CPU:
   // issue 12, finding 5).
+  // The poll's length adapts (BusyPoll, common/transport/busy_poll.h):
+  // from --busy-poll-us up to --busy-poll-max-us while requests keep coming
+  // just after it ends.
   using Clock = std::chrono::steady_clock;
-  const auto busy_poll = std::chrono::microseconds(cfg_.busy_poll_us);
+  BusyPoll busy_poll(std::chrono::microseconds(cfg_.busy_poll_us), std::chrono::microseconds(cfg_.busy_poll_max_us));
   Clock::time_point busy_until{};  // start asleep
   bool worked = false;              // the last iteration handled completions or served messages
   // The last iteration served messages, and service_start_ holds the end of
@@ -196,7 +200,7 @@ void Worker::Run() {
     const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
     // After work, the busy poll counts from this reading, the first after
     // that work (one clock read per iteration, not two).
-    if (worked) busy_until = now + busy_poll;
+    if (worked) busy_until = now + busy_poll.window();
     if (now_ms - last_expiry_ms_ >= kExpiryCheckMs) {
       ExpireAssemblies(now_ms);
       ExpireRendezvous(now_ms);
@@ -218,6 +222,7 @@ void Worker::Run() {
     // round still serves every connection once, in turn.
     for (uint32_t r = 1; durable_ && r < kReplyBatch && HasReady(); ++r) ServeRound();
     worked = n > 0 || serve;
+    if (worked) busy_poll.FoundWork();
     // Not after a durable store's Commit (FlushReplies): a flush may take
     // milliseconds, which the busy poll must not lose.
     served_reading = serve && !durable_;
@@ -245,9 +250,10 @@ void Worker::Run() {
     // everything that arrived before this iteration's clock read (before
     // that poll: a bound on the safe side, and no clock read of its own).
     sleeping_.store(true, std::memory_order_release);
-    (void)cq_->Wait(assembly_budget_.used() > 0 || rdv_busy_ > 0 ? kExpiryCheckMs : -1);
+    const bool woke = cq_->Wait(assembly_budget_.used() > 0 || rdv_busy_ > 0 ? kExpiryCheckMs : -1).ok();
     caught_up_ms_.store(now_ms, std::memory_order_relaxed);
     sleeping_.store(false, std::memory_order_release);
+    if (busy_poll.adapts()) busy_poll.Slept(Clock::now() - now, woke, InvoluntarySwitches());
   }
 }
 

@@ -6,10 +6,11 @@
 // client's Submit and Poll calls, and the driver waits (uncounted) for the
 // fabric to execute what the client posted before each Poll, so no empty
 // poll is counted and each Poll finds the completion it waits for. The
-// server's worker sleeps on its completion channel at once (busy_poll_us = 0),
-// so its count is the request's work plus one wake-up. The other threads (the
-// loopback "NIC", the server's acceptor, cleaner, clock) are counted in their
-// own files; bench/callgrind/run attributes them.
+// server's worker sleeps on its completion channel at once (busy_poll_us =
+// busy_poll_max_us = 0), so its count is the request's work plus one
+// wake-up. The other threads (the loopback "NIC", the server's acceptor,
+// cleaner, clock) are counted in their own files; bench/callgrind/run
+// attributes them.
 #include <valgrind/callgrind.h>
 
 #include <algorithm>
@@ -158,6 +159,7 @@ int Main(int argc, char** argv) {
   cfg.srq_depth = 64;
   cfg.lock_words = 1024;
   cfg.busy_poll_us = 0;
+  cfg.busy_poll_max_us = 0;
   StoreConfig sc;
   sc.index_homes = 1 << 15;
   sc.segment_bytes = 4 << 20;  // > the largest entry (1 MiB value)

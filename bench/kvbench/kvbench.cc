@@ -55,6 +55,7 @@ struct Config {
   std::string put_from = "string";  // where PUT values come from: string or registered
   int64_t location_cache = -1;  // -1: the client's default
   int64_t busy_poll_us = -1;    // -1: the client's default
+  int64_t busy_poll_max_us = -1;  // -1: the client's default
   int64_t rendezvous_bytes = -1;  // -1: the client's default (ClientOptions::rendezvous_bytes)
   int64_t rendezvous_copy_bytes = -1;  // -1: the client's default (ClientOptions::rendezvous_copy_bytes)
   bool spin = false;            // poll without sleeping even with nothing to start
@@ -168,6 +169,7 @@ class Worker {
       o.max_in_flight = std::min<uint32_t>(cfg_.depth, 64);
       if (cfg_.location_cache >= 0) o.location_cache_entries = static_cast<size_t>(cfg_.location_cache);
       if (cfg_.busy_poll_us >= 0) o.busy_poll_us = static_cast<uint32_t>(cfg_.busy_poll_us);
+      if (cfg_.busy_poll_max_us >= 0) o.busy_poll_max_us = static_cast<uint32_t>(cfg_.busy_poll_max_us);
       if (cfg_.rendezvous_bytes >= 0) o.rendezvous_bytes = static_cast<uint32_t>(cfg_.rendezvous_bytes);
       if (cfg_.rendezvous_copy_bytes >= 0) o.rendezvous_copy_bytes = static_cast<uint32_t>(cfg_.rendezvous_copy_bytes);
       o.op_timeout_ms = 10000;
@@ -451,6 +453,10 @@ int main(int argc, char** argv) {
                  "Microseconds each client polls after a completion before it sleeps until the next\n"
                  "(0: sleep at once; default: the library's default, 50)")
       ->check(CLI::Range(0, 1000000));
+  app.add_option("--busy-poll-max-us", cfg.busy_poll_max_us,
+                 "The longest a client's poll grows to while completions keep arriving just after it\n"
+                 "ended (at or below --busy-poll-us: it never grows; default: the library's default, 50)")
+      ->check(CLI::Range(0, 1000000));
   app.add_flag("--spin", cfg.spin,
                "Poll without sleeping even when every operation is in flight (a thread at 100% CPU, as\n"
                "perftest does; default: wait like the library's synchronous calls, see --busy-poll-us)");
@@ -614,7 +620,7 @@ int main(int argc, char** argv) {
       << cfg.distribution << "\", \"zipf_theta\": " << cfg.theta << ", \"threads\": " << cfg.threads
       << ", \"depth\": " << cfg.depth << ", \"duration_s\": " << secs << ", \"warmup_s\": " << cfg.warmup
       << ", \"rate\": " << cfg.rate << ", \"preload\": " << (cfg.preload ? "true" : "false") << ", \"put_mode\": \""
-      << cfg.put_mode << "\", \"location_cache\": " << cfg.location_cache << ", \"busy_poll_us\": " << cfg.busy_poll_us
+      << cfg.put_mode << "\", \"location_cache\": " << cfg.location_cache << ", \"busy_poll_us\": " << cfg.busy_poll_us << ", \"busy_poll_max_us\": " << cfg.busy_poll_max_us
       << ", \"spin\": " << (cfg.PollsWhileWaiting() ? "true" : "false") << "}, \"results\": {" << json_results << "}, \"total_ops_per_sec\": " << total / secs << "}\n";
   }
   uint64_t errs = 0;

@@ -73,11 +73,16 @@ struct ClientOptions {
   // at most 32 bytes). Sent in the connect request; see docs/SECURITY.md.
   std::string auth_token;
   // Waiting for a completion (Wait, and the synchronous calls), the client
-  // polls this long (microseconds) after its last completion or submitted
-  // operation, then sleeps until the next completion (0 = sleep at once).
-  // Longer saves wake-ups when the thread has a CPU of its own; shorter
-  // leaves the CPU to others (a server or Soft-RoCE on the same machine).
+  // polls at least busy_poll_us (microseconds) after its last completion or
+  // submitted operation, then sleeps until the next completion (0 = sleep
+  // at once). While completions keep arriving just after the poll ended
+  // (a reply slower than the poll: a wake-up per operation), the poll
+  // doubles, up to busy_poll_max_us; it falls back when they stop or come
+  // further apart (at or below busy_poll_us: it never grows). Longer saves
+  // wake-ups when the thread has a CPU of its own; shorter leaves the CPU
+  // to others (a server or Soft-RoCE on the same machine).
   uint32_t busy_poll_us = 50;
+  uint32_t busy_poll_max_us = 50;  // = busy_poll_us: no growth unless raised
   // A PUT whose value has at least this many bytes is a rendezvous PUT (on
   // a device with type-2 memory windows; 0 = never): instead of the value in message-sized fragments,
   // the client binds a memory window READ-only over exactly the value on
@@ -346,8 +351,9 @@ class Client {
   // call). Each operation is handed back exactly once.
   size_t Poll(std::span<Op*> done);
   // Like Poll, but waits until at least one operation completes or
-  // timeout_ms passes (then it returns 0): it polls for
-  // ClientOptions::busy_poll_us, then sleeps until the next completion.
+  // timeout_ms passes (then it returns 0): it polls for its poll window
+  // (ClientOptions::busy_poll_us, up to busy_poll_max_us), then sleeps until
+  // the next completion.
   // Returns 0 at once when nothing is in flight or waiting.
   size_t Wait(std::span<Op*> done, int timeout_ms);
   // Operations submitted and not yet completed (completed ones waiting for
