@@ -75,6 +75,33 @@ TEST_P(E2eTest, UpdateReplacesTheValueAndBumpsTheVersion) {
   EXPECT_EQ(got, "two, longer");
 }
 
+TEST_P(E2eTest, AdaptivePollWindowsServeEveryOperation) {
+  // Worker and client windows that may grow (BusyPoll): every wait still
+  // ends, one operation at a time, and again after the load pauses long
+  // enough for both sides to sleep.
+  server::ServerConfig cfg = TestServer::Defaults();
+  cfg.busy_poll_us = 20;
+  cfg.busy_poll_max_us = 250;
+  TestServer srv(env_, cfg);
+  ClientOptions o = srv.Options(GetParam().put_mode);
+  o.busy_poll_us = 20;
+  o.busy_poll_max_us = 250;
+  auto made = ClientFactory::ConnectWith(env_.client, o);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  auto c = std::move(made).value();
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 100; ++i) {
+      const std::string key = "adaptive-" + std::to_string(i);
+      const std::string value = Pattern(16 + (i * 13) % 300, static_cast<uint32_t>(round * 1000 + i));
+      ASSERT_TRUE(c->Put(key, value).ok()) << round << " " << i;
+      std::string got;
+      ASSERT_TRUE(c->Get(key, &got).ok());
+      ASSERT_EQ(got, value);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // both sides sleep
+  }
+}
+
 TEST_P(E2eTest, EightClientsShareOneSrqAndEveryWriteLandsOnce) {
   constexpr int kClients = 8;
   constexpr int kKeys = 25;
