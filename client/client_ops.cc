@@ -278,7 +278,7 @@ void Client::Impl::IdleWait(Clock::time_point deadline) {
   const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
   const int ms = static_cast<int>(std::min<int64_t>(left, kSleepSliceMs));
   const bool woke = cq_->Wait(ms).ok();
-  if (busy_poll_.adapts()) busy_poll_.Slept(Clock::now() - now, woke, InvoluntarySwitches());
+  if (busy_poll_.adapts()) busy_poll_.Slept(Clock::now() - now, woke);
   if (woke) return;  // a completion may be there: the caller polls
   // A whole slice without completions: what the idle polls would have seen.
   if (in_flight_ > 0) CheckDeadlines();

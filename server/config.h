@@ -81,8 +81,8 @@ struct ServerConfig {
   // the CPU to clients and to the kernel (Soft-RoCE runs there) when they
   // share CPUs.
   // Off by default (equal to busy_poll_us): in the 2-vCPU Soft-RoCE guest a
-  // ceiling of 250 took PUT p50 at depth 1 from ~215 to ~135 us and cost
-  // ~20 % of the PUT rate at 2 clients x 16 in flight (docs/PERFORMANCE.md,
+  // ceiling of 250 took PUT p50 at depth 1 from ~230 to ~80 us and cost
+  // ~14 % of the PUT rate at 2 clients x 16 in flight (docs/PERFORMANCE.md,
   // "An adaptive poll window").
   uint32_t busy_poll_us = 50;
   uint32_t busy_poll_max_us = 50;

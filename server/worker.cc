@@ -253,7 +253,7 @@ void Worker::Run() {
     const bool woke = cq_->Wait(assembly_budget_.used() > 0 || rdv_busy_ > 0 ? kExpiryCheckMs : -1).ok();
     caught_up_ms_.store(now_ms, std::memory_order_relaxed);
     sleeping_.store(false, std::memory_order_release);
-    if (busy_poll.adapts()) busy_poll.Slept(Clock::now() - now, woke, InvoluntarySwitches());
+    if (busy_poll.adapts()) busy_poll.Slept(Clock::now() - now, woke);
   }
 }
 

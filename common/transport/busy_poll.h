@@ -19,14 +19,10 @@
 //    polling in between, mean the work comes further apart than the ceiling:
 //    back to the floor, and no growth for the next kHoldSleeps sleeps (so a
 //    steady sparse load pays a climb now and then, not a full window per
-//    operation);
-//  - a thread that was preempted since its last sleep (an involuntary
-//    context switch: more runnable threads than CPUs) shares its CPU, and
-//    its polling takes time from the threads it waits for (clients, other
-//    workers, Soft-RoCE's kernel work): back to the floor, no growth for
-//    kHoldSleeps sleeps. (In the 2-vCPU guest, growth cost 17-32 % of the
-//    PUT rate at 2 clients x 16 in flight without this rule, and still ~20 %
-//    with it: growth is off by default, docs/DESIGN.md "Waiting".)
+//    operation).
+// Growth is off by default (docs/DESIGN.md, "Waiting"; docs/PERFORMANCE.md,
+// "An adaptive poll window"): on a machine where the polling thread shares
+// its CPU with the threads it waits for, a longer poll takes their time.
 // A ceiling at or below the floor keeps the window at the floor (busy_poll_us
 // = busy_poll_max_us = 0: sleep at once, always). Not thread-safe: one per
 // polling thread. docs/DESIGN.md, "Waiting".
@@ -57,29 +53,19 @@ class BusyPoll {
   Duration floor() const { return floor_; }
   Duration ceiling() const { return ceiling_; }
   // False: the window stays at the floor, and Slept need not be called (a
-  // thread may skip its clock read and InvoluntarySwitches).
+  // thread may skip its clock read).
   bool adapts() const { return ceiling_ > floor_; }
 
   // A poll found work (the one that follows a wake-up included).
   void FoundWork() { ++found_; }
 
   // The thread slept for `slept` after a window that found nothing; `woke`:
-  // the wait ended because work may be there (not by its timeout);
-  // `preemptions`: the thread's involuntary context switches so far
-  // (InvoluntarySwitches(), read after the wait).
-  void Slept(Duration slept, bool woke, uint64_t preemptions) {
+  // the wait ended because work may be there (not by its timeout).
+  void Slept(Duration slept, bool woke) {
     // More than one find since the last sleep: besides the wake-up's own,
     // a poll inside the window found work.
     const bool polled_work = found_ - found_at_sleep_ > 1;
     found_at_sleep_ = found_;
-    const bool preempted = preemptions != preemptions_;
-    preemptions_ = preemptions;
-    if (preempted && ceiling_ > floor_) {
-      window_ = floor_;
-      misses_at_ceiling_ = 0;
-      hold_ = kHoldSleeps;
-      return;
-    }
     if (!woke || slept >= kLongSleep) {
       window_ = floor_;
       misses_at_ceiling_ = 0;
@@ -106,12 +92,6 @@ class BusyPoll {
   uint64_t found_ = 0, found_at_sleep_ = 0;
   uint32_t misses_at_ceiling_ = 0;
   uint32_t hold_ = 0;  // sleeps left before the window may grow again
-  uint64_t preemptions_ = 0;
 };
-
-// The calling thread's involuntary context switches (getrusage's
-// ru_nivcsw), for BusyPoll::Slept. One system call: call it where the thread
-// sleeps anyway.
-uint64_t InvoluntarySwitches();
 
 }  // namespace kvrdma

@@ -4,12 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include <pthread.h>
-#include <sched.h>
-
-#include <atomic>
 #include <chrono>
-#include <thread>
 
 namespace kvrdma {
 namespace {
@@ -21,13 +16,12 @@ using std::chrono::milliseconds;
 // last: a poll that catches it (a find inside the window), or a sleep, then
 // the wake-up's find. The wake-up takes `wake` (an emulated guest: hundreds
 // of microseconds).
-// `preemptions`: the thread's involuntary context switches so far.
-void Operation(BusyPoll& p, microseconds gap, microseconds wake = microseconds(300), uint64_t preemptions = 0) {
+void Operation(BusyPoll& p, microseconds gap, microseconds wake = microseconds(300)) {
   if (gap < p.window()) {
     p.FoundWork();
     return;
   }
-  p.Slept(gap - std::chrono::duration_cast<microseconds>(p.window()) + wake, /*woke=*/true, preemptions);
+  p.Slept(gap - std::chrono::duration_cast<microseconds>(p.window()) + wake, /*woke=*/true);
   p.FoundWork();
 }
 
@@ -64,7 +58,7 @@ TEST(BusyPoll, ALongSleepFallsBackToTheFloor) {
   Operation(p, microseconds(150));
   Operation(p, microseconds(150));
   EXPECT_EQ(p.window(), microseconds(200));
-  p.Slept(milliseconds(3), true, 0);  // the load stopped for a while
+  p.Slept(milliseconds(3), true);  // the load stopped for a while
   EXPECT_EQ(p.window(), microseconds(50));
 }
 
@@ -72,7 +66,7 @@ TEST(BusyPoll, ATimeoutFallsBackToTheFloor) {
   BusyPoll p(microseconds(50), microseconds(250));
   Operation(p, microseconds(150));
   EXPECT_EQ(p.window(), microseconds(100));
-  p.Slept(microseconds(400), /*woke=*/false, 0);
+  p.Slept(microseconds(400), /*woke=*/false);
   EXPECT_EQ(p.window(), microseconds(50));
 }
 
@@ -120,52 +114,8 @@ TEST(BusyPoll, AHeldWindowStillFallsBackAfterALongSleep) {
   BusyPoll p(microseconds(50), microseconds(250));
   for (int i = 0; i < 5; ++i) Operation(p, microseconds(600), microseconds(100));
   EXPECT_EQ(p.window(), microseconds(50));
-  p.Slept(milliseconds(5), true, 0);
+  p.Slept(milliseconds(5), true);
   EXPECT_EQ(p.window(), microseconds(50));
-}
-
-TEST(BusyPoll, APreemptedThreadFallsBackAndHolds) {
-  // A thread that shares its CPU: its polling takes the CPU from the
-  // threads it waits for.
-  BusyPoll p(microseconds(50), microseconds(250));
-  Operation(p, microseconds(150));
-  Operation(p, microseconds(150));
-  EXPECT_EQ(p.window(), microseconds(200));
-  Operation(p, microseconds(300), microseconds(300), /*preemptions=*/3);
-  EXPECT_EQ(p.window(), microseconds(50));
-  for (uint32_t i = 0; i < BusyPoll::kHoldSleeps; ++i) {
-    Operation(p, microseconds(150), microseconds(300), 3);  // no new preemption
-    ASSERT_EQ(p.window(), microseconds(50)) << i;
-  }
-  Operation(p, microseconds(150), microseconds(300), 3);
-  EXPECT_EQ(p.window(), microseconds(100));
-  Operation(p, microseconds(150), microseconds(300), 4);  // preempted again
-  EXPECT_EQ(p.window(), microseconds(50));
-}
-
-TEST(BusyPoll, InvoluntarySwitchesCountsPreemptions) {
-  // Two threads spinning on one CPU: the scheduler preempts each of them
-  // (time slices are milliseconds), and each sees its own count rise.
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(0, &one);
-  std::atomic<int> ready{0};
-  auto spin = [&](uint64_t* before, uint64_t* after) {
-    ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof(one), &one), 0);
-    ready.fetch_add(1);
-    while (ready.load() < 2) {
-    }
-    *before = InvoluntarySwitches();
-    const auto until = std::chrono::steady_clock::now() + milliseconds(200);
-    while (std::chrono::steady_clock::now() < until) {
-    }
-    *after = InvoluntarySwitches();
-  };
-  uint64_t b1 = 0, a1 = 0, b2 = 0, a2 = 0;
-  std::thread t1(spin, &b1, &a1), t2(spin, &b2, &a2);
-  t1.join();
-  t2.join();
-  EXPECT_GT(a1 + a2, b1 + b2);
 }
 
 TEST(BusyPoll, ACeilingAtOrBelowTheFloorNeverGrows) {
