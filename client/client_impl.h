@@ -65,8 +65,8 @@ static_assert(WrPayload(MakeWrId(WrKind::kGetRead, 63)) == 63);
 // its CQ for its poll window (BusyPoll: ClientOptions::busy_poll_us, growing
 // up to busy_poll_max_us while completions keep coming just after it; the
 // next completion is likely microseconds away), then sleeps on the CQ's
-// completion channel, kSleepSliceMs at a time (to look at deadlines and connection-manager
-// events in between). A client that polled forever would take a CPU the
+// completion channel, kSleepSliceMs at a time (to look at deadlines and
+// connection-manager events in between). A client that polled forever would take a CPU the
 // server's workers and the NIC's software (Soft-RoCE runs in the kernel) may
 // need: with two spinning clients on two CPUs, PUTs waited for scheduler
 // time slices (issue 12, finding 5).

@@ -179,7 +179,8 @@ void Worker::Run() {
   // from --busy-poll-us up to --busy-poll-max-us while requests keep coming
   // just after it ends.
   using Clock = std::chrono::steady_clock;
-  BusyPoll busy_poll(std::chrono::microseconds(cfg_.busy_poll_us), std::chrono::microseconds(cfg_.busy_poll_max_us));
+  BusyPoll busy_poll(std::chrono::microseconds(cfg_.busy_poll_us),
+                     std::chrono::microseconds(cfg_.busy_poll_max_us));
   Clock::time_point busy_until{};  // start asleep
   bool worked = false;              // the last iteration handled completions or served messages
   // The last iteration served messages, and service_start_ holds the end of

@@ -25,7 +25,7 @@
 // its CPU with the threads it waits for, a longer poll takes their time.
 // A ceiling at or below the floor keeps the window at the floor (busy_poll_us
 // = busy_poll_max_us = 0: sleep at once, always). Not thread-safe: one per
-// polling thread. docs/DESIGN.md, "Waiting".
+// polling thread.
 #pragma once
 
 #include <algorithm>
@@ -73,7 +73,7 @@ class BusyPoll {
     }
     if (window_ >= ceiling_) {
       misses_at_ceiling_ = polled_work ? 1 : misses_at_ceiling_ + 1;
-      if (misses_at_ceiling_ >= kMissesAtCeiling && ceiling_ > floor_) {
+      if (misses_at_ceiling_ >= kMissesAtCeiling && adapts()) {
         window_ = floor_;
         misses_at_ceiling_ = 0;
         hold_ = kHoldSleeps;
