@@ -406,7 +406,7 @@ void Client::Impl::OnRecheck(OpState& s) {
     return Status::OK();
   }
   if (value.size() > op->buffer.size()) [[unlikely]] return ValueDoesNotFit(value.size(), op->buffer);
-  // A direct READ put it there already.
+  // A direct READ or the decode (DecodeEntryInto) put it there already.
   if (!value.empty() && value.data() != op->buffer.data()) std::memcpy(op->buffer.data(), value.data(), value.size());
   return Status::OK();
 }

@@ -13,6 +13,7 @@
 #define XXH_INLINE_ALL  // every xxHash symbol of this file is static: no clash with the library's
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -38,13 +39,16 @@ struct Accs {
   __m256i hi;
 };
 
-XXH_FORCE_INLINE __m256i AccumulateLane(__m256i acc, const xxh_u8* in, const xxh_u8* secret) noexcept {
-  const __m256i data = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in));
+XXH_FORCE_INLINE __m256i AccumulateData(__m256i acc, __m256i data, const xxh_u8* secret) noexcept {
   const __m256i data_key = _mm256_xor_si256(data, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(secret)));
   // (data_key & 0xffffffff) * (data_key >> 32), per 64-bit lane
   const __m256i product = _mm256_mul_epu32(data_key, _mm256_srli_epi64(data_key, 32));
   const __m256i swapped = _mm256_shuffle_epi32(data, _MM_SHUFFLE(1, 0, 3, 2));
   return _mm256_add_epi64(_mm256_add_epi64(acc, swapped), product);
+}
+
+XXH_FORCE_INLINE __m256i AccumulateLane(__m256i acc, const xxh_u8* in, const xxh_u8* secret) noexcept {
+  return AccumulateData(acc, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in)), secret);
 }
 
 // XXH3_accumulate_512: one 64-byte stripe.
@@ -54,6 +58,18 @@ XXH_FORCE_INLINE void AccumulateStripe(Accs& acc, const xxh_u8* in, const xxh_u8
   // Each stripe's sums into the accumulators before the next stripe's: left
   // alone, GCC reassociates a block's 32 additions per accumulator into a
   // tree and spills its terms to the stack.
+  asm("" : "+x"(acc.lo), "+x"(acc.hi));
+}
+
+// The same stripe, and its 64 bytes stored at `out` from the registers they
+// were hashed from (HashLongMove): what is stored is what was hashed.
+XXH_FORCE_INLINE void AccumulateStripeCopy(Accs& acc, const xxh_u8* in, const xxh_u8* secret, xxh_u8* out) noexcept {
+  const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in));
+  const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 32));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), lo);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32), hi);
+  acc.lo = AccumulateData(acc.lo, lo, secret);
+  acc.hi = AccumulateData(acc.hi, hi, secret + 32);
   asm("" : "+x"(acc.lo), "+x"(acc.hi));
 }
 
@@ -90,6 +106,79 @@ XXH_FORCE_INLINE void AccumulateBlock(Accs& acc, const xxh_u8* in, const xxh_u8*
     AccumulateStripe(acc, in + s * XXH_STRIPE_LEN, secret + s * XXH_SECRET_CONSUME_RATE);
   }
   Scramble(acc, secret + kSecretSize - XXH_STRIPE_LEN);
+}
+
+// AccumulateBlock over the bytes at `in`, which it also stores at `out`.
+XXH_FORCE_INLINE void AccumulateBlockCopy(Accs& acc, const xxh_u8* in, const xxh_u8* secret, xxh_u8* out) noexcept {
+#pragma GCC unroll 16
+  for (size_t s = 0; s < kStripesPerBlock; ++s) {
+    if (s % 2 == 0) XXH_PREFETCH(in + s * XXH_STRIPE_LEN + kPrefetchAhead);
+    AccumulateStripeCopy(acc, in + s * XXH_STRIPE_LEN, secret + s * XXH_SECRET_CONSUME_RATE, out + s * XXH_STRIPE_LEN);
+  }
+  Scramble(acc, secret + kSecretSize - XXH_STRIPE_LEN);
+}
+
+// XXH3-64 (xxHash 0.8.1's long hash, len > 240) of the bytes B[0, len) that
+// are base[0, from) followed by src[0, len - from), while it copies src to
+// dst[0, len - from), reading src once: each 64-byte stripe that starts at
+// or after `from` is loaded from src, stored at dst and hashed from the same
+// registers. The stripes before (the key's, and the one the key's end falls
+// in) are hashed from base, and the value's bytes they hold, at most 63, are
+// copied first; the bytes after the last whole stripe are copied before the
+// last stripe is hashed from base. Two uses:
+//   a GET's decode: base = the entry READ (key and value), src = its value,
+//     dst = the caller's buffer (base holds all of B);
+//   a store's write: base = the entry's key in the log, src = the value,
+//     dst = its place in the log right after the key (base + from): what
+//     the log holds is what was hashed, every byte of it.
+uint64_t HashLongMove(const xxh_u8* base, size_t len, size_t from, const xxh_u8* src, xxh_u8* dst,
+                      uint64_t seed) noexcept {
+  XXH_ALIGN(XXH_SEC_ALIGN) xxh_u8 custom[kSecretSize];
+  const xxh_u8* secret = XXH3_kSecret;
+  if (seed != 0) {
+    XXH3_initCustomSecret_avx2(custom, seed);
+    secret = custom;
+  }
+  XXH_ALIGN(XXH_ACC_ALIGN) xxh_u64 acc_words[XXH_ACC_NB] = XXH3_INIT_ACC;
+  Accs acc{_mm256_load_si256(reinterpret_cast<const __m256i*>(acc_words)),
+           _mm256_load_si256(reinterpret_cast<const __m256i*>(acc_words + 4))};
+  const size_t blocks = (len - 1) / kBlockLen;
+  const size_t last_stripes = ((len - 1) - kBlockLen * blocks) / XXH_STRIPE_LEN;
+  const size_t covered = blocks * kBlockLen + last_stripes * XXH_STRIPE_LEN;  // the loop's stripes: [0, covered)
+  // The first stripe moved: the first that starts at or after `from`, if
+  // one of the loop's does.
+  const size_t first = std::min(covered, (from + XXH_STRIPE_LEN - 1) / XXH_STRIPE_LEN * XXH_STRIPE_LEN);
+  const bool moves = first < covered;
+  // The value's bytes before it (all of them when no stripe moves).
+  std::memcpy(dst, src, (moves ? first : len) - from);
+  // Stripes [0, n) from offset `at` of B, one at a time.
+  auto stripes = [&](size_t at, size_t n) {
+    for (size_t i = 0; i < n; ++i, at += XXH_STRIPE_LEN) {
+      const xxh_u8* secret_i = secret + i * XXH_SECRET_CONSUME_RATE;
+      if (at >= first) {
+        AccumulateStripeCopy(acc, src + (at - from), secret_i, dst + (at - from));
+      } else {
+        AccumulateStripe(acc, base + at, secret_i);
+      }
+    }
+  };
+  size_t n = 0;
+  for (; n < blocks && (n + 1) * kBlockLen <= first; ++n) AccumulateBlock(acc, base + n * kBlockLen, secret);
+  for (; n < blocks && n * kBlockLen < first; ++n) {  // the block `first` falls in, if not at its start
+    stripes(n * kBlockLen, kStripesPerBlock);
+    Scramble(acc, secret + kSecretSize - XXH_STRIPE_LEN);
+  }
+  for (; n < blocks; ++n) {
+    AccumulateBlockCopy(acc, src + (n * kBlockLen - from), secret, dst + (n * kBlockLen - from));
+  }
+  stripes(blocks * kBlockLen, last_stripes);
+  // The bytes after the last whole stripe, then XXH3's last stripe (from
+  // base, which in a store's write must hold them by now).
+  if (moves) std::memcpy(dst + (covered - from), src + (covered - from), len - covered);
+  AccumulateStripe(acc, base + len - XXH_STRIPE_LEN, secret + kSecretSize - XXH_STRIPE_LEN - XXH_SECRET_LASTACC_START);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(acc_words), acc.lo);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(acc_words + 4), acc.hi);
+  return XXH3_mergeAccs(acc_words, secret + XXH_SECRET_MERGEACCS_START, static_cast<xxh_u64>(len) * XXH_PRIME64_1);
 }
 
 // XXH3-64 of a || b over 240 bytes: xxHash 0.8.1's long hash
@@ -154,6 +243,24 @@ uint64_t Xxh3Avx2(const void* p, size_t n, uint64_t seed) noexcept {
   if (n > XXH3_MIDSIZE_MAX) return HashLongOfPieces(static_cast<const xxh_u8*>(p), n, nullptr, 0, seed);
 #endif
   return XXH3_64bits_withSeed(p, n, seed);
+}
+
+uint64_t Xxh3Avx2Copy(const void* p, size_t n, size_t from, void* dst, uint64_t seed) noexcept {
+  const auto* in = static_cast<const xxh_u8*>(p);
+#if XXH_VERSION_NUMBER == 801
+  if (n > XXH3_MIDSIZE_MAX) return HashLongMove(in, n, from, in + from, static_cast<xxh_u8*>(dst), seed);
+#endif
+  if (n > from) std::memcpy(dst, in + from, n - from);
+  return XXH3_64bits_withSeed(p, n, seed);
+}
+
+uint64_t Xxh3Avx2CopyIn(void* base, size_t n, size_t from, const void* src, uint64_t seed) noexcept {
+  auto* b = static_cast<xxh_u8*>(base);
+#if XXH_VERSION_NUMBER == 801
+  if (n > XXH3_MIDSIZE_MAX) return HashLongMove(b, n, from, static_cast<const xxh_u8*>(src), b + from, seed);
+#endif
+  if (n > from) std::memcpy(b + from, src, n - from);
+  return XXH3_64bits_withSeed(base, n, seed);
 }
 
 uint64_t Xxh3Avx2Pieces(const void* a, size_t na, const void* b, size_t nb, uint64_t seed) noexcept {

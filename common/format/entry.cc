@@ -48,6 +48,28 @@ uint64_t EntryChecksum(uint32_t lengths, const std::byte* key_and_value, size_t 
   return XXH3_64bits_withSeed(key_and_value, n, mixed) & kGuardChecksumMask;
 }
 
+uint64_t EntryChecksumCopy(uint32_t lengths, const std::byte* key_and_value, size_t n, size_t from, std::byte* dst,
+                           uint64_t seed) noexcept {
+#if KVRDMA_HAVE_AVX2
+  if (n > 240 && detail::CpuHasAvx2()) {
+    return detail::Xxh3Avx2Copy(key_and_value, n, from, dst, ChecksumSeed(seed, lengths)) & kGuardChecksumMask;
+  }
+#endif
+  if (n > from) std::memcpy(dst, key_and_value + from, n - from);
+  return EntryChecksum(lengths, key_and_value, n, seed);
+}
+
+uint64_t EntryChecksumCopyIn(uint32_t lengths, std::byte* key_and_value, size_t n, size_t from, const std::byte* src,
+                             uint64_t seed) noexcept {
+#if KVRDMA_HAVE_AVX2
+  if (n > 240 && detail::CpuHasAvx2()) {
+    return detail::Xxh3Avx2CopyIn(key_and_value, n, from, src, ChecksumSeed(seed, lengths)) & kGuardChecksumMask;
+  }
+#endif
+  if (n > from) std::memcpy(key_and_value + from, src, n - from);
+  return EntryChecksum(lengths, key_and_value, n, seed);
+}
+
 uint64_t EntryChecksum(uint32_t lengths, std::span<const std::byte> a, std::span<const std::byte> b,
                        uint64_t seed) noexcept {
   if (b.empty()) return EntryChecksum(lengths, a.data(), a.size(), seed);

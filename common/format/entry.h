@@ -97,6 +97,23 @@ constexpr size_t LengthsEntryBytes(uint32_t lengths) noexcept {
 // bytes of key and value that start at the entry's key, seeded with `seed`
 // mixed with the lengths word (so the lengths are covered too).
 uint64_t EntryChecksum(uint32_t lengths, const std::byte* key_and_value, size_t n, uint64_t seed) noexcept;
+// The smallest value copied in the checksum's pass (EntryChecksumCopy,
+// EntryChecksumCopyIn): below it a separate copy (glibc's memcpy, from
+// cache) was as fast or faster; at 16 KiB the one pass took 0.8x the time of
+// the two, at 64 KiB 0.63x (bench/store_bench.cc, BM_EntryChecksumAndCopy;
+// docs/PERFORMANCE.md).
+inline constexpr size_t kFusedCopyMinBytes = 16 * 1024;
+// The same checksum, and copies bytes [from, n) of key_and_value to dst (a
+// GET's value into the caller's buffer) in the same pass where the CPU has
+// AVX2 (checksum_avx2.cc), else after it. dst must not overlap the input.
+uint64_t EntryChecksumCopy(uint32_t lengths, const std::byte* key_and_value, size_t n, size_t from, std::byte* dst,
+                           uint64_t seed) noexcept;
+// The other way: copies src's n - from bytes to key_and_value + from (a
+// value into the log after its key) and returns the checksum of
+// key_and_value's n bytes, in one pass over src where the CPU has AVX2: the
+// checksum is of the bytes the destination holds. src must not overlap it.
+uint64_t EntryChecksumCopyIn(uint32_t lengths, std::byte* key_and_value, size_t n, size_t from, const std::byte* src,
+                             uint64_t seed) noexcept;
 // The same checksum over key and value bytes that lie in two pieces: the
 // first `a`, then `b` (a GET that READ the value into the caller's memory).
 uint64_t EntryChecksum(uint32_t lengths, std::span<const std::byte> a, std::span<const std::byte> b,

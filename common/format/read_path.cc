@@ -92,6 +92,11 @@ EntryView DecodeEntry(std::span<const std::byte> head, std::span<const std::byte
   return detail::DecodePieces<true>(head, tail, key, ref, seed, require_current);
 }
 
+EntryView DecodeEntryInto(std::span<const std::byte> bytes, std::string_view key, uint64_t ref, uint64_t seed,
+                          bool require_current, std::span<std::byte> copy_to) noexcept {
+  return detail::DecodePieces<false, true>(bytes, {}, key, ref, seed, require_current, copy_to);
+}
+
 const char* EntryVerdictName(EntryVerdict v) noexcept {
   switch (v) {
     case EntryVerdict::kValue: return "value";

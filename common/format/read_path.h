@@ -150,6 +150,16 @@ struct EntryView {
 // sit (entry.h) and its size class how long the entry is.
 inline EntryView DecodeEntry(std::span<const std::byte> bytes, std::string_view key, uint64_t ref,
                              uint64_t seed, bool require_current) noexcept;
+// The same, and a value of at least kFusedCopyMinBytes (16 KiB) that fits
+// `copy_to` is copied there in the pass that checksums it (a GET into the
+// caller's buffer: its bytes read once, not once to check and once to
+// copy); kValue's value is then copy_to's first bytes. copy_to's bytes are
+// written whatever the verdict (another key's value, torn bytes): they
+// count only with kValue. It must not overlap `bytes`. Out of line
+// (read_path.cc): a large value's pass dwarfs the call, and the small GET's
+// inline decode stays as it was.
+EntryView DecodeEntryInto(std::span<const std::byte> bytes, std::string_view key, uint64_t ref, uint64_t seed,
+                          bool require_current, std::span<std::byte> copy_to) noexcept;
 // The same for an entry READ into two places (SendWr::local2): `head` holds
 // its first bytes (at least the header), `tail` the rest, as far as it was
 // read. Only the checksummed bytes (header, key, value) must be there, not
@@ -262,9 +272,9 @@ void FlagWindowWordsSse2(const std::byte* words, int blocks, const WindowKeyBits
 
 // DecodeEntry's work over the entry bytes head || tail; kTwoPieces false:
 // tail is empty (one READ's bytes: the common case, kept lean).
-template <bool kTwoPieces>
+template <bool kTwoPieces, bool kCopy = false>
 inline EntryView DecodePieces(std::span<const std::byte> head, std::span<const std::byte> tail, std::string_view key,
-                 uint64_t ref, uint64_t seed, bool require_current) noexcept {
+                 uint64_t ref, uint64_t seed, bool require_current, std::span<std::byte> copy_to = {}) noexcept {
   EntryView v;
   if (head.size() < kEntryHeaderBytes) return v;  // kMalformed
   const uint64_t off = RefLogOffset(ref);
@@ -291,8 +301,13 @@ inline EntryView DecodePieces(std::span<const std::byte> head, std::span<const s
                  : head.subspan(kEntryKeyOffset, used - kEntryKeyOffset);
   const std::span<const std::byte> b = kTwoPieces ? tail.first(used - kEntryKeyOffset - a.size())
                                                   : std::span<const std::byte>{};
-  const uint64_t sum =
-      kTwoPieces ? EntryChecksum(h.lengths, a, b, seed) : EntryChecksum(h.lengths, a.data(), a.size(), seed);
+  // A value of kFusedCopyMinBytes or more that fits copy_to is copied there
+  // as it is checksummed (one pass over it), whatever the verdict: copy_to's
+  // bytes count only with kValue.
+  const bool copy = kCopy && !kTwoPieces && vlen >= kFusedCopyMinBytes && vlen <= copy_to.size();
+  const uint64_t sum = kTwoPieces ? EntryChecksum(h.lengths, a, b, seed)
+                       : copy     ? EntryChecksumCopy(h.lengths, a.data(), a.size(), klen, copy_to.data(), seed)
+                                  : EntryChecksum(h.lengths, a.data(), a.size(), seed);
   if (sum != (h.guard & kGuardChecksumMask)) {
     v.verdict = EntryVerdict::kTorn;
     return v;
@@ -312,7 +327,9 @@ inline EntryView DecodePieces(std::span<const std::byte> head, std::span<const s
     v.verdict = EntryVerdict::kTombstone;
     return v;
   }
-  if (klen + vlen <= a.size()) {
+  if (copy) {
+    v.value = copy_to.first(vlen);
+  } else if (klen + vlen <= a.size()) {
     v.value = a.subspan(klen, vlen);
   } else if (kTwoPieces && klen >= a.size()) {
     v.value = b.subspan(klen - a.size(), vlen);

@@ -45,6 +45,15 @@ void FlagWindowWordsAvx2(const std::byte* words, int blocks, const WindowKeyBits
 // XXH3 64-bit with a seed, built for AVX2 (checksum_avx2.cc); call only if
 // CpuHasAvx2().
 uint64_t Xxh3Avx2(const void* p, size_t n, uint64_t seed) noexcept;
+// The same, and copies p[from, n) to dst (not overlapping p) in the same
+// pass over p (a GET's value from its entry READ into the caller's buffer:
+// read once, not once to check and once to copy). p must not change
+// meanwhile.
+uint64_t Xxh3Avx2Copy(const void* p, size_t n, size_t from, void* dst, uint64_t seed) noexcept;
+// The other way: copies src[0, n - from) to base[from, n) and returns the
+// XXH3-64 of base[0, n), in one pass over src (a store writing a value into
+// the log after its key): every byte of base it hashes is what base holds.
+uint64_t Xxh3Avx2CopyIn(void* base, size_t n, size_t from, const void* src, uint64_t seed) noexcept;
 // The same over the bytes a[0, na) followed by b[0, nb) (XXH3's streaming
 // form, whose result is the one-shot hash of the concatenation).
 uint64_t Xxh3Avx2Pieces(const void* a, size_t na, const void* b, size_t nb, uint64_t seed) noexcept;

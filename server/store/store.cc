@@ -321,6 +321,17 @@ Result<uint64_t> Store::ReserveSpace(uint32_t head, uint64_t bytes, bool wait_fo
 inline void Store::WriteEntry(uint64_t off, std::string_view key, std::string_view value, bool tombstone,
                               uint64_t version) noexcept {
   const uint32_t lengths = WriteEntryFrame(off, key, static_cast<uint32_t>(value.size()), tombstone, version);
+#ifndef KVRDMA_TSAN  // there every store into the log goes through RacyStore's atomic copy
+  if (value.size() >= kFusedCopyMinBytes) [[unlikely]] {
+    // A large value is copied into the log in the pass that checksums it:
+    // read once, and the checksum is of the bytes the log holds (the same
+    // guard as ChecksumEntry's).
+    const uint64_t sum = EntryChecksumCopyIn(lengths, log_->data() + off + kEntryKeyOffset, key.size() + value.size(),
+                                             key.size(), reinterpret_cast<const std::byte*>(value.data()), cfg_.seed);
+    GuardWord(off).store(sum | kGuardNotCurrentBit, std::memory_order_relaxed);
+    return;
+  }
+#endif
   if (!value.empty()) RacyStore(log_->data() + off + kEntryKeyOffset + key.size(), value.data(), value.size());
   ChecksumEntry(off, lengths);
 }

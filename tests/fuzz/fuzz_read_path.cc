@@ -600,6 +600,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::abort();
       }
     }
+    // Into a buffer (a GET into the caller's memory, client_impl.h): the same
+    // verdict and value bytes, copied into the buffer in the checksum's pass
+    // from kFusedCopyMinBytes on.
+    std::vector<std::byte> out(entry.size());
+    kvrdma::EntryView u = kvrdma::DecodeEntryInto(entry, key, ref, p.seed, current, out);
+    if (u.verdict != v.verdict) std::abort();
+    if (u.verdict == kvrdma::EntryVerdict::kValue &&
+        (u.value.size() != v.value.size() ||
+         (u.value.size() >= kvrdma::kFusedCopyMinBytes && u.value.data() != out.data()) ||
+         (!u.value.empty() && std::memcmp(u.value.data(), v.value.data(), u.value.size()) != 0))) {
+      std::abort();
+    }
     // The same bytes in two pieces (a direct READ: client_get.cc), cut where
     // the input says within header and key (the client cuts right after the
     // key): where the bytes hold the whole entry, the same verdict and the

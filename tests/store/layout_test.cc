@@ -181,6 +181,72 @@ TEST(Layout, EntryChecksumIsLibxxhashsXxh3AtEverySizeAndAlignment) {
   }
 }
 
+// EntryChecksumCopy (a GET's value copied into the caller's buffer in the
+// pass that checksums it; AVX2: checksum_avx2.cc's HashLongMove) gives
+// EntryChecksum's value and copies exactly bytes [from, n) to dst: every
+// length around the 240-byte, stripe and block edges, keys of every length
+// up to past a block, and large values; guard bytes on both sides of dst.
+TEST(Layout, EntryChecksumCopyChecksumsAndCopiesExactlyTheValueBothWays) {
+  std::vector<std::byte> buf((size_t{1} << 20) + 2048);
+  uint64_t x = 0x2545F4914F6CDD1Dull;
+  for (std::byte& b : buf) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    b = static_cast<std::byte>(x);
+  }
+  constexpr size_t kGuard = 64;
+  std::vector<std::byte> out(buf.size() + 2 * kGuard);
+  auto expect_copy = [&](size_t n, size_t from, size_t align) {
+    const uint32_t lengths = PackLengths(static_cast<uint32_t>(from), static_cast<uint32_t>(n - from), false);
+    const std::byte* in = buf.data() + align;
+    std::byte* dst = out.data() + kGuard + (align * 3) % 32;  // dst's alignment apart from the input's
+    std::byte* const end = dst + (n - from);
+    std::fill(dst - kGuard, end + kGuard, std::byte{0xA5});
+    const uint64_t sum = EntryChecksumCopy(lengths, in, n, from, dst, 99);
+    ASSERT_EQ(sum, EntryChecksum(lengths, in, n, 99)) << n << " bytes from " << from;
+    ASSERT_EQ(std::memcmp(dst, in + from, n - from), 0) << n << " bytes from " << from;
+    for (const std::byte* g = dst - kGuard; g < dst; ++g) ASSERT_EQ(*g, std::byte{0xA5}) << n << " from " << from;
+    for (const std::byte* g = end; g < end + kGuard; ++g) {
+      ASSERT_EQ(*g, std::byte{0xA5}) << n << " bytes from " << from << ": written past the value";
+    }
+  };
+  // The other way (EntryChecksumCopyIn: a value into the log after its
+  // key): the destination holds the key, then exactly the value, and the
+  // checksum is EntryChecksum's over what it holds.
+  auto expect_copy_in = [&](size_t n, size_t from, size_t align) {
+    const uint32_t lengths = PackLengths(static_cast<uint32_t>(from), static_cast<uint32_t>(n - from), false);
+    const std::byte* key = buf.data() + align;
+    const std::byte* value = buf.data() + (buf.size() - (n - from)) - align % 17;
+    std::byte* dst = out.data() + kGuard + (align * 5) % 32;
+    std::fill(dst - kGuard, dst + n + kGuard, std::byte{0xA5});
+    std::memcpy(dst, key, from);  // the key, written first as the store does
+    const uint64_t sum = EntryChecksumCopyIn(lengths, dst, n, from, value, 77);
+    ASSERT_EQ(std::memcmp(dst, key, from), 0) << n << " bytes from " << from;
+    ASSERT_EQ(std::memcmp(dst + from, value, n - from), 0) << n << " bytes from " << from;
+    ASSERT_EQ(sum, EntryChecksum(lengths, dst, n, 77)) << n << " bytes from " << from;
+    for (const std::byte* g = dst - kGuard; g < dst; ++g) ASSERT_EQ(*g, std::byte{0xA5}) << n << " from " << from;
+    for (const std::byte* g = dst + n; g < dst + n + kGuard; ++g) {
+      ASSERT_EQ(*g, std::byte{0xA5}) << n << " bytes from " << from << ": written past the value";
+    }
+  };
+  for (size_t n = 1; n <= 2200; n += (n < 300 ? 1 : 7)) {
+    for (size_t from : {size_t{0}, size_t{1}, size_t{16}, size_t{63}, size_t{64}, size_t{65}, size_t{200},
+                        size_t{1023}, size_t{1024}, size_t{1100}}) {
+      if (from <= n) {
+        ASSERT_NO_FATAL_FAILURE(expect_copy(n, from, n % 64));
+        ASSERT_NO_FATAL_FAILURE(expect_copy_in(n, from, n % 64));
+      }
+    }
+  }
+  for (size_t n : {size_t{4096}, size_t{65536 + 16}, size_t{65536 + 16 + 37}, (size_t{1} << 20) + 1023}) {
+    for (size_t from : {size_t{1}, size_t{16}, size_t{64}, size_t{255}, size_t{1023}}) {
+      ASSERT_NO_FATAL_FAILURE(expect_copy(n, from, from % 64));
+      ASSERT_NO_FATAL_FAILURE(expect_copy_in(n, from, from % 64));
+    }
+  }
+}
+
 // The leader's check byte from its per-byte shares is the chained CRC-8 the
 // files were written with, on every version tried.
 TEST(Layout, LeaderCheckIsTheChainedCrc8) {

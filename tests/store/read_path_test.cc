@@ -194,6 +194,49 @@ TEST(ReadPath, DecodeValidEntryAtEitherAlignment) {
   }
 }
 
+// DecodeEntryInto (a GET of a large value into the caller's buffer): the
+// value copied into the buffer in the checksum's pass, with the same verdict
+// as DecodeEntry's for the same bytes; a flipped byte, another key, a
+// tombstone or a buffer too short never gives kValue over the buffer.
+TEST(ReadPath, DecodeIntoABufferCopiesALargeValueAndDecidesAsDecodeEntry) {
+  for (size_t len : {kFusedCopyMinBytes - 1, kFusedCopyMinBytes, size_t{65536}, size_t{100000}}) {
+    std::string value(len, '\0');
+    for (size_t i = 0; i < len; ++i) value[i] = static_cast<char>('a' + (i * 7 + i / 251) % 26);
+    for (uint64_t off : {64, 68}) {
+      const Encoded e = Make("a-longer-key-of-29-bytes-long", value, false, off);
+      std::vector<std::byte> out(len + 8, std::byte{0});
+      EntryView v = DecodeEntryInto(e.bytes, "a-longer-key-of-29-bytes-long", e.ref, kSeed, false, out);
+      ASSERT_EQ(v.verdict, EntryVerdict::kValue) << len;
+      ASSERT_EQ(std::string_view(reinterpret_cast<const char*>(v.value.data()), v.value.size()), value) << len;
+      // Copied into the buffer from 16 KiB; below, the value is in the entry's bytes.
+      EXPECT_EQ(v.value.data() == out.data(), len >= kFusedCopyMinBytes) << len;
+      if (len >= kFusedCopyMinBytes) {
+        EXPECT_EQ(std::memcmp(out.data(), value.data(), len), 0);
+      }
+      // A buffer one byte short: not copied, the value still decoded (the
+      // caller reports TooLarge).
+      std::vector<std::byte> short_out(len - 1);
+      v = DecodeEntryInto(e.bytes, "a-longer-key-of-29-bytes-long", e.ref, kSeed, false, short_out);
+      ASSERT_EQ(v.verdict, EntryVerdict::kValue);
+      EXPECT_NE(v.value.data(), short_out.data());
+      EXPECT_EQ(v.value.size(), len);
+      EXPECT_EQ(DecodeEntryInto(e.bytes, "a-longer-key-of-29-bytes-lonG", e.ref, kSeed, false, out).verdict,
+                EntryVerdict::kWrongKey);
+      for (size_t at : {size_t{12}, size_t{12 + 29 + 5}, size_t{12 + 29 + len / 2}, size_t{12 + 29 + len - 1}}) {
+        std::vector<std::byte> b = e.bytes;
+        b[at] ^= std::byte{0x10};
+        EXPECT_EQ(DecodeEntryInto(b, "a-longer-key-of-29-bytes-long", e.ref, kSeed, false, out).verdict,
+                  DecodeEntry(b, "a-longer-key-of-29-bytes-long", e.ref, kSeed, false).verdict);
+        EXPECT_NE(DecodeEntryInto(b, "a-longer-key-of-29-bytes-long", e.ref, kSeed, false, out).verdict,
+                  EntryVerdict::kValue) << len << " byte " << at;
+      }
+    }
+  }
+  const Encoded t = Make("k", "", /*tomb=*/true);
+  std::vector<std::byte> out(kFusedCopyMinBytes);
+  EXPECT_EQ(DecodeEntryInto(t.bytes, "k", t.ref, kSeed, false, out).verdict, EntryVerdict::kTombstone);
+}
+
 TEST(ReadPath, RejectsEveryByteFlip) {
   for (uint64_t off : {64, 68}) {
     Encoded e = Make("key", "the value", false, off);

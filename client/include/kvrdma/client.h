@@ -257,7 +257,8 @@ class Client {
   // READ's buffer; none if `buffer` lies in registered memory, below). TooLarge when the value is longer than `buffer`:
   // *value_bytes is then its length (call again with at least that much;
   // nothing else in `buffer` is specified). NotFound and the other errors
-  // as Get above (*value_bytes is 0).
+  // as Get above (*value_bytes is 0; `buffer` is unspecified: bytes the GET
+  // READ that did not validate may be in it).
   Status Get(std::string_view key, std::span<std::byte> buffer, size_t* value_bytes);
   // --- Registered memory: GETs and rendezvous PUTs without a copy or a
   // registration each. Registers `memory` with this client's RDMA device
