@@ -399,6 +399,11 @@ void Client::Impl::OnRecheck(OpState& s) {
   Op* op = s.op;
   op->value_bytes = value.size();
   if (op->result != nullptr) {
+    // Copied there by the decode (a large value into a string at least that
+    // long): only its length is set.
+    if (value.data() == reinterpret_cast<const std::byte*>(op->result->data())) [[unlikely]] {
+      return KeepCopiedValue(op->result, value.size());
+    }
     // clear + append: within the string's capacity a plain copy (assign's
     // _M_replace checks for overlap first: ~35 more instructions a GET).
     op->result->clear();
@@ -408,6 +413,17 @@ void Client::Impl::OnRecheck(OpState& s) {
   if (value.size() > op->buffer.size()) [[unlikely]] return ValueDoesNotFit(value.size(), op->buffer);
   // A direct READ or the decode (DecodeEntryInto) put it there already.
   if (!value.empty() && value.data() != op->buffer.data()) std::memcpy(op->buffer.data(), value.data(), value.size());
+  return Status::OK();
+}
+
+EntryView Client::Impl::DecodeLargeEntry(OpState& s, std::span<const std::byte> entry, uint64_t ref) {
+  std::string* r = s.op->result;
+  return DecodeEntryInto(entry, s.op->key, ref, params_.seed, /*require_current=*/false,
+                         r == nullptr ? s.op->buffer : std::as_writable_bytes(std::span(r->data(), r->size())));
+}
+
+Status Client::Impl::KeepCopiedValue(std::string* result, size_t value_bytes) {
+  result->resize(value_bytes);  // not longer than it was: no byte written but the terminator
   return Status::OK();
 }
 

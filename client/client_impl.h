@@ -330,6 +330,10 @@ class Client::Impl {
   [[gnu::cold, gnu::noinline]] void FailPolled(const Completion* c);
   [[gnu::cold, gnu::noinline]] void FinishTimedOutGet(OpState& s);
   [[gnu::cold, gnu::noinline]] static Status ValueDoesNotFit(size_t value_bytes, std::span<std::byte> buffer);
+  // A value the decode copied into the result string (DecodeEntryInto):
+  // cuts the string to its length. Out of line: the resize's code stays off
+  // the small GET's path.
+  [[gnu::noinline]] static Status KeepCopiedValue(std::string* result, size_t value_bytes);
   // GET (client_get.cc).
   void StartGet(OpState& s);
   // Stages the READs of every GET in ready_ (those that cannot go now stay).
@@ -431,16 +435,17 @@ class Client::Impl {
     *refetch = false;
     const uint8_t* bytes = Mem(UsesLargeBuffer(s) ? large_off_ + s.large_at : EntryOff(IndexOf(s)));
     const std::span<const std::byte> entry(reinterpret_cast<const std::byte*>(bytes), s.entry_len);
-    // A large value into the caller's buffer is copied there as it is
-    // checksummed (DeliverValue then finds it in place). Not into a result
-    // string: it would have to be sized, written with zeros, first, and the
-    // check in DeliverValue cost every small GET ~11 instructions.
-    if (s.entry_len > kFusedCopyMinBytes && s.op->result == nullptr) [[unlikely]] {
-      return DecodeEntryInto(entry, s.op->key, ref, params_.seed, /*require_current=*/false, s.op->buffer);
+    // A large value is copied into the caller's buffer, or into a result
+    // string already that long (a string reused), as it is checksummed
+    // (DeliverValue then finds it in place).
+    if (s.entry_len <= kFusedCopyMinBytes) [[likely]] {
+      return DecodeEntry(entry, s.op->key, ref, params_.seed, /*require_current=*/false);
     }
-    return DecodeEntry(entry, s.op->key, ref, params_.seed, /*require_current=*/false);
+    return DecodeLargeEntry(s, entry, ref);
   }
   EntryView DecodeDirectRead(OpState& s, uint64_t ref, bool* refetch);
+  // DecodeEntryRead's large entries (out of line: off the small GET's path).
+  [[gnu::noinline]] EntryView DecodeLargeEntry(OpState& s, std::span<const std::byte> entry, uint64_t ref);
   void OnEntry(OpState& s);
   // Hands a GET's value to the caller (Op::result, else Op::buffer):
   // TooLarge if it does not fit the buffer.

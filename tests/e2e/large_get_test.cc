@@ -149,6 +149,16 @@ TEST_P(LargeGetTest, AGetIntoTheCallersBufferFillsItOrSaysHowLongTheValueIs) {
     EXPECT_EQ(b.value_bytes, size);
     EXPECT_TRUE(size == 0 || std::memcmp(buf.data(), value.data(), size) == 0);  // memcmp of an empty vector's null data is undefined
     EXPECT_EQ(str, value);
+    // Into a string reused: longer than the value (a large value is then
+    // copied into it in the checksum's pass and the string cut to the
+    // value's length), exactly as long, and shorter.
+    for (size_t held : {size + 100, size, size / 2}) {
+      std::string reused(held, 'x');
+      Status st = c.Get(key, &reused);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      EXPECT_EQ(reused.size(), size) << "a string of " << held << " bytes";
+      EXPECT_TRUE(reused == value) << "a string of " << held << " bytes";
+    }
   }
   // Absent: NotFound, 0 bytes. An Op with neither a string nor a buffer: a
   // buffer of 0 bytes, so TooLarge that says what is missing.
