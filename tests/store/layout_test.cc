@@ -135,20 +135,25 @@ TEST(Layout, TheAvx2LongHashIsXxh3WithSeedZeroToo) {
 #endif
 }
 
+// n bytes of xorshift64 from `seed` (inputs for the checksum tests).
+std::vector<std::byte> XorshiftBytes(size_t n, uint64_t seed) {
+  std::vector<std::byte> buf(n);
+  for (std::byte& b : buf) {
+    seed ^= seed << 13;
+    seed ^= seed >> 7;
+    seed ^= seed << 17;
+    b = static_cast<std::byte>(seed);
+  }
+  return buf;
+}
+
 // EntryChecksum takes XXH3's AVX2 build for inputs over 240 bytes where the
 // CPU has AVX2 (common/format/checksum_avx2.cc): every client and server must
 // compute the same value as Debian's libxxhash (built for SSE2), or a reader
 // on one machine would refuse a writer's entries. Every length around the
 // vector loop's block and stripe edges, every alignment, and large ones.
 TEST(Layout, EntryChecksumIsLibxxhashsXxh3AtEverySizeAndAlignment) {
-  std::vector<std::byte> buf((size_t{1} << 20) + 4096);
-  uint64_t x = 0x9E3779B97F4A7C15ull;
-  for (std::byte& b : buf) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    b = static_cast<std::byte>(x);
-  }
+  const std::vector<std::byte> buf = XorshiftBytes((size_t{1} << 20) + 4096, 0x9E3779B97F4A7C15ull);
   auto expect_same = [&](size_t n, size_t align, uint64_t seed) {
     const uint32_t lengths = PackLengths(16, static_cast<uint32_t>(n - 16), false);
     const uint64_t mixed = seed ^ (uint64_t{lengths} * 0x9E3779B97F4A7C15ull);
@@ -187,14 +192,7 @@ TEST(Layout, EntryChecksumIsLibxxhashsXxh3AtEverySizeAndAlignment) {
 // length around the 240-byte, stripe and block edges, keys of every length
 // up to past a block, and large values; guard bytes on both sides of dst.
 TEST(Layout, EntryChecksumCopyChecksumsAndCopiesExactlyTheValueBothWays) {
-  std::vector<std::byte> buf((size_t{1} << 20) + 2048);
-  uint64_t x = 0x2545F4914F6CDD1Dull;
-  for (std::byte& b : buf) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    b = static_cast<std::byte>(x);
-  }
+  const std::vector<std::byte> buf = XorshiftBytes((size_t{1} << 20) + 2048, 0x2545F4914F6CDD1Dull);
   constexpr size_t kGuard = 64;
   std::vector<std::byte> out(buf.size() + 2 * kGuard);
   auto expect_copy = [&](size_t n, size_t from, size_t align) {
