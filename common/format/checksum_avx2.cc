@@ -108,6 +108,33 @@ XXH_FORCE_INLINE void AccumulateBlock(Accs& acc, const xxh_u8* in, const xxh_u8*
   Scramble(acc, secret + kSecretSize - XXH_STRIPE_LEN);
 }
 
+// XXH3's secret for `seed`: its default for 0, else derived from the seed.
+struct Secret {
+  explicit Secret(uint64_t seed) noexcept {
+    if (seed != 0) {
+      XXH3_initCustomSecret_avx2(custom, seed);
+      secret = custom;
+    }
+  }
+  XXH_ALIGN(XXH_SEC_ALIGN) xxh_u8 custom[kSecretSize];
+  const xxh_u8* secret = XXH3_kSecret;
+};
+
+// The long hash's first and last steps: the accumulators' initial values,
+// and their merge into the 64-bit result.
+XXH_FORCE_INLINE Accs InitialAccs() noexcept {
+  XXH_ALIGN(XXH_ACC_ALIGN) const xxh_u64 words[XXH_ACC_NB] = XXH3_INIT_ACC;
+  return {_mm256_load_si256(reinterpret_cast<const __m256i*>(words)),
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(words + 4))};
+}
+
+XXH_FORCE_INLINE uint64_t MergeAccs(const Accs& acc, const xxh_u8* secret, size_t len) noexcept {
+  XXH_ALIGN(XXH_ACC_ALIGN) xxh_u64 words[XXH_ACC_NB];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(words), acc.lo);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(words + 4), acc.hi);
+  return XXH3_mergeAccs(words, secret + XXH_SECRET_MERGEACCS_START, static_cast<xxh_u64>(len) * XXH_PRIME64_1);
+}
+
 // AccumulateBlock over the bytes at `in`, which it also stores at `out`.
 XXH_FORCE_INLINE void AccumulateBlockCopy(Accs& acc, const xxh_u8* in, const xxh_u8* secret, xxh_u8* out) noexcept {
 #pragma GCC unroll 16
@@ -133,15 +160,9 @@ XXH_FORCE_INLINE void AccumulateBlockCopy(Accs& acc, const xxh_u8* in, const xxh
 //     the log holds is what was hashed, every byte of it.
 uint64_t HashLongMove(const xxh_u8* base, size_t len, size_t from, const xxh_u8* src, xxh_u8* dst,
                       uint64_t seed) noexcept {
-  XXH_ALIGN(XXH_SEC_ALIGN) xxh_u8 custom[kSecretSize];
-  const xxh_u8* secret = XXH3_kSecret;
-  if (seed != 0) {
-    XXH3_initCustomSecret_avx2(custom, seed);
-    secret = custom;
-  }
-  XXH_ALIGN(XXH_ACC_ALIGN) xxh_u64 acc_words[XXH_ACC_NB] = XXH3_INIT_ACC;
-  Accs acc{_mm256_load_si256(reinterpret_cast<const __m256i*>(acc_words)),
-           _mm256_load_si256(reinterpret_cast<const __m256i*>(acc_words + 4))};
+  Secret key(seed);
+  const xxh_u8* const secret = key.secret;
+  Accs acc = InitialAccs();
   const size_t blocks = (len - 1) / kBlockLen;
   const size_t last_stripes = ((len - 1) - kBlockLen * blocks) / XXH_STRIPE_LEN;
   const size_t covered = blocks * kBlockLen + last_stripes * XXH_STRIPE_LEN;  // the loop's stripes: [0, covered)
@@ -176,9 +197,7 @@ uint64_t HashLongMove(const xxh_u8* base, size_t len, size_t from, const xxh_u8*
   // base, which in a store's write must hold them by now).
   if (moves) std::memcpy(dst + (covered - from), src + (covered - from), len - covered);
   AccumulateStripe(acc, base + len - XXH_STRIPE_LEN, secret + kSecretSize - XXH_STRIPE_LEN - XXH_SECRET_LASTACC_START);
-  _mm256_store_si256(reinterpret_cast<__m256i*>(acc_words), acc.lo);
-  _mm256_store_si256(reinterpret_cast<__m256i*>(acc_words + 4), acc.hi);
-  return XXH3_mergeAccs(acc_words, secret + XXH_SECRET_MERGEACCS_START, static_cast<xxh_u64>(len) * XXH_PRIME64_1);
+  return MergeAccs(acc, secret, len);
 }
 
 // XXH3-64 of a || b over 240 bytes: xxHash 0.8.1's long hash
@@ -188,16 +207,10 @@ uint64_t HashLongMove(const xxh_u8* base, size_t len, size_t from, const xxh_u8*
 // memory checksums its key and value this way). With nb = 0 it is the
 // one-shot hash of a.
 uint64_t HashLongOfPieces(const xxh_u8* a, size_t na, const xxh_u8* b, size_t nb, uint64_t seed) noexcept {
-  XXH_ALIGN(XXH_SEC_ALIGN) xxh_u8 custom[kSecretSize];
-  const xxh_u8* secret = XXH3_kSecret;
-  if (seed != 0) {
-    XXH3_initCustomSecret_avx2(custom, seed);
-    secret = custom;
-  }
+  Secret key(seed);
+  const xxh_u8* const secret = key.secret;
   const size_t len = na + nb;
-  XXH_ALIGN(XXH_ACC_ALIGN) xxh_u64 acc_words[XXH_ACC_NB] = XXH3_INIT_ACC;
-  Accs acc{_mm256_load_si256(reinterpret_cast<const __m256i*>(acc_words)),
-           _mm256_load_si256(reinterpret_cast<const __m256i*>(acc_words + 4))};
+  Accs acc = InitialAccs();
   XXH_ALIGN(64) xxh_u8 straddle[XXH_STRIPE_LEN];
   // The stripe at offset `at` of a || b.
   auto stripe = [&](size_t at) -> const xxh_u8* {
@@ -230,9 +243,7 @@ uint64_t HashLongOfPieces(const xxh_u8* a, size_t na, const xxh_u8* b, size_t nb
   for (; n < blocks; ++n) AccumulateBlock(acc, b + (n * kBlockLen - na), secret);
   accumulate(blocks * kBlockLen, ((len - 1) - kBlockLen * blocks) / XXH_STRIPE_LEN);
   AccumulateStripe(acc, stripe(len - XXH_STRIPE_LEN), secret + kSecretSize - XXH_STRIPE_LEN - XXH_SECRET_LASTACC_START);
-  _mm256_store_si256(reinterpret_cast<__m256i*>(acc_words), acc.lo);
-  _mm256_store_si256(reinterpret_cast<__m256i*>(acc_words + 4), acc.hi);
-  return XXH3_mergeAccs(acc_words, secret + XXH_SECRET_MERGEACCS_START, static_cast<xxh_u64>(len) * XXH_PRIME64_1);
+  return MergeAccs(acc, secret, len);
 }
 
 }  // namespace

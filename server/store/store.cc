@@ -324,11 +324,10 @@ inline void Store::WriteEntry(uint64_t off, std::string_view key, std::string_vi
 #ifndef KVRDMA_TSAN  // there every store into the log goes through RacyStore's atomic copy
   if (value.size() >= kFusedCopyMinBytes) [[unlikely]] {
     // A large value is copied into the log in the pass that checksums it:
-    // read once, and the checksum is of the bytes the log holds (the same
-    // guard as ChecksumEntry's).
-    const uint64_t sum = EntryChecksumCopyIn(lengths, log_->data() + off + kEntryKeyOffset, key.size() + value.size(),
-                                             key.size(), reinterpret_cast<const std::byte*>(value.data()), cfg_.seed);
-    GuardWord(off).store(sum | kGuardNotCurrentBit, std::memory_order_relaxed);
+    // read once, and the checksum is of the bytes the log holds.
+    StoreUnpublishedGuard(off, EntryChecksumCopyIn(lengths, log_->data() + off + kEntryKeyOffset,
+                                                   key.size() + value.size(), key.size(),
+                                                   reinterpret_cast<const std::byte*>(value.data()), cfg_.seed));
     return;
   }
 #endif
@@ -355,12 +354,16 @@ inline uint32_t Store::WriteEntryFrame(uint64_t off, std::string_view key, uint3
 
 inline void Store::ChecksumEntry(uint64_t off, uint32_t lengths) noexcept {
   // Checksum over the entry as it is in the log (our own stores, or a READ
-  // that has completed: no race), then the guard with the not-current bit
-  // SET: the entry is unpublished. Only Publish, after the caller's ref
-  // store, clears it (DESIGN.md, "The not-current bit"); an entry that is
-  // never published (a tombstone of an absent key, a ServerFull leftover)
-  // never validates as current.
-  GuardWord(off).store(ChecksumOf(off, lengths) | kGuardNotCurrentBit, std::memory_order_relaxed);
+  // that has completed: no race).
+  StoreUnpublishedGuard(off, ChecksumOf(off, lengths));
+}
+
+inline void Store::StoreUnpublishedGuard(uint64_t off, uint64_t checksum) noexcept {
+  // The not-current bit SET: the entry is unpublished. Only Publish, after
+  // the caller's ref store, clears it (DESIGN.md, "The not-current bit"); an
+  // entry that is never published (a tombstone of an absent key, a
+  // ServerFull leftover) never validates as current.
+  GuardWord(off).store(checksum | kGuardNotCurrentBit, std::memory_order_relaxed);
 }
 
 inline uint64_t Store::ChecksumOf(uint64_t off, uint32_t lengths) const noexcept {

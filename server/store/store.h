@@ -199,6 +199,8 @@ class Store {
   [[gnu::always_inline]] uint32_t WriteEntryFrame(uint64_t off, std::string_view key, uint32_t value_len,
                                                   bool tombstone, uint64_t version) noexcept;
   [[gnu::always_inline]] void ChecksumEntry(uint64_t off, uint32_t lengths) noexcept;
+  // The guard of the entry at `off`: `checksum` with the not-current bit set.
+  [[gnu::always_inline]] void StoreUnpublishedGuard(uint64_t off, uint64_t checksum) noexcept;
   // The entry checksum of the entry at `off` as its bytes are in the log.
   [[gnu::always_inline]] uint64_t ChecksumOf(uint64_t off, uint32_t lengths) const noexcept;
   // OK if the guard ChecksumEntry wrote is `expected` (a rendezvous PUT's
