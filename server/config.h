@@ -80,12 +80,15 @@ struct ServerConfig {
   // come back to back and each worker has a CPU of its own; shorter leaves
   // the CPU to clients and to the kernel (Soft-RoCE runs there) when they
   // share CPUs.
-  // Off by default (equal to busy_poll_us): in the 2-vCPU Soft-RoCE guest a
-  // ceiling of 250 took PUT p50 at depth 1 from ~230 to ~80 us and cost
-  // ~14 % of the PUT rate at 2 clients x 16 in flight (docs/PERFORMANCE.md,
-  // "An adaptive poll window").
+  // 250 by default: in the 2-vCPU Soft-RoCE guest it took PUT p50 at depth 1
+  // from ~210 to ~70 us with no loss at 2 clients x 8 or x 16 in flight
+  // (those clients' windows at their default, 50: it was the clients'
+  // growth, not the workers', that cost ~14 % there; docs/PERFORMANCE.md,
+  // "The workers' poll window grows by default"). A worker that finds no
+  // request within the ceiling falls back to busy_poll_us, so an idle or
+  // sparse server still sleeps.
   uint32_t busy_poll_us = 50;
-  uint32_t busy_poll_max_us = 50;
+  uint32_t busy_poll_max_us = 250;
 };
 
 }  // namespace kvrdma::server

@@ -125,9 +125,9 @@ int main(int argc, char** argv) {
   app.add_option("--busy-poll-max-us", cfg.busy_poll_max_us,
                  "While requests keep arriving just after a worker's poll ended, the poll doubles, up to\n"
                  "this long (microseconds); it falls back to --busy-poll-us when they stop, or come\n"
-                 "further apart than this. At or below --busy-poll-us (the default): the poll never\n"
-                 "grows. Raise it (250, say) when requests come back ~100 us after their replies and\n"
-                 "each worker has a CPU of its own (docs/PERFORMANCE.md, \"An adaptive poll window\")")
+                 "further apart than this. At or below --busy-poll-us: the poll never grows (set it\n"
+                 "to --busy-poll-us when workers must not spin longer than that; docs/PERFORMANCE.md,\n"
+                 "\"The workers' poll window grows by default\")")
       ->capture_default_str()->check(CLI::Range(0u, 1000000u));
   std::string token_file;
   app.add_option("--auth-token", cfg.auth_token,

@@ -82,7 +82,12 @@ struct ClientOptions {
   // wake-ups when the thread has a CPU of its own; shorter leaves the CPU
   // to others (a server or Soft-RoCE on the same machine).
   uint32_t busy_poll_us = 50;
-  uint32_t busy_poll_max_us = 50;  // = busy_poll_us: no growth unless raised
+  // = busy_poll_us: no growth unless raised. Unlike kvserver's workers (250
+  // by default), a client's growth cost ~14 % of the PUT rate of two
+  // clients x 16 in flight in the 2-vCPU guest, where the clients share
+  // CPUs with the server (docs/PERFORMANCE.md, "The workers' poll window
+  // grows by default").
+  uint32_t busy_poll_max_us = 50;
   // A PUT whose value has at least this many bytes is a rendezvous PUT (on
   // a device with type-2 memory windows; 0 = never): instead of the value in message-sized fragments,
   // the client binds a memory window READ-only over exactly the value on
