@@ -60,7 +60,8 @@
 // printed; KVRDMA_EXPLORE_SEED=<seed> runs just that seed.
 //
 // KVRDMA_EXPLORE_SEEDS (default: 200 in the unit form, 2000 in the "explore"
-// form; ctest sets it per label), KVRDMA_EXPLORE_FIRST (first seed, 1),
+// form; ctest sets it per label; or a range, "13-18"), KVRDMA_EXPLORE_FIRST
+// (first seed, 1),
 // KVRDMA_EXPLORE_STEPS (steps per seed, 1500), KVRDMA_EXPLORE_SHAPE (0..5:
 // force one shape), KVRDMA_EXPLORE_FORGE (1: forged values; the default is
 // the build's KVRDMA_EXPLORE_FORGE_DEFAULT, 1),
@@ -534,13 +535,13 @@ lin::History RunSchedule(Kind kind, uint64_t seed, uint64_t steps, ExploreStats*
   const StoreStats ss = store.Stats();
   if (EnvOr("KVRDMA_EXPLORE_VERBOSE", 0) != 0) {
     std::printf("[explore] seed %llu: shape %s, %d hot keys, index %llu x %llu, %s mode%s; %zu history ops; "
-                "segments cleaned %llu, relocations %llu, evictions %llu; client 0: %llu cache hits, %llu stale\n",
+                "segments cleaned %llu, relocations %llu, evictions %llu, index moves %llu; client 0: %llu cache hits, %llu stale\n",
                 static_cast<unsigned long long>(seed), shape.name, hot_keys,
                 static_cast<unsigned long long>(index.homes), static_cast<unsigned long long>(index.window),
                 cache_mode ? "cache" : "store",
                 faults ? ", faults" : "", h.size(), static_cast<unsigned long long>(ss.segments_cleaned),
                 static_cast<unsigned long long>(ss.relocations), static_cast<unsigned long long>(ss.evictions),
-                static_cast<unsigned long long>(clients[0]->stats().cache_hits),
+                static_cast<unsigned long long>(ss.index_moves), static_cast<unsigned long long>(clients[0]->stats().cache_hits),
                 static_cast<unsigned long long>(clients[0]->stats().cache_stale));
   }
   st->segments_cleaned += ss.segments_cleaned;
@@ -670,7 +671,15 @@ void ExploreFromEnv(Kind kind, uint64_t default_seeds) {
   if (const char* one = std::getenv("KVRDMA_EXPLORE_SEED"); one != nullptr && *one != '\0') {
     return Explore(kind, std::strtoull(one, nullptr, 10), 1, steps, 1);
   }
-  Explore(kind, EnvOr("KVRDMA_EXPLORE_FIRST", 1), EnvOr("KVRDMA_EXPLORE_SEEDS", default_seeds), steps, threads);
+  uint64_t first = EnvOr("KVRDMA_EXPLORE_FIRST", 1), count = EnvOr("KVRDMA_EXPLORE_SEEDS", default_seeds);
+  // A range, FIRST-LAST, in KVRDMA_EXPLORE_SEEDS: one variable (ctest's
+  // per-test ENVIRONMENT, through gtest_discover_tests, keeps just one).
+  if (const char* seeds = std::getenv("KVRDMA_EXPLORE_SEEDS"); seeds != nullptr && std::strchr(seeds, '-') != nullptr) {
+    first = std::strtoull(seeds, nullptr, 10);
+    const uint64_t last = std::strtoull(std::strchr(seeds, '-') + 1, nullptr, 10);
+    count = last >= first ? last - first + 1 : 0;
+  }
+  Explore(kind, first, count, steps, threads);
 }
 
 TEST(ScheduleExploration, Loopback) { ExploreFromEnv(Kind::kLoopback, 200); }
