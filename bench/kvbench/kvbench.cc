@@ -440,8 +440,9 @@ int main(int argc, char** argv) {
   app.add_option("--put-mode", cfg.put_mode, "send or write-imm")->capture_default_str()
       ->check(CLI::IsMember({"send", "write-imm"}));
   app.add_option("--rendezvous-bytes", cfg.rendezvous_bytes,
-                 "PUTs of values of at least this many bytes are rendezvous PUTs (0: never; default: the "
-                 "library's, ClientOptions::rendezvous_bytes)");
+                 "PUTs of values of at least this many bytes are rendezvous PUTs, and of half as many while\n"
+                 "other operations of the client are in flight (0: never; default: the library's,\n"
+                 "ClientOptions::rendezvous_bytes, 128 KiB)");
   app.add_option("--rendezvous-copy-bytes", cfg.rendezvous_copy_bytes,
                  "Rendezvous values of at most this many bytes outside registered memory are copied into a\n"
                  "buffer registered at connect instead of registered for their PUT (0: never; default: the\n"

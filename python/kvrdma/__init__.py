@@ -129,8 +129,9 @@ class Client(_Common, _kvrdma._Client):
     register_memory(buffer) first and values of 4 KiB and more are READ
     straight into it, no copy at all; unregister_memory(buffer) ends it);
     put(key, value) -> version (the server pulls a value of
-    rendezvous_bytes or more, 128 KiB by default, 0 = never, with one RDMA
-    READ instead of taking it in fragments; one in registered memory keeps
+    rendezvous_bytes or more, 128 KiB by default, half that while other
+    operations are in flight, 0 = never, with one RDMA READ instead of
+    taking it in fragments; one in registered memory keeps
     its registration for the next put of the same bytes; with
     rendezvous_copy_bytes, 0 = off by default, a value up to that size
     outside registered memory is copied into a buffer registered once

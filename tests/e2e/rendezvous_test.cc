@@ -82,6 +82,44 @@ TEST_P(RendezvousTest, TheLibrarysDefaultSendsValuesOf128KiBAndMoreAsRendezvousP
   EXPECT_TRUE(got == at);
 }
 
+// While other operations of the client are in flight, a PUT is a rendezvous
+// PUT from half of rendezvous_bytes (64 KiB by default): its value's
+// registration overlaps their transfers. One at a time it takes the whole
+// threshold, as above.
+TEST_P(RendezvousTest, WithOthersInFlightValuesFromHalfTheThresholdAreRendezvousPuts) {
+  auto c = NewClient(TestServer::kLibraryDefault);
+  ASSERT_TRUE(c);
+  const std::string half = Value(64 * 1024, 'h'), below_half = Value(64 * 1024 - 1, 'l');
+  ASSERT_TRUE(c->Put("alone", half).ok());  // nothing else in flight: fragments
+  EXPECT_EQ(c->stats().rendezvous_puts, 0u);
+  // Submitted together: the first finds nothing else in flight (fragments),
+  // each later one the ones before it (rendezvous PUTs from 64 KiB).
+  constexpr size_t kPuts = 5;
+  std::vector<Op> ops(kPuts);
+  std::vector<Op*> ptrs;
+  const std::string keys[kPuts] = {"first", "second", "third", "small", "fifth"};
+  for (size_t i = 0; i < kPuts; ++i) {
+    ops[i].type = Op::Type::kPut;
+    ops[i].key = keys[i];
+    ops[i].value = i == 3 ? below_half : half;
+    ptrs.push_back(&ops[i]);
+  }
+  ASSERT_EQ(c->Submit(ptrs), kPuts);
+  std::vector<Op*> done(kPuts);
+  size_t got = 0;
+  for (int i = 0; i < 300 && got < kPuts; ++i) got += c->Wait(std::span(done).subspan(got), 100);
+  ASSERT_EQ(got, kPuts);
+  for (const Op& op : ops) EXPECT_TRUE(op.status.ok()) << op.key << ": " << op.status.ToString();
+  EXPECT_EQ(c->stats().rendezvous_puts, 3u);  // second, third and fifth
+  std::string v;
+  for (size_t i = 0; i < kPuts; ++i) {
+    ASSERT_TRUE(c->Get(keys[i], &v).ok()) << keys[i];
+    EXPECT_TRUE(v == (i == 3 ? below_half : half)) << keys[i];
+  }
+  ASSERT_TRUE(c->Get("alone", &v).ok());
+  EXPECT_TRUE(v == half);
+}
+
 TEST_P(RendezvousTest, ConditionsAndLocksHoldForRendezvousPuts) {
   auto c = NewClient(kThresholdBytes);
   auto other = NewClient(kThresholdBytes);

@@ -89,7 +89,10 @@ struct ClientOptions {
   // grows by default").
   uint32_t busy_poll_max_us = 50;
   // A PUT whose value has at least this many bytes is a rendezvous PUT (on
-  // a device with type-2 memory windows; 0 = never): instead of the value in message-sized fragments,
+  // a device with type-2 memory windows; 0 = never), and so is one of at
+  // least half as many while other operations of the client are in flight
+  // (their transfers overlap the value's registration; one at a time it
+  // would cost the PUT its latency, below): instead of the value in message-sized fragments,
   // the client binds a memory window READ-only over exactly the value on
   // its own connection, and the server pulls the value with one RDMA READ,
   // checks its checksum over its own copy, and applies the PUT. The window
@@ -112,9 +115,12 @@ struct ClientOptions {
   // "Rendezvous PUTs on by default"): from 128 KiB a rendezvous PUT was
   // faster than fragments both one at a time and 16 in flight; at 64 KiB it
   // was faster 16 in flight but ~10 % slower one at a time (the per-PUT
-  // registration), unless the value lies in registered memory. On a NIC
-  // where registering costs more against the wire, measure (kvbench
-  // --rendezvous-bytes) and raise it.
+  // registration), unless the value lies in registered memory; hence half
+  // the threshold while others are in flight (64 KiB PUTs 16 in flight:
+  // rendezvous PUTs moved more bytes a second than fragments in every run,
+  // docs/PERFORMANCE.md, "Rendezvous PUTs from half the threshold while
+  // others are in flight"). On a NIC where registering costs more against
+  // the wire, measure (kvbench --rendezvous-bytes) and raise it.
   uint32_t rendezvous_bytes = 128 * 1024;
   // A rendezvous value of at most this many bytes that does not lie inside
   // memory registered with RegisterMemory is copied into a buffer of the
