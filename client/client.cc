@@ -96,7 +96,7 @@ Status Client::Impl::Connect() {
     // (not enough memory, or it cannot be pinned): each value is registered
     // for its PUT, as with copies off.
     const size_t copy = opts_.rendezvous_copy_bytes;
-    if (rdv_windows_ > 0 && copy >= std::max<uint32_t>(opts_.rendezvous_bytes / 2, 1)) {  // the smallest rendezvous value (client_ops.cc)
+    if (rdv_windows_ > 0 && copy >= RendezvousMinBytes(/*others_in_flight=*/true)) {
       if (!rdv_copy_mem_) {
         rdv_copy_mem_.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, (copy * kRendezvousWindows + 4095) & ~size_t{4095})));
       }

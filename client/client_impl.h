@@ -345,6 +345,13 @@ class Client::Impl {
   void NextPhase(OpState& s, GetPhase phase);
   void PumpMessages();
   bool SendNextMessage(OpState& s);
+  // The fewest value bytes a rendezvous PUT carries: rendezvous_bytes one
+  // at a time, half that while other operations are in flight (their
+  // transfers overlap the value's registration; ClientOptions). 0: none is.
+  uint32_t RendezvousMinBytes(bool others_in_flight) const noexcept {
+    const uint32_t t = opts_.rendezvous_bytes;
+    return others_in_flight && t > 1 ? t / 2 : t;
+  }
   // A rendezvous PUT's one message: a free window bound over the value
   // (registered for it unless it lies in RegisterMemory's memory), the
   // request naming it (false: every window is another PUT's).

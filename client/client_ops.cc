@@ -109,13 +109,9 @@ void Client::Impl::StartMessage(OpState& s, std::optional<Opcode> query) {
   if (conditional && s.opcode == Opcode::kDelete && op->if_version == kIfAbsent) {
     return Finish(s, Status::InvalidArgument("a DELETE only if the key has no value deletes nothing"));
   }
-  // The size first: it rules out most PUTs. From rendezvous_bytes, and from
-  // half as many while other operations of this client are in flight
-  // (in_flight_ counts this one): the value's registration then overlaps
-  // their transfers (ClientOptions::rendezvous_bytes).
-  const uint32_t threshold = opts_.rendezvous_bytes;
-  s.rendezvous = value.size() >= (in_flight_ > 1 ? std::max<uint32_t>(threshold / 2, 1) : threshold) &&
-                 threshold > 0 && rdv_windows_ > 0 && s.opcode == Opcode::kPut &&
+  // The size first: it rules out most PUTs (in_flight_ counts this one).
+  s.rendezvous = value.size() >= RendezvousMinBytes(in_flight_ > 1) && opts_.rendezvous_bytes > 0 &&
+                 rdv_windows_ > 0 && s.opcode == Opcode::kPut &&
                  kRequestHeaderSize + op->key.size() + kRendezvousFieldsBytes <= desc_.message_bytes;
   // Our own write: the old location is stale (a client that never cached one
   // does not hash the key for it).
