@@ -26,53 +26,13 @@
 #include <cstring>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "common/transport/loopback_transport.h"
-#include "common/transport/transport.h"
-#include "common/transport/verbs_transport.h"
+#include "bench/device_pair.h"
 
 using namespace kvrdma;
 
 namespace {
-
-struct Endpoints {
-  std::shared_ptr<LoopbackFabric> fabric;
-  std::shared_ptr<Device> server_dev, client_dev;
-  std::unique_ptr<Listener> listener;
-  std::unique_ptr<Connection> server, client;
-};
-
-Status Connect(Endpoints& e, const std::string& addr) {
-  auto l = e.server_dev->Listen(addr, 0, 4);
-  if (!l.ok()) return l.status();
-  e.listener = std::move(l).value();
-  Result<std::unique_ptr<Connection>> cr = Status::Internal("not run");
-  std::thread t([&] {
-    ConnectOptions o;
-    o.host = addr;
-    o.port = e.listener->port();
-    QpConfig c;
-    c.windows = true;
-    cr = e.client_dev->Connect(o, c, {}, nullptr);
-  });
-  Status st = Status::Unavailable("no connect request");
-  for (int i = 0; i < 50 && !e.server; ++i) {
-    auto ev = e.listener->NextEvent(200);
-    if (!ev.ok() || ev->type != CmEvent::Type::kConnectRequest) continue;
-    auto sc = ev->request->Accept(QpConfig{}, {});
-    if (!sc.ok()) {
-      st = sc.status();
-      break;
-    }
-    e.server = std::move(sc).value();
-  }
-  t.join();
-  if (!cr.ok()) return cr.status();
-  e.client = std::move(cr).value();
-  return e.server ? Status::OK() : st;
-}
 
 // The next receive completion of c (its own receive CQ).
 Status WaitRecv(Connection& c) {
@@ -114,30 +74,14 @@ int main(int argc, char** argv) {
   app.add_flag("--loopback", loopback, "the loopback transport instead of a device");
   CLI11_PARSE(app, argc, argv);
 
-  Endpoints e;
-  std::string addr = "loopback";
-  if (loopback) {
-    e.fabric = LoopbackFabric::Create();
-    e.server_dev = e.fabric->CreateDevice("srv");
-    e.client_dev = e.fabric->CreateDevice("cli");
-  } else {
-    const char* a = std::getenv("KVRDMA_TEST_ADDR");
-    const char* d = std::getenv("KVRDMA_TEST_DEVICE");
-    if (a == nullptr) {
-      std::fprintf(stderr, "KVRDMA_TEST_ADDR unset: run under tools/with-rdma (or --loopback)\n");
-      return 2;
-    }
-    addr = a;
-    auto dev = OpenVerbsDevice(d != nullptr ? d : "");
-    if (!dev.ok()) {
-      std::fprintf(stderr, "%s\n", dev.status().ToString().c_str());
-      return 1;
-    }
-    e.server_dev = e.client_dev = *dev;
-  }
-  if (Status st = Connect(e, addr); !st.ok()) {
-    std::fprintf(stderr, "connect: %s\n", st.ToString().c_str());
-    return 1;
+  bench::DevicePair e;
+  Status setup = bench::OpenDevicePair(loopback, e);
+  QpConfig client_cfg;
+  client_cfg.windows = true;
+  if (setup.ok()) setup = bench::ConnectPair(e, client_cfg, QpConfig{});
+  if (!setup.ok()) {
+    std::fprintf(stderr, "%s\n", setup.ToString().c_str());
+    return setup.code() == Status::Code::kInvalidArgument ? 2 : 1;
   }
   const size_t max_size = *std::max_element(sizes.begin(), sizes.end());
   std::vector<uint8_t> value(max_size, 0x5a), staging(max_size), dst(max_size + 64);
