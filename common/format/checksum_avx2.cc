@@ -5,7 +5,9 @@
 // (SSE2): 1.10 instructions per byte. xxHash's own AVX2 build (-mavx2
 // -funroll-loops) takes 0.28, 0.29 with the long hash over two pieces; the
 // long hash below keeps XXH3's accumulators in registers and takes 0.235
-// (callgrind, 1 MiB inputs; docs/PERFORMANCE.md, stop 40). Hashing from
+// (callgrind, 1 MiB inputs; docs/PERFORMANCE.md, stop 40), and 0.204 since it
+// sums a block's data apart and adds it swapped once per block (BlockSums;
+// stop 53). Hashing from
 // memory runs at the memory's speed either way (~9 GB/s here,
 // bench/store_bench.cc BM_EntryChecksum).
 // The hash is the same function whatever the vector width: XXH3's result
@@ -97,15 +99,57 @@ constexpr size_t kBlockLen = XXH_STRIPE_LEN * kStripesPerBlock;
 // and none all ran at 8.8-9.4 GB/s (BM_EntryChecksum, 64 KiB and 1 MiB).
 constexpr size_t kPrefetchAhead = 384;
 
+// A whole block's stripes (AccumulateBlock, AccumulateBlockCopy). Per 32
+// input bytes XXH3 adds two terms to its accumulator: the product of the
+// data-and-secret's halves, and the data with its two 64-bit halves of each
+// 128-bit lane swapped. The swap is a permutation of 64-bit lanes, and the
+// sums are lane-wise modulo 2^64, so the sum of the swapped data is the
+// swapped sum of the data: a block adds each stripe's data to `data` as it
+// is (one add, no shuffle), and the swapped sum to the accumulators once,
+// before the scramble (which is not linear). The same result as XXH3's
+// order of additions, bit for bit (tests/store/layout_test.cc), with 14
+// instructions per 64-byte stripe instead of 16 when it also copies.
+struct BlockSums {
+  Accs acc;
+  Accs data;
+};
+
+XXH_FORCE_INLINE __m256i AccumulateProduct(__m256i acc, __m256i data, const xxh_u8* secret) noexcept {
+  const __m256i data_key = _mm256_xor_si256(data, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(secret)));
+  return _mm256_add_epi64(acc, _mm256_mul_epu32(data_key, _mm256_srli_epi64(data_key, 32)));
+}
+
+// One stripe of a block from the registers lo and hi (its 64 bytes).
+XXH_FORCE_INLINE void AccumulateBlockStripe(BlockSums& b, __m256i lo, __m256i hi, const xxh_u8* secret,
+                                            bool first) noexcept {
+  b.acc.lo = AccumulateProduct(b.acc.lo, lo, secret);
+  b.acc.hi = AccumulateProduct(b.acc.hi, hi, secret + 32);
+  b.data.lo = first ? lo : _mm256_add_epi64(b.data.lo, lo);
+  b.data.hi = first ? hi : _mm256_add_epi64(b.data.hi, hi);
+  // Each stripe's sums before the next stripe's (see AccumulateStripe).
+  asm("" : "+x"(b.acc.lo), "+x"(b.acc.hi), "+x"(b.data.lo), "+x"(b.data.hi));
+}
+
+// The block's swapped data sum into the accumulators, then the scramble.
+XXH_FORCE_INLINE void EndBlock(Accs& acc, const BlockSums& b, const xxh_u8* secret) noexcept {
+  acc.lo = _mm256_add_epi64(b.acc.lo, _mm256_shuffle_epi32(b.data.lo, _MM_SHUFFLE(1, 0, 3, 2)));
+  acc.hi = _mm256_add_epi64(b.acc.hi, _mm256_shuffle_epi32(b.data.hi, _MM_SHUFFLE(1, 0, 3, 2)));
+  Scramble(acc, secret + kSecretSize - XXH_STRIPE_LEN);
+}
+
 // A whole block at `in`: its 16 stripes unrolled, the secret at constant
 // offsets, then the scramble.
 XXH_FORCE_INLINE void AccumulateBlock(Accs& acc, const xxh_u8* in, const xxh_u8* secret) noexcept {
+  BlockSums b{acc, {}};
 #pragma GCC unroll 16
   for (size_t s = 0; s < kStripesPerBlock; ++s) {
     if (s % 2 == 0) XXH_PREFETCH(in + s * XXH_STRIPE_LEN + kPrefetchAhead);
-    AccumulateStripe(acc, in + s * XXH_STRIPE_LEN, secret + s * XXH_SECRET_CONSUME_RATE);
+    const xxh_u8* p = in + s * XXH_STRIPE_LEN;
+    AccumulateBlockStripe(b, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)),
+                          secret + s * XXH_SECRET_CONSUME_RATE, s == 0);
   }
-  Scramble(acc, secret + kSecretSize - XXH_STRIPE_LEN);
+  EndBlock(acc, b, secret);
 }
 
 // XXH3's secret for `seed`: its default for 0, else derived from the seed.
@@ -135,14 +179,20 @@ XXH_FORCE_INLINE uint64_t MergeAccs(const Accs& acc, const xxh_u8* secret, size_
   return XXH3_mergeAccs(words, secret + XXH_SECRET_MERGEACCS_START, static_cast<xxh_u64>(len) * XXH_PRIME64_1);
 }
 
-// AccumulateBlock over the bytes at `in`, which it also stores at `out`.
+// AccumulateBlock over the bytes at `in`, which it also stores at `out`
+// from the registers it hashes them from.
 XXH_FORCE_INLINE void AccumulateBlockCopy(Accs& acc, const xxh_u8* in, const xxh_u8* secret, xxh_u8* out) noexcept {
+  BlockSums b{acc, {}};
 #pragma GCC unroll 16
   for (size_t s = 0; s < kStripesPerBlock; ++s) {
     if (s % 2 == 0) XXH_PREFETCH(in + s * XXH_STRIPE_LEN + kPrefetchAhead);
-    AccumulateStripeCopy(acc, in + s * XXH_STRIPE_LEN, secret + s * XXH_SECRET_CONSUME_RATE, out + s * XXH_STRIPE_LEN);
+    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + s * XXH_STRIPE_LEN));
+    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + s * XXH_STRIPE_LEN + 32));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + s * XXH_STRIPE_LEN), lo);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + s * XXH_STRIPE_LEN + 32), hi);
+    AccumulateBlockStripe(b, lo, hi, secret + s * XXH_SECRET_CONSUME_RATE, s == 0);
   }
-  Scramble(acc, secret + kSecretSize - XXH_STRIPE_LEN);
+  EndBlock(acc, b, secret);
 }
 
 // XXH3-64 (xxHash 0.8.1's long hash, len > 240) of the bytes B[0, len) that
