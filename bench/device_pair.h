@@ -4,11 +4,13 @@
 // both ends on it as perftest's pair runs, or the loopback transport.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/transport/loopback_transport.h"
 #include "common/transport/transport.h"
@@ -70,6 +72,12 @@ inline Status ConnectPair(DevicePair& e, const QpConfig& client_cfg, const QpCon
   if (!cr.ok()) return cr.status();
   e.client = std::move(cr).value();
   return e.server ? Status::OK() : st;
+}
+
+// The p-quantile (0..1) of timed samples, the nearest rank below.
+inline double Percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
 }
 
 }  // namespace kvrdma::bench

@@ -110,11 +110,6 @@ struct Floor {
   }
 };
 
-double Percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -208,7 +203,7 @@ int main(int argc, char** argv) {
   const int reads[] = {1, 2, 2};
   for (size_t k = 0; k < std::size(kPatterns); ++k) {
     std::printf("%-13s %5d %12s %10.2f %10.2f\n", PatternName(kPatterns[k]), reads[k], bytes[k].c_str(),
-                Percentile(us[k], 0.5), Percentile(us[k], 0.9));
+                bench::Percentile(us[k], 0.5), bench::Percentile(us[k], 0.9));
   }
   return 0;
 }

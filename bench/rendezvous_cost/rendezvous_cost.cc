@@ -57,11 +57,6 @@ Status WaitOne(Connection& c, uint64_t wr_id) {
   return Status::Timeout("no completion");
 }
 
-double Percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -165,7 +160,7 @@ int main(int argc, char** argv) {
         us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
       }
       if (rc != 0) break;
-      std::printf("%-9s %9zu %10.1f %10.1f\n", way, size, Percentile(us, 0.5), Percentile(us, 0.9));
+      std::printf("%-9s %9zu %10.1f %10.1f\n", way, size, bench::Percentile(us, 0.5), bench::Percentile(us, 0.9));
     }
     if (rc != 0) break;
   }
