@@ -22,17 +22,13 @@ Status Client::Impl::Connect() {
   co.host = opts_.host;
   co.port = opts_.port;
   co.timeout_ms = opts_.connect_timeout_ms;
-  QpConfig qc;
-  qc.max_send_wr = 2 * max_in_flight_ + 2 * 256 + 16;  // READs + messages (credits <= 256)
-  qc.max_recv_wr = 256;                             // one reply buffer per credit
-  qc.max_inline = 256;
   // Rendezvous PUTs bind and invalidate windows; a device without type-2
   // windows sends every PUT in fragments (ClientStats::rendezvous_puts stays 0).
   const bool rendezvous = opts_.rendezvous_bytes > 0 && dev_->info().memory_windows;
   if (opts_.rendezvous_bytes > 0 && !rendezvous) {
     KVRDMA_LOG_DEBUG("rendezvous PUTs off: %s has no type-2 memory windows", dev_->info().name.c_str());
   }
-  qc.windows = rendezvous;
+  QpConfig qc = ClientQpConfig(max_in_flight_, rendezvous);
   // One CQ for both directions: a waiting client sleeps on one channel.
   cq_.reset();
   auto cq = dev_->CreateCompletionQueue(qc.max_send_wr + qc.max_recv_wr);

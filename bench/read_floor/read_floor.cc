@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "bench/device_pair.h"
+#include "client/client_internal.h"
 
 using namespace kvrdma;
 
@@ -148,15 +149,12 @@ int main(int argc, char** argv) {
   std::unique_ptr<CompletionQueue> cq;  // outlives the QPs in e
   bench::DevicePair e;
   Status st = bench::OpenDevicePair(loopback, e);
-  // The client library's QP (client/client.cc, Client::Impl::Connect): one CQ
-  // for both directions, its queue sizes and inline limit, windows where the
-  // device has them.
+  // The client library's QP (ClientQpConfig, with ClientOptions' default
+  // max_in_flight), one CQ for both directions as the client's, windows
+  // where the device has them (rendezvous PUTs on, the default).
   QpConfig qc;
-  qc.max_send_wr = 2 * 64 + 2 * 256 + 16;
-  qc.max_recv_wr = 256;
-  qc.max_inline = 256;
   if (st.ok()) {
-    qc.windows = e.client_dev->info().memory_windows;
+    qc = ClientQpConfig(ClientOptions{}.max_in_flight, e.client_dev->info().memory_windows);
     auto c = e.client_dev->CreateCompletionQueue(qc.max_send_wr + qc.max_recv_wr);
     if (c.ok()) cq = std::move(c).value();
     st = c.status();
